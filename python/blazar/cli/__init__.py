@@ -1,0 +1,25 @@
+"""The ``blazar`` command: one typer app with a sub-app per command group; commands stay thin."""
+
+from __future__ import annotations
+
+import typer
+
+from blazar.cli import engine, models, serve
+
+app = typer.Typer(
+    help="Blazar: one local endpoint for every inference engine.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+app.add_typer(engine.app, name="engine")
+app.command("serve")(serve.serve_cmd)
+app.command("import")(models.import_cmd)
+app.command("ls")(models.ls_cmd)
+app.command("rm")(models.rm_cmd)
+app.command("cp")(models.cp_cmd)
+app.command("show")(models.show_cmd)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,65 @@
+"""Shared CLI plumbing: loading config and the store once per command, and turning BlazarError into one red line.
+
+It owns no command; each command group lives in its own module.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from blazar.config import Config, load_config
+from blazar.errors import BlazarError
+from blazar.paths import DataDir
+from blazar.store import Store
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def handles_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Domain errors become one red line and exit 1; never a traceback with locals (keys live there)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except BlazarError as e:
+            raise fail(str(e)) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def config() -> Config:
+    return load_config()
+
+
+@contextmanager
+def opened(cfg: Config | None = None) -> Iterator[tuple[Config, DataDir, Store]]:
+    cfg = cfg or config()
+    data = DataDir(cfg.data_dir).ensure()
+    store = Store.open(data.db)
+    try:
+        yield cfg, data, store
+    finally:
+        store.close()
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()

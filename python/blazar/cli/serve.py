@@ -1,0 +1,33 @@
+"""`blazar serve`: run the daemon in the foreground."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import typer
+
+from blazar.cli.common import config, handles_errors
+
+app = typer.Typer()
+
+
+@handles_errors
+def serve_cmd(
+    host: Annotated[str | None, typer.Option(help="Address to listen on.", envvar="BLAZAR_HOST")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on.", envvar="BLAZAR_PORT")] = None,
+) -> None:
+    """Serve the OpenAI-compatible API; engines start on the first request that names their model."""
+    from blazar.daemon import serve
+
+    cfg = config()
+    changes: dict[str, object] = {}
+    if host is not None:
+        changes["host"] = host
+    if port is not None:
+        if not 1 <= port <= 65535:
+            raise typer.BadParameter("must be between 1 and 65535", param_hint="--port")
+        changes["port"] = port
+    if changes:
+        cfg = dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+    raise typer.Exit(serve(cfg))

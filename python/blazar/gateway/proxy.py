@@ -1,0 +1,134 @@
+"""Dispatch to an engine child over a pooled aiohttp connection: whole bodies and relayed streams.
+
+It owns the upstream call, the header-phase bound, the child's auth header and failure mapping (a dead child
+is reaped and answered with 502 so the next request respawns it). It never parses or rebuilds a stream per chunk:
+each upstream read is written downstream as one write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+
+from blazar.gateway.http import HttpError, openai_error_body
+from blazar.supervisor import Child, Supervisor
+
+log = logging.getLogger("blazar.proxy")
+
+_USAGE_ONLY = b'"choices":[]'
+_HOP_HEADERS = {"content-type"}
+
+
+async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> aiohttp.ClientResponse:
+    """POST to the child and wait (bounded) for its response headers."""
+    try:
+        return await asyncio.wait_for(
+            sup.http.post(
+                child.base_url + path,
+                data=body,
+                headers={"authorization": f"Bearer {child.api_key}", "content-type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            ),
+            timeout=float(sup.cfg.child_header_timeout_secs),
+        )
+    except TimeoutError:
+        await sup.evict(child.key, "no response headers within child_header_timeout_secs")
+        raise HttpError(
+            504,
+            f"engine for '{child.model}' sent no response headers within {sup.cfg.child_header_timeout_secs}s"
+            " (child_header_timeout_secs); it was stopped and the next request restarts it",
+            "engine_error",
+        ) from None
+    except (aiohttp.ClientError, OSError) as e:
+        raise await _engine_failed(sup, child, e) from None
+
+
+async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> HttpError:
+    dead = await sup.reap(child)
+    if dead:
+        code = child.proc.returncode if child.proc else None
+        return HttpError(
+            502,
+            f"engine for '{child.model}' died while serving the request (exit {code});"
+            f" the next request restarts it; log: {sup.data.log_file(child.key)}",
+            "engine_error",
+        )
+    return HttpError(502, f"engine for '{child.model}' failed: {type(exc).__name__}: {exc}", "engine_error")
+
+
+def _engine_error(status: int, body: bytes) -> HttpError:
+    """Carry a non-2xx engine answer to the client with the engine's own message."""
+    import orjson
+
+    message = body.decode(errors="replace")[:2000] or f"engine answered HTTP {status}"
+    try:
+        data: Any = orjson.loads(body)
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            message = err["message"]
+        elif isinstance(err, str):
+            message = err
+    except orjson.JSONDecodeError:
+        pass
+    kind = "invalid_request_error" if 400 <= status < 500 else "engine_error"
+    return HttpError(status, message, kind, source="engine")
+
+
+async def forward_whole(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[int, bytes, str]:
+    """One request, one whole response body: (status, body, content-type)."""
+    with sup.lease(child):
+        resp = await _open(sup, child, path, body)
+        try:
+            data = await resp.read()
+        except (aiohttp.ClientError, OSError) as e:
+            raise await _engine_failed(sup, child, e) from None
+        finally:
+            resp.release()
+    if resp.status >= 400:
+        raise _engine_error(resp.status, data)
+    return resp.status, data, resp.headers.get("content-type", "application/json")
+
+
+async def forward_stream(
+    sup: Supervisor,
+    child: Child,
+    path: str,
+    body: bytes,
+    proto: Any,
+    headers: list[tuple[str, str]],
+    *,
+    keep_usage: bool,
+) -> int:
+    """Relay the child's SSE stream to the client; returns the status sent."""
+    with sup.lease(child):
+        resp = await _open(sup, child, path, body)
+        try:
+            if resp.status >= 400:
+                raise _engine_error(resp.status, await resp.read())
+            transport = proto.response_stream(200, [*headers, ("content-type", "text/event-stream"), ("cache-control", "no-cache")])
+            try:
+                async for data in resp.content.iter_any():
+                    if not keep_usage and _USAGE_ONLY in data:
+                        data = _drop_usage_events(data)
+                    await transport.send_bytes(data)
+            except (aiohttp.ClientError, OSError) as e:
+                err = await _engine_failed(sup, child, e)
+                payload = b"data: " + openai_error_body(err.status, err.message, err.kind) + b"\n\n"
+                try:
+                    await transport.send_bytes(payload)
+                except Exception:
+                    log.debug("client gone before the engine error could be sent")
+            except Exception as e:  # the client went away: granian raises on send
+                log.debug("client disconnected mid-stream: %s", e)
+            return 200
+        finally:
+            resp.release()
+
+
+def _drop_usage_events(data: bytes) -> bytes:
+    """Remove usage-only SSE events (the client did not ask for stream usage; Blazar always does)."""
+    events = data.split(b"\n\n")
+    return b"\n\n".join(e for e in events if _USAGE_ONLY not in e)

@@ -1,0 +1,76 @@
+"""Binding and running Granian (RSGI, embedded) in the daemon's process, with a clean stop on SIGINT/SIGTERM.
+
+It owns the port check (a taken port is exit code 3, one line), the Granian settings, and shutdown order:
+stop accepting, then stop every engine child by PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import signal
+import socket
+import sys
+
+from granian.constants import HTTPModes, Interfaces
+from granian.server.embed import Server
+
+from blazar.config import Config
+from blazar.gateway.app import App
+from blazar.supervisor import Supervisor
+
+EXIT_BIND_CONFLICT = 3
+
+log = logging.getLogger("blazar.server")
+
+
+class BindConflict(Exception):
+    pass
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind once without SO_REUSEPORT so a port held by anyone (another blazar included) is detected."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise BindConflict(
+                    f"blazar: port {port} on {host} is already in use; stop the other server or choose another"
+                    " port with --port or BLAZAR_PORT"
+                ) from None
+            raise
+
+
+async def run(cfg: Config, sup: Supervisor) -> None:
+    server = Server(
+        App(sup),
+        address=cfg.host,
+        port=cfg.port,
+        interface=Interfaces.RSGI,
+        http=HTTPModes.http1,
+        websockets=False,
+        backpressure=1024,
+        log_enabled=cfg.log_level == "debug",
+    )
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+
+    def on_signal() -> None:
+        if not stopping.is_set():
+            log.info("stopping: closing the listener, then the engine children")
+            stopping.set()
+            server.stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        print(f"blazar listening on http://{cfg.host}:{cfg.port}", file=sys.stderr, flush=True)
+        await server.serve()
+    finally:
+        await sup.stop_all()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

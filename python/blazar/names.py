@@ -1,0 +1,34 @@
+"""Model names: ``name:tag`` with ``:latest`` as the default tag. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+import re
+
+from blazar.errors import CatalogError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def normalize(name: str) -> str:
+    """'smollm2' -> 'smollm2:latest'; 'smollm2:q4' stays; invalid names raise CatalogError."""
+    name = name.strip()
+    base, sep, tag = name.rpartition(":")
+    if not sep:
+        base, tag = name, "latest"
+    if not _NAME.match(base) or not _TAG.match(tag) or len(name) > 200:
+        raise CatalogError(
+            f"invalid model name '{name}': use name[:tag] with letters, digits, '.', '_', '-' (and '/' in the name)"
+        )
+    return f"{base}:{tag}"
+
+
+def default_name_for_file(stem: str) -> str:
+    """A catalog name from a file stem: 'SmolLM2-135M-Instruct.Q4_1' -> 'smollm2-135m-instruct:q4_1'."""
+    stem = stem.lower()
+    base, dot, tag = stem.rpartition(".")
+    if not dot or not tag:
+        base, tag = stem, "latest"
+    cleaned = re.sub(r"[^a-z0-9._/-]+", "-", base).strip("-.") or "model"
+    tag = re.sub(r"[^a-z0-9._-]+", "-", tag).strip("-.") or "latest"
+    return normalize(f"{cleaned}:{tag}")

@@ -1,0 +1,52 @@
+"""Where Blazar keeps things under its data dir; it owns path layout only, never creates content."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_component(name: str) -> str:
+    """A file-system-safe rendering of a model or engine name ('org/m:tag' -> 'org--m--tag')."""
+    return _UNSAFE.sub("--", name).strip(".") or "_"
+
+
+@dataclass(frozen=True, slots=True)
+class DataDir:
+    """The data dir layout: blazar.db, models/, engines/, run/, logs/, sessions/, speccache/, audit/."""
+
+    root: Path
+
+    @property
+    def db(self) -> Path:
+        return self.root / "blazar.db"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def engines(self) -> Path:
+        return self.root / "engines"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def ensure(self) -> DataDir:
+        for p in (self.root, self.models, self.engines, self.run, self.logs):
+            p.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def run_file(self, model: str, suffix: str) -> Path:
+        return self.run / f"{safe_component(model)}.{suffix}"
+
+    def log_file(self, model: str) -> Path:
+        return self.logs / f"{safe_component(model)}.log"

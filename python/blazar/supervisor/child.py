@@ -1,0 +1,162 @@
+"""One engine child process and its state machine: stopped -> starting -> ready -> stopping -> evicted/crashed.
+
+It owns spawning (free port, per-child API key file, pid file, log file), waiting for health, and stopping by PID
+(SIGTERM, grace, SIGKILL). It never signals a process group and never decides when to evict; the pool does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import secrets
+import signal
+import socket
+import time
+from collections import deque
+from pathlib import Path
+
+import aiohttp
+
+from blazar.errors import ChildError
+from blazar.paths import DataDir
+from blazar.profile import LaunchSpec
+
+
+class State(enum.Enum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    EVICTED = "evicted"
+    CRASHED = "crashed"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(deque(data.splitlines(), maxlen=lines))
+
+
+class Child:
+    """A supervised engine process serving one model key (a model name, or name@embed)."""
+
+    def __init__(self, key: str, model: str, spec: LaunchSpec, data: DataDir) -> None:
+        self.key = key
+        self.model = model
+        self.spec = spec
+        self.data = data
+        self.state = State.STOPPED
+        self.port = 0
+        self.api_key = ""
+        self.proc: asyncio.subprocess.Process | None = None
+        self.inflight = 0
+        self.last_used = time.monotonic()
+        self.started_at = 0.0
+        self.load_seconds = 0.0
+        self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self, http: aiohttp.ClientSession, timeout: float) -> None:
+        """Spawn the engine and wait until its health endpoint answers 200, or raise ChildError."""
+        self.state = State.STARTING
+        self.port = free_port()
+        self.api_key = secrets.token_urlsafe(32)
+        key_file = self.data.run_file(self.key, "apikey")
+        key_file.unlink(missing_ok=True)
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.api_key)
+        log_path = self.data.log_file(self.key)
+        argv = self.spec.argv(port=self.port, api_key_file=key_file)
+        t0 = time.monotonic()
+        with log_path.open("ab") as log:
+            log.write(f"\n--- blazar: starting {self.key} on port {self.port}\n".encode())
+            log.flush()
+            try:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                self.state = State.CRASHED
+                raise ChildError(f"cannot start engine for '{self.model}': {argv[0]}: {e.strerror}") from None
+        self.data.run_file(self.key, "pid").write_text(str(self.proc.pid))
+        try:
+            await self._wait_healthy(http, timeout)
+        except BaseException:
+            await self.stop(grace=2.0)
+            self.state = State.CRASHED
+            raise
+        self.load_seconds = time.monotonic() - t0
+        self.started_at = time.time()
+        self.last_used = time.monotonic()
+        self.state = State.READY
+
+    async def _wait_healthy(self, http: aiohttp.ClientSession, timeout: float) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        url = self.base_url + self.spec.health_path
+        delay = 0.02
+        while True:
+            if self.proc.returncode is not None:
+                raise ChildError(
+                    f"engine for '{self.model}' exited with code {self.proc.returncode} while starting;"
+                    f" last log lines ({self.data.log_file(self.key)}):\n{log_tail(self.data.log_file(self.key))}"
+                )
+            with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise ChildError(
+                    f"engine for '{self.model}' did not become healthy within {timeout:.0f}s"
+                    f" (child_start_timeout_secs); see {self.data.log_file(self.key)}"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; by PID only. Removes the run files."""
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            self.state = State.STOPPING
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=grace)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        elif proc is not None:
+            await proc.wait()
+        for suffix in ("pid", "apikey"):
+            self.data.run_file(self.key, suffix).unlink(missing_ok=True)
+        if self.state is not State.CRASHED:
+            self.state = State.STOPPED

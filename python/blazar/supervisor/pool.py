@@ -1,0 +1,151 @@
+"""The child pool: one Child per model key, spawned on demand, reaped when dead, evicted when idle.
+
+It owns the decision of when a child starts and stops (``ensure_ready``, ``idle_victims``, ``reap``); the
+process mechanics live in ``child.py`` and routing in ``engines.lanes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Iterator
+
+import aiohttp
+
+from blazar.catalog import Catalog
+from blazar.config import Config
+from blazar.engines import registry
+from blazar.engines.lanes import serving_lane
+from blazar.paths import DataDir
+from blazar.profile import compile_profile
+from blazar.store import Store
+from blazar.supervisor.child import Child, State
+
+log = logging.getLogger("blazar.supervisor")
+
+
+def idle_victims(children: Iterable[Child], now: float, default_timeout: float) -> list[Child]:
+    """Children with no request in flight whose idle time passed their keep-alive (pure; tested alone)."""
+    out = []
+    for c in children:
+        if c.state is not State.READY or c.inflight > 0:
+            continue
+        limit = default_timeout if c.keep_alive is None else c.keep_alive
+        if limit < 0 or (limit == 0 and c.keep_alive is None):
+            continue  # negative keep_alive: forever; idle_timeout_secs = 0: never evict
+        if now - c.last_used >= limit:
+            out.append(c)
+    return out
+
+
+class Supervisor:
+    def __init__(self, cfg: Config, data: DataDir, store: Store) -> None:
+        self.cfg = cfg
+        self.data = data
+        self.store = store
+        self.catalog = Catalog(store, data)
+        self.children: dict[str, Child] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._http: aiohttp.ClientSession | None = None
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        return self._http
+
+    def start_background(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._idle_loop())
+
+    async def ensure_ready(self, model_name: str, *, embeddings: bool = False) -> Child:
+        """The ready child for ``model_name``, spawning (or respawning a dead one) as needed."""
+        model = self.catalog.get(model_name)
+        key = model.name + ("@embed" if embeddings else "")
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            child = self.children.get(key)
+            if child is not None and child.state is State.READY and child.alive():
+                return child
+            if child is not None:
+                log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
+                await child.stop(grace=self.cfg.stop_grace_secs)
+                self.children.pop(key, None)
+            engine = serving_lane(self.cfg, model, registry.list_all(self.store))
+            spec = compile_profile(self.cfg, model, engine, embeddings=embeddings)
+            child = Child(key, model.name, spec, self.data)
+            ov = self.cfg.model_override(model.name)
+            if ov.idle_timeout_secs is not None:
+                child.keep_alive = float(ov.idle_timeout_secs)
+            self.children[key] = child
+            try:
+                await child.start(self.http, float(self.cfg.child_start_timeout_secs))
+            except BaseException:
+                self.children.pop(key, None)
+                raise
+            log.info("engine for %s ready on port %d (pid %s) in %.2fs", key, child.port, child.pid, child.load_seconds)
+            return child
+
+    @contextlib.contextmanager
+    def lease(self, child: Child) -> Iterator[Child]:
+        """Marks a request in flight on ``child`` so the idle reaper leaves it alone."""
+        child.inflight += 1
+        try:
+            yield child
+        finally:
+            child.inflight -= 1
+            child.last_used = time.monotonic()
+
+    async def reap(self, child: Child, wait: float = 1.0) -> bool:
+        """After an upstream failure: if the child died, drop it so the next request respawns. True if dead."""
+        proc = child.proc
+        if proc is None:
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=wait)
+        if proc.returncode is None:
+            return False
+        child.state = State.CRASHED
+        log.error("engine for %s died (exit %s)", child.key, proc.returncode)
+        if self.children.get(child.key) is child:
+            self.children.pop(child.key, None)
+        await child.stop(grace=0)
+        return True
+
+    async def evict(self, key: str, reason: str) -> bool:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            child = self.children.pop(key, None)
+            if child is None:
+                return False
+            log.info("evicting %s (%s)", key, reason)
+            await child.stop(grace=self.cfg.stop_grace_secs)
+            child.state = State.EVICTED
+            return True
+
+    async def _idle_loop(self) -> None:
+        timeout = float(self.cfg.idle_timeout_secs)
+        tick = min(max(timeout / 4, 0.25), 15.0) if timeout > 0 else 5.0
+        while True:
+            await asyncio.sleep(tick)
+            for c in idle_victims(list(self.children.values()), time.monotonic(), timeout):
+                try:
+                    await self.evict(c.key, "idle")
+                except Exception:
+                    log.exception("evicting %s failed", c.key)
+
+    async def stop_all(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        children = list(self.children.values())
+        self.children.clear()
+        await asyncio.gather(*(c.stop(grace=self.cfg.stop_grace_secs) for c in children), return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
+            self._http = None

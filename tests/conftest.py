@@ -1,0 +1,184 @@
+"""Shared fixtures: the cached real assets (llama-server, SmolLM2) and a real `blazar serve` subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("BLAZAR_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "blazar"
+
+
+@dataclass(frozen=True)
+class Assets:
+    llama_server: Path
+    model: Path
+
+
+@pytest.fixture(scope="session")
+def assets() -> Assets:
+    manifest = cache_dir() / "assets.json"
+    if not manifest.is_file():
+        pytest.fail(f"{manifest} is missing: run `make assets` (scripts/test_assets.py) first", pytrace=False)
+    data = json.loads(manifest.read_text())
+    a = Assets(Path(data["llama_server"]), Path(data["model"]))
+    for p in (a.llama_server, a.model):
+        if not p.is_file():
+            pytest.fail(f"{p} is missing: run `make assets` again", pytrace=False)
+    return a
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def blazar_cmd(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "blazar", *args], env=env, capture_output=True, text=True, check=check, timeout=120
+    )
+
+
+@dataclass
+class Daemon:
+    """A `blazar serve` child process with its own config and data dir."""
+
+    root: Path
+    env: dict[str, str]
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.root / "serve.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.env["BLAZAR_DATA_DIR"])
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return blazar_cmd(*args, env=self.env, check=check)
+
+    def start(self) -> None:
+        logf = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "blazar", "serve"], env=self.env, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"blazar serve exited {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"blazar serve did not answer /healthz:\n{self.log.read_text()}")
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("blazar serve did not stop within 30s of SIGTERM") from None
+
+    def child_pids(self) -> list[int]:
+        run = self.data_dir / "run"
+        return [int(p.read_text()) for p in run.glob("*.pid")] if run.is_dir() else []
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(predicate: object, timeout: float, what: str) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def make_daemon(root: Path, config_text: str = "") -> Daemon:
+    root.mkdir(parents=True, exist_ok=True)
+    cfg = root / "config.toml"
+    cfg.write_text(config_text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
+    env.update(BLAZAR_CONFIG=str(cfg), BLAZAR_DATA_DIR=str(root / "data"), BLAZAR_PORT=str(free_port()))
+    return Daemon(root=root, env=env, port=int(env["BLAZAR_PORT"]))
+
+
+def provision(d: Daemon, assets: Assets, *, engine: bool = True, model: bool = True) -> Daemon:
+    if engine:
+        d.cli("engine", "add", "--kind", "llama-cpp", "--path", str(assets.llama_server))
+    if model:
+        d.cli("import", str(assets.model), "--name", "smollm2")
+    return d
+
+
+def cleanup(d: Daemon) -> None:
+    if d.proc is not None and d.proc.poll() is None:
+        d.stop()
+    for pid in d.child_pids():
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Iterator[Daemon]:
+    """One shared daemon per test module: the real engine registered, SmolLM2 imported as smollm2:latest."""
+    d = provision(make_daemon(tmp_path_factory.mktemp("daemon")), assets)
+    d.start()
+    yield d
+    cleanup(d)
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path, assets: Assets) -> Iterator[object]:
+    """Daemons with their own config, for tests that change settings or kill things."""
+    made: list[Daemon] = []
+
+    def factory(config_text: str = "", *, engine: bool = True, model: bool = True, start: bool = True) -> Daemon:
+        d = provision(make_daemon(tmp_path / f"d{len(made)}", config_text), assets, engine=engine, model=model)
+        made.append(d)
+        if start:
+            d.start()
+        return d
+
+    yield factory
+    for d in made:
+        cleanup(d)

@@ -1,0 +1,128 @@
+"""End to end: the official `openai` client against `blazar serve` and a real llama-server + SmolLM2."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import Daemon, pid_alive, wait_for
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = [{"role": "user", "content": "Name three colors."}]
+SAMPLING = {"temperature": 0.0, "seed": 42, "max_tokens": 32}
+
+
+def client(d: Daemon) -> openai.OpenAI:
+    return openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def test_list_models(daemon: Daemon) -> None:
+    ids = [m.id for m in client(daemon).models.list()]
+    assert ids == ["smollm2:latest"]
+
+
+def test_chat_non_streaming(daemon: Daemon) -> None:
+    r = client(daemon).chat.completions.create(model="smollm2", messages=PROMPT, **SAMPLING)
+    assert r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage is not None and r.usage.completion_tokens > 0
+
+
+def test_stream_reassembles_to_non_streamed_text(daemon: Daemon) -> None:
+    c = client(daemon)
+    whole = c.chat.completions.create(model="smollm2:latest", messages=PROMPT, **SAMPLING)
+    pieces = []
+    finish = None
+    chunks = c.chat.completions.create(model="smollm2:latest", messages=PROMPT, stream=True, **SAMPLING)
+    for chunk in chunks:
+        assert chunk.usage is None, "usage chunk must be dropped when the client did not ask for it"
+        for ch in chunk.choices:
+            pieces.append(ch.delta.content or "")
+            finish = ch.finish_reason or finish
+    assert "".join(pieces) == whole.choices[0].message.content
+    assert finish == whole.choices[0].finish_reason
+
+
+def test_stream_with_usage_when_asked(daemon: Daemon) -> None:
+    chunks = list(
+        client(daemon).chat.completions.create(
+            model="smollm2", messages=PROMPT, stream=True, stream_options={"include_usage": True}, **SAMPLING
+        )
+    )
+    usage = [c.usage for c in chunks if c.usage is not None]
+    assert len(usage) == 1 and usage[0].completion_tokens > 0
+
+
+def test_completions(daemon: Daemon) -> None:
+    r = client(daemon).completions.create(model="smollm2", prompt="The sky is", max_tokens=8, temperature=0)
+    assert r.choices[0].text
+
+
+def test_embeddings(daemon: Daemon) -> None:
+    r = client(daemon).embeddings.create(model="smollm2", input=["hello world", "blue sky"])
+    assert len(r.data) == 2
+    assert len(r.data[0].embedding) == 576  # SmolLM2-135M's embedding length
+
+
+def test_trace_id_on_every_response(daemon: Daemon) -> None:
+    ok = httpx.get(daemon.url + "/healthz")
+    bad = httpx.post(daemon.url + "/v1/chat/completions", content=b"{")
+    for r in (ok, bad):
+        assert r.headers["x-blazar-trace-id"].startswith("plm-")
+    echoed = httpx.get(daemon.url + "/healthz", headers={"x-blazar-trace-id": "my-trace-1"})
+    assert echoed.headers["x-blazar-trace-id"] == "my-trace-1"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"\xff\xfe{}", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "must be a JSON object"),
+        (b'{"model": 7, "messages": [{"role": "user", "content": "hi"}]}', 400, "'model' is required"),
+        (b'{"model": "smollm2", "messages": "hi"}', 400, "'messages' is required"),
+        (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}', 400, "'stream'"),
+        (b'{"model": "nope:1", "messages": [{"role": "user", "content": "hi"}]}', 404, "model 'nope:1' not found"),
+        (b"", 400, "body is empty"),
+    ],
+)
+def test_bad_requests_get_openai_errors(daemon: Daemon, body: bytes, status: int, needle: str) -> None:
+    r = httpx.post(daemon.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle in err["message"]
+    assert err["code"] == status and isinstance(err["type"], str)
+
+
+def test_over_50_mib_is_413(daemon: Daemon) -> None:
+    big = b'{"model": "smollm2", "x": "' + b"a" * (50 * 1024 * 1024) + b'"}'
+    r = httpx.post(daemon.url + "/v1/chat/completions", content=big, timeout=60)
+    assert r.status_code == 413
+    assert "50 MiB" in r.json()["error"]["message"]
+
+
+def test_unknown_route_and_method(daemon: Daemon) -> None:
+    assert httpx.get(daemon.url + "/v1/nothing").status_code == 404
+    r = httpx.get(daemon.url + "/v1/chat/completions")
+    assert r.status_code == 405 and "POST" in r.json()["error"]["message"]
+
+
+def test_engine_error_is_passed_with_its_status(daemon: Daemon) -> None:
+    body = {"model": "smollm2", "messages": PROMPT, "max_tokens": 8, "response_format": {"type": "bogus"}}
+    r = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.headers["x-blazar-error-source"] == "engine"
+    assert r.json()["error"]["message"]
+
+
+def test_shutdown_leaves_no_child(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    client(d).chat.completions.create(model="smollm2", messages=PROMPT, max_tokens=4)
+    pids = d.child_pids()
+    assert len(pids) == 1 and pid_alive(pids[0])
+    assert d.stop() == 0
+    wait_for(lambda: not pid_alive(pids[0]), 5, "the engine child to be gone after shutdown")
+    assert d.child_pids() == []

@@ -1,0 +1,101 @@
+"""End to end: engines start on demand, die, get evicted, and are taught about when missing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Daemon, pid_alive, wait_for
+
+pytestmark = pytest.mark.e2e
+
+CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 8}
+
+
+def engine_busy(d: Daemon, pid: int) -> bool:
+    """Whether the child is processing a request, from its own Prometheus gauge (we start it with --metrics)."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    port = int(argv[argv.index(b"--port") + 1])
+    key = next((d.data_dir / "run").glob("*.apikey")).read_text()
+    r = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"authorization": f"Bearer {key}"}, timeout=5)
+    for line in r.text.splitlines():
+        if line.startswith("llamacpp:requests_processing"):
+            return float(line.split()[-1]) > 0
+    raise AssertionError(f"no requests_processing gauge in /metrics: {r.text[:300]}")
+
+
+def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    result: dict[str, httpx.Response] = {}
+    long = {**CHAT, "max_tokens": 4000, "ignore_eos": True, "messages": [{"role": "user", "content": "Write a story."}]}
+
+    def slow() -> None:
+        result["r"] = httpx.post(d.url + "/v1/chat/completions", json=long, timeout=120)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    wait_for(lambda: engine_busy(d, pid), 30, "the engine to be generating")
+    os.kill(pid, signal.SIGKILL)
+    t.join(60)
+    r = result["r"]
+    assert r.status_code == 502, r.text
+    assert "died while serving the request" in r.json()["error"]["message"]
+    again = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
+    assert again.status_code == 200, again.text
+    [new_pid] = d.child_pids()
+    assert new_pid != pid and pid_alive(new_pid)
+
+
+def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), 5, "the child to die")
+    r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("idle_timeout_secs = 1\n")
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    wait_for(lambda: not pid_alive(pid), 15, "idle eviction of the engine child")
+    assert d.child_pids() == []
+    r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
+    assert r.status_code == 200
+    assert len(d.child_pids()) == 1
+
+
+def test_missing_engine_teaches_same_bytes_in_api_and_cli(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(engine=False)
+    r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
+    assert r.status_code == 503
+    message = r.json()["error"]["message"]
+    assert "blazar engine build --kind llama-cpp" in message
+    shown = d.cli("show", "smollm2")
+    assert f"unavailable: {message}" in " ".join(shown.stdout.split()) or message in shown.stdout.replace("\n", "")
+
+
+def test_port_in_use_exits_3(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    r = subprocess.run(
+        [sys.executable, "-m", "blazar", "serve"], env=d.env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 3
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"port {d.port}" in lines[0] and "already in use" in lines[0]

