@@ -1,0 +1,14 @@
+//! `blazar._native`: the compiled half of blazar.
+//!
+//! This file only declares the crate's modules and registers their Python bindings on the
+//! extension module. It must not hold logic of its own: each module owns its feature and
+//! exposes an `init_pymodule` that adds its classes, functions and exceptions.
+
+use pyo3::prelude::*;
+
+pub mod gguf;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    gguf::init_pymodule(m)
+}

@@ -1,0 +1,421 @@
+"""Reading Blazar's config: locating the TOML file, parsing it with tomlkit, validating it, applying env overrides.
+
+It owns the config-file search order, every teaching ``ConfigError`` message and the rendered default
+document for ``blazar config init``. It must not create or write files, start anything, touch the data dir,
+or import ``blazar._native``; every failure is a one-line ``ConfigError``, never a raw traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import tomlkit
+import tomlkit.exceptions
+
+from blazar.config.model import (
+    DEFAULT_CHILD_HEADER_TIMEOUT_SECS,
+    DEFAULT_CHILD_START_TIMEOUT_SECS,
+    DEFAULT_CTX_SIZE,
+    DEFAULT_ENGINE_MODE,
+    DEFAULT_GPU_LAYERS,
+    DEFAULT_HOST,
+    DEFAULT_IDLE_TIMEOUT_SECS,
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_PARALLEL,
+    DEFAULT_PORT,
+    DEFAULT_STOP_GRACE_SECS,
+    DEFAULT_THREADS,
+    ENGINE_MODES,
+    LOG_LEVELS,
+    Config,
+    ModelOverride,
+    default_data_dir,
+    expand_user,
+    normalize_model_name,
+    xdg_config_home,
+)
+from blazar.errors import ConfigError
+
+__all__ = ["default_config_path", "load_config", "render_default_config"]
+
+CONFIG_ENV = "BLAZAR_CONFIG"
+_MAX_SHOWN = 60
+
+
+def _env_value(env: Mapping[str, str], name: str) -> str | None:
+    """An environment variable's value; an empty string counts as unset."""
+    value = env.get(name, "")
+    return value or None
+
+
+def default_config_path(env: Mapping[str, str] | None = None) -> Path:
+    """Where the config file is looked for: ``$BLAZAR_CONFIG``, else ``$XDG_CONFIG_HOME/blazar/config.toml``,
+    else ``~/.config/blazar/config.toml``."""
+    env = os.environ if env is None else env
+    explicit = _env_value(env, CONFIG_ENV)
+    if explicit:
+        return expand_user(explicit, env)
+    return xdg_config_home(env) / "blazar" / "config.toml"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Describing values in messages
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, _dt.datetime):
+        return "datetime"
+    if isinstance(value, _dt.date):
+        return "date"
+    if isinstance(value, _dt.time):
+        return "time"
+    return type(value).__name__
+
+
+def _shown(value: object) -> str:
+    """A short TOML-like rendering of a found value for an error message."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, _dt.date | _dt.time):
+        text = value.isoformat()
+    elif isinstance(value, list | dict):
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    else:
+        text = repr(value)
+    text = " ".join(text.split())
+    if len(text) > _MAX_SHOWN:
+        text = text[: _MAX_SHOWN - 3] + "..."
+    return text
+
+
+def _quote_key(key: str) -> str:
+    """A table key as it would be written in TOML (bare when possible, quoted otherwise)."""
+    if key and all(c.isascii() and (c.isalnum() or c in "_-") for c in key):
+        return key
+    return json.dumps(key, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation
+
+
+@dataclass(frozen=True, slots=True)
+class _Ctx:
+    """Where values come from, for messages: the file's display name and the dir relative paths resolve in."""
+
+    source: str
+    base_dir: Path
+    env: Mapping[str, str]
+
+    def bad(self, key: str, expected: str, value: object) -> ConfigError:
+        return ConfigError(
+            f"{self.source}: key '{key}' must be {expected}, got {_shown(value)} ({_type_name(value)})"
+        )
+
+    def unknown(self, key: str, shown_key: str, allowed: tuple[str, ...]) -> ConfigError:
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        if close:
+            return ConfigError(f"{self.source}: unknown key '{shown_key}' (did you mean '{close[0]}'?)")
+        return ConfigError(
+            f"{self.source}: unknown key '{shown_key}'; allowed keys here are: {', '.join(allowed)}"
+        )
+
+
+def _int(ctx: _Ctx, key: str, value: object, lo: int, hi: int | None = None) -> int:
+    expected = f"an integer between {lo} and {hi}" if hi is not None else f"an integer >= {lo}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ctx.bad(key, expected, value)
+    if value < lo or (hi is not None and value > hi):
+        raise ctx.bad(key, expected, value)
+    return value
+
+
+def _number(ctx: _Ctx, key: str, value: object, lo: float) -> float:
+    expected = f"a number >= {lo:g}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ctx.bad(key, expected, value)
+    number = float(value)
+    if not math.isfinite(number) or number < lo:
+        raise ctx.bad(key, expected, value)
+    return number
+
+
+def _string(ctx: _Ctx, key: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ctx.bad(key, "a non-empty string", value)
+    return value
+
+
+def _choice(ctx: _Ctx, key: str, value: object, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ctx.bad(key, "one of " + ", ".join(f'"{a}"' for a in allowed), value)
+    return value
+
+
+def _strings(ctx: _Ctx, key: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ctx.bad(key, "an array of strings", value)
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ctx.bad(f"{key}[{i}]", "a string", item)
+        out.append(item)
+    return tuple(out)
+
+
+def _path(ctx: _Ctx, key: str, value: object) -> Path:
+    raw = _string(ctx, key, value)
+    path = expand_user(raw, ctx.env)
+    if not path.is_absolute():
+        path = ctx.base_dir / path
+    return path
+
+
+_Check = Callable[[_Ctx, str, object], object]
+
+_TOP_LEVEL: dict[str, _Check] = {
+    "host": _string,
+    "port": lambda c, k, v: _int(c, k, v, 1, 65535),
+    "data_dir": _path,
+    "idle_timeout_secs": lambda c, k, v: _int(c, k, v, 0),
+    "child_start_timeout_secs": lambda c, k, v: _int(c, k, v, 1),
+    "child_header_timeout_secs": lambda c, k, v: _int(c, k, v, 1),
+    "stop_grace_secs": lambda c, k, v: _number(c, k, v, 0.0),
+    "engine_mode": lambda c, k, v: _choice(c, k, v, ENGINE_MODES),
+    "cors_origins": _strings,
+    "log_level": lambda c, k, v: _choice(c, k, v, LOG_LEVELS),
+    "ctx_size": lambda c, k, v: _int(c, k, v, 0),
+    "parallel": lambda c, k, v: _int(c, k, v, 1),
+    "threads": lambda c, k, v: _int(c, k, v, 0),
+    "gpu_layers": lambda c, k, v: _int(c, k, v, -1),
+}
+
+_MODEL_LEVEL: dict[str, _Check] = {
+    "ctx_size": _TOP_LEVEL["ctx_size"],
+    "parallel": _TOP_LEVEL["parallel"],
+    "threads": _TOP_LEVEL["threads"],
+    "gpu_layers": _TOP_LEVEL["gpu_layers"],
+    "idle_timeout_secs": _TOP_LEVEL["idle_timeout_secs"],
+    "extra_args": _strings,
+    "engine": _string,
+}
+
+_TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models")
+_MODEL_KEYS: tuple[str, ...] = tuple(_MODEL_LEVEL)
+
+
+def _model_overrides(ctx: _Ctx, value: object) -> Mapping[str, ModelOverride]:
+    if not isinstance(value, dict):
+        raise ctx.bad("models", 'a table of [models."name:tag"] tables', value)
+    out: dict[str, ModelOverride] = {}
+    written: dict[str, str] = {}
+    for raw_name, table in value.items():
+        name_path = f"models.{_quote_key(raw_name)}"
+        try:
+            name = normalize_model_name(raw_name)
+        except ValueError as exc:
+            raise ConfigError(f"{ctx.source}: key '{name_path}' is not a valid model name: {exc}") from None
+        if not isinstance(table, dict):
+            raise ctx.bad(name_path, "a table of per-model settings", table)
+        if name in written:
+            raise ConfigError(
+                f"{ctx.source}: models '{written[name]}' and '{raw_name}' both mean '{name}'; keep one table"
+            )
+        written[name] = raw_name
+        fields: dict[str, object] = {}
+        for key, item in table.items():
+            check = _MODEL_LEVEL.get(key)
+            if check is None:
+                raise ctx.unknown(key, f"{name_path}.{_quote_key(key)}", _MODEL_KEYS)
+            fields[key] = check(ctx, f"{name_path}.{key}", item)
+        out[name] = ModelOverride(**fields)  # type: ignore[arg-type]
+    return MappingProxyType(out)
+
+
+def _from_table(ctx: _Ctx, doc: Mapping[str, object]) -> dict[str, object]:
+    """Validated ``Config`` keyword arguments for every key present in the parsed document."""
+    fields: dict[str, object] = {}
+    for key, value in doc.items():
+        if key == "models":
+            fields["models"] = _model_overrides(ctx, value)
+            continue
+        check = _TOP_LEVEL.get(key)
+        if check is None:
+            raise ctx.unknown(key, _quote_key(key), _TOP_KEYS)
+        fields[key] = check(ctx, key, value)
+    return fields
+
+
+def _apply_env(fields: dict[str, object], env: Mapping[str, str]) -> None:
+    host = _env_value(env, "BLAZAR_HOST")
+    if host is not None:
+        if not host.strip():
+            raise ConfigError(f"BLAZAR_HOST must be a host name or address, got {host!r}")
+        fields["host"] = host.strip()
+    port = _env_value(env, "BLAZAR_PORT")
+    if port is not None:
+        try:
+            number = int(port.strip(), 10)
+        except ValueError:
+            number = 0
+        if not 1 <= number <= 65535:
+            raise ConfigError(f"BLAZAR_PORT must be an integer port 1-65535, got {port!r}")
+        fields["port"] = number
+    data_dir = _env_value(env, "BLAZAR_DATA_DIR")
+    if data_dir is not None:
+        fields["data_dir"] = expand_user(data_dir, env).absolute()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def _read(path: Path, origin: str | None) -> str | None:
+    """The file's text, or ``None`` when a default-path file is absent."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except (FileNotFoundError, NotADirectoryError):
+        if origin is None:
+            return None
+        hint = (
+            "; unset BLAZAR_CONFIG to use the built-in defaults" if origin == "set by BLAZAR_CONFIG" else ""
+        )
+        raise ConfigError(f"config file {path} does not exist ({origin}){hint}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory, not a TOML file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not valid UTF-8 (byte {exc.start}); save it as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+
+
+def _parse(path: Path, text: str) -> dict[str, object]:
+    try:
+        doc = tomlkit.parse(text)
+    except tomlkit.exceptions.TOMLKitError as exc:
+        message = " ".join(str(exc).split())
+        raise ConfigError(f"{path} is not valid TOML: {message}") from None
+    plain = doc.unwrap()
+    return dict(plain)
+
+
+def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Load, validate and return the config; env overrides (BLAZAR_HOST/PORT/DATA_DIR) win over the file.
+
+    ``path`` (or ``$BLAZAR_CONFIG``) names a file that must exist; the default path may be absent, in which
+    case the embedded defaults are used. Every problem raises a one-line ``ConfigError``.
+    """
+    env = os.environ if env is None else env
+    origin: str | None
+    if path is not None:
+        cfg_path, origin = expand_user(str(path), env), "given explicitly"
+    elif _env_value(env, CONFIG_ENV):
+        cfg_path, origin = default_config_path(env), f"set by {CONFIG_ENV}"
+    else:
+        cfg_path, origin = default_config_path(env), None
+
+    text = _read(cfg_path, origin)
+    fields: dict[str, object] = {}
+    if text is not None:
+        ctx = _Ctx(source=str(cfg_path), base_dir=cfg_path.absolute().parent, env=env)
+        fields = _from_table(ctx, _parse(cfg_path, text))
+    if "data_dir" not in fields:
+        fields["data_dir"] = default_data_dir(env)
+    _apply_env(fields, env)
+    return Config(**fields)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The default document
+
+
+_DOCUMENTED: tuple[tuple[str, object, str], ...] = (
+    ("host", DEFAULT_HOST, "Address the server listens on (env BLAZAR_HOST). Use 0.0.0.0 to serve the LAN."),
+    ("port", DEFAULT_PORT, "TCP port, 1-65535 (env BLAZAR_PORT)."),
+    (
+        "idle_timeout_secs",
+        DEFAULT_IDLE_TIMEOUT_SECS,
+        "Stop a model's engine after this many idle seconds; 0 = never.",
+    ),
+    (
+        "child_start_timeout_secs",
+        DEFAULT_CHILD_START_TIMEOUT_SECS,
+        "Seconds to wait for a spawned engine to answer /health.",
+    ),
+    (
+        "child_header_timeout_secs",
+        DEFAULT_CHILD_HEADER_TIMEOUT_SECS,
+        "Seconds to wait for an engine's response headers.",
+    ),
+    (
+        "stop_grace_secs",
+        DEFAULT_STOP_GRACE_SECS,
+        "Seconds between SIGTERM and SIGKILL when stopping an engine.",
+    ),
+    ("engine_mode", DEFAULT_ENGINE_MODE, 'How engines are chosen: "auto" or "manual".'),
+    ("cors_origins", [], 'Origins allowed by CORS, e.g. ["http://localhost:3000"]; empty = none.'),
+    ("log_level", DEFAULT_LOG_LEVEL, 'One of "debug", "info", "warning", "error".'),
+    ("ctx_size", DEFAULT_CTX_SIZE, "Context size in tokens; 0 = the model's trained context."),
+    ("parallel", DEFAULT_PARALLEL, "Engine slots (concurrent requests) per model, >= 1."),
+    ("threads", DEFAULT_THREADS, "CPU threads per engine; 0 = the engine's default."),
+    ("gpu_layers", DEFAULT_GPU_LAYERS, "Layers to offload to the GPU; -1 = all that fit (engine default)."),
+)
+
+
+def render_default_config() -> str:
+    """A commented TOML document holding every top-level default, for ``blazar config init``."""
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment("Blazar configuration. Every value shown is the built-in default."))
+    doc.add(
+        tomlkit.comment("Environment variables BLAZAR_HOST, BLAZAR_PORT and BLAZAR_DATA_DIR override it.")
+    )
+    doc.add(tomlkit.nl())
+    for key, value, comment in _DOCUMENTED:
+        doc.add(tomlkit.comment(comment))
+        doc.add(key, tomlkit.array() if value == [] else value)
+        doc.add(tomlkit.nl())
+        if key == "port":
+            doc.add(
+                tomlkit.comment("Where models, engines, logs and blazar.db live; relative paths are read")
+            )
+            doc.add(tomlkit.comment("from this file's directory. Default: $BLAZAR_DATA_DIR, else"))
+            doc.add(tomlkit.comment("$XDG_DATA_HOME/blazar, else ~/.local/share/blazar."))
+            doc.add(tomlkit.comment('data_dir = "~/.local/share/blazar"'))
+            doc.add(tomlkit.nl())
+    doc.add(tomlkit.comment('Per-model overrides; "name" means "name:latest". Every key is optional.'))
+    doc.add(tomlkit.comment('[models."smollm2:latest"]'))
+    doc.add(tomlkit.comment("ctx_size = 8192"))
+    doc.add(tomlkit.comment("parallel = 2"))
+    doc.add(tomlkit.comment("threads = 8"))
+    doc.add(tomlkit.comment("gpu_layers = 20"))
+    doc.add(tomlkit.comment("idle_timeout_secs = 600"))
+    doc.add(tomlkit.comment('extra_args = ["--flash-attn"]'))
+    doc.add(tomlkit.comment('engine = "llama-cpp"'))
+    return tomlkit.dumps(doc)

@@ -1,0 +1,147 @@
+"""The shape of Blazar's configuration: the frozen ``Config``/``ModelOverride`` values and their defaults.
+
+It owns the field names, defaults, allowed ranges and the model-name normalisation used for
+``[models."name:tag"]`` tables. It must not read files or the process environment beyond computing the
+default data dir, and must not import ``blazar._native``; parsing and validation live in ``load``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 11435
+DEFAULT_IDLE_TIMEOUT_SECS = 1800
+DEFAULT_CHILD_START_TIMEOUT_SECS = 120
+DEFAULT_CHILD_HEADER_TIMEOUT_SECS = 120
+DEFAULT_STOP_GRACE_SECS = 10.0
+DEFAULT_ENGINE_MODE = "auto"
+DEFAULT_LOG_LEVEL = "info"
+DEFAULT_CTX_SIZE = 4096
+DEFAULT_PARALLEL = 1
+DEFAULT_THREADS = 0
+DEFAULT_GPU_LAYERS = -1
+
+ENGINE_MODES: tuple[str, ...] = ("auto", "manual")
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
+
+DEFAULT_TAG = "latest"
+
+
+def _env_path(env: Mapping[str, str], name: str) -> str | None:
+    """An environment variable's value, treating an empty string as unset."""
+    value = env.get(name, "")
+    return value or None
+
+
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The user's home directory: ``$HOME`` from ``env`` when set, else what the OS reports."""
+    env = os.environ if env is None else env
+    home = _env_path(env, "HOME")
+    return Path(home) if home else Path.home()
+
+
+def expand_user(raw: str, env: Mapping[str, str] | None = None) -> Path:
+    """``raw`` as a path with a leading ``~`` or ``~/`` replaced by the home directory from ``env``."""
+    if raw == "~":
+        return home_dir(env)
+    if raw.startswith("~/"):
+        return home_dir(env) / raw[2:]
+    return Path(raw).expanduser()
+
+
+def _xdg_dir(env: Mapping[str, str], name: str, fallback: str) -> Path:
+    """An XDG base directory: the variable when it holds an absolute path (per the spec), else the fallback."""
+    value = _env_path(env, name)
+    if value and Path(value).is_absolute():
+        return Path(value)
+    return home_dir(env) / fallback
+
+
+def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$BLAZAR_DATA_DIR``, else ``$XDG_DATA_HOME/blazar``, else ``~/.local/share/blazar``."""
+    env = os.environ if env is None else env
+    explicit = _env_path(env, "BLAZAR_DATA_DIR")
+    if explicit:
+        return expand_user(explicit, env).absolute()
+    return _xdg_dir(env, "XDG_DATA_HOME", ".local/share") / "blazar"
+
+
+def xdg_config_home(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME`` when it is an absolute path, else ``~/.config``."""
+    env = os.environ if env is None else env
+    return _xdg_dir(env, "XDG_CONFIG_HOME", ".config")
+
+
+def normalize_model_name(name: str) -> str:
+    """``"smollm2"`` -> ``"smollm2:latest"``; a name that already carries a tag is returned stripped.
+
+    The tag is looked for after the last ``/`` so a registry host with a port (``host:5000/m``) is not
+    mistaken for a tag. Raises ``ValueError`` for an empty name or an empty tag.
+    """
+    name = name.strip()
+    last = name.rsplit("/", 1)[-1]
+    if not last:
+        raise ValueError("model name is empty")
+    if ":" not in last:
+        return f"{name}:{DEFAULT_TAG}"
+    base, tag = last.rsplit(":", 1)
+    if not base:
+        raise ValueError(f"model name {name!r} has a tag but no name")
+    if not tag:
+        raise ValueError(f"model name {name!r} ends with ':' but has no tag")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOverride:
+    """Per-model settings from a ``[models."name:tag"]`` table; ``None`` means use the top-level value."""
+
+    ctx_size: int | None = None
+    parallel: int | None = None
+    threads: int | None = None
+    gpu_layers: int | None = None
+    idle_timeout_secs: int | None = None
+    extra_args: tuple[str, ...] = ()
+    engine: str | None = None
+
+
+def _no_models() -> Mapping[str, ModelOverride]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Validated server configuration. Build it with ``load_config``; the defaults here are the embedded ones.
+
+    ``idle_timeout_secs == 0`` never evicts; ``ctx_size == 0`` uses the model's trained context;
+    ``threads == 0`` and ``gpu_layers == -1`` leave the choice to the engine.
+    """
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    data_dir: Path = field(default_factory=default_data_dir)
+    idle_timeout_secs: int = DEFAULT_IDLE_TIMEOUT_SECS
+    child_start_timeout_secs: int = DEFAULT_CHILD_START_TIMEOUT_SECS
+    child_header_timeout_secs: int = DEFAULT_CHILD_HEADER_TIMEOUT_SECS
+    stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS
+    engine_mode: str = DEFAULT_ENGINE_MODE
+    cors_origins: tuple[str, ...] = ()
+    log_level: str = DEFAULT_LOG_LEVEL
+    ctx_size: int = DEFAULT_CTX_SIZE
+    parallel: int = DEFAULT_PARALLEL
+    threads: int = DEFAULT_THREADS
+    gpu_layers: int = DEFAULT_GPU_LAYERS
+    models: Mapping[str, ModelOverride] = field(default_factory=_no_models, hash=False)
+
+    def model_override(self, name: str) -> ModelOverride:
+        """The override table for ``name`` (normalised), or an all-``None`` override when there is none."""
+        try:
+            key = normalize_model_name(name)
+        except ValueError:
+            return ModelOverride()
+        return self.models.get(key, ModelOverride())

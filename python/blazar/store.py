@@ -1,0 +1,292 @@
+"""Blazar's SQLite store (apsw): opening ``blazar.db``, connection pragmas, numbered migrations, transactions.
+
+It owns the schema (the ``MIGRATIONS`` list) and the connection lifecycle. It must not hold queries that belong
+to other modules (catalog, engines, keys, bench read and write their own tables through ``Store.conn``),
+must not read config, and must not import ``blazar._native``. Open/migrate failures are ``StoreError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+
+import apsw
+
+from blazar.errors import StoreError
+
+__all__ = ["BUSY_TIMEOUT_MS", "DB_FILENAME", "LATEST_SCHEMA_VERSION", "MIGRATIONS", "Store", "utc_now_iso"]
+
+DB_FILENAME = "blazar.db"
+BUSY_TIMEOUT_MS = 5000
+
+_V1 = """
+CREATE TABLE engines (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    version TEXT,
+    path TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('build', 'local', 'install')),
+    accel TEXT NOT NULL DEFAULT 'cpu',
+    sha256 TEXT,
+    active INTEGER NOT NULL DEFAULT 0 CHECK (active IN (0, 1)),
+    created_at TEXT NOT NULL,
+    UNIQUE (kind, tag)
+);
+CREATE UNIQUE INDEX engines_one_active_per_kind ON engines (kind) WHERE active = 1;
+
+CREATE TABLE models (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    path TEXT NOT NULL,
+    format TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    sha256 TEXT,
+    architecture TEXT,
+    parameter_count INTEGER,
+    context_length INTEGER,
+    quantization TEXT,
+    has_chat_template INTEGER NOT NULL DEFAULT 0 CHECK (has_chat_template IN (0, 1)),
+    metadata_json TEXT,
+    created_at TEXT NOT NULL
+);
+
+CREATE TABLE profiles (
+    id INTEGER PRIMARY KEY,
+    model TEXT NOT NULL,
+    engine_kind TEXT NOT NULL,
+    argv_json TEXT NOT NULL,
+    estimate_json TEXT,
+    updated_at TEXT NOT NULL,
+    UNIQUE (model, engine_kind)
+);
+
+CREATE TABLE key_usage (
+    key_name TEXT NOT NULL,
+    day TEXT NOT NULL,
+    requests INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (key_name, day)
+);
+
+CREATE TABLE bench_history (
+    id INTEGER PRIMARY KEY,
+    model TEXT NOT NULL,
+    engine_kind TEXT NOT NULL,
+    engine_tag TEXT,
+    prompt_tps REAL,
+    gen_tps REAL,
+    ttft_ms REAL,
+    created_at TEXT NOT NULL,
+    notes TEXT
+);
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1),)
+"""Ordered (version, sql) pairs; append only, never edit a released one. Each runs in its own transaction."""
+
+LATEST_SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+for _i, (_version, _sql) in enumerate(MIGRATIONS, start=1):
+    if _version != _i:  # pragma: no cover - a programming error caught at import
+        raise RuntimeError(f"store.MIGRATIONS must be numbered 1, 2, 3, ...; entry {_i} is {_version}")
+
+_VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)"
+
+
+def utc_now_iso() -> str:
+    """The current UTC time as ISO 8601, the format every ``*_at`` column uses."""
+    return datetime.now(UTC).isoformat()
+
+
+class Store:
+    """One open connection to ``blazar.db``; use ``Store.open`` and close it (or use it as a context manager)."""
+
+    def __init__(self, conn: apsw.Connection, path: Path) -> None:
+        self._conn: apsw.Connection | None = conn
+        self._depth = 0
+        self.path = path
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path) -> Store:
+        """Open (creating it and its parent dirs if needed) and migrate the database at ``path``."""
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create directory {path.parent} for database {path}: {exc.strerror or exc}"
+            ) from None
+        if path.is_dir():
+            raise StoreError(f"database path {path} is a directory; it must be a SQLite file")
+        try:
+            conn = apsw.Connection(str(path))
+        except apsw.Error as exc:
+            raise StoreError(f"cannot open database {path}: {exc}") from None
+        store = cls(conn, path)
+        try:
+            store._configure()
+            store._migrate()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        """Close the connection; closing twice is harmless."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._conn is None else "open"
+        return f"Store({str(self.path)!r}, {state})"
+
+    @property
+    def conn(self) -> apsw.Connection:
+        """The raw apsw connection for other modules' queries."""
+        if self._conn is None:
+            raise StoreError(f"database {self.path} is closed")
+        return self._conn
+
+    # -- transactions -----------------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[apsw.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back if the block raises; nested calls use savepoints."""
+        conn = self.conn
+        if self._depth > 0:
+            yield from self._savepoint(conn)
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except apsw.BusyError:
+            raise StoreError(
+                f"database {self.path} is locked by another blazar process (waited {BUSY_TIMEOUT_MS} ms); "
+                "retry, or stop the other process"
+            ) from None
+        self._depth = 1
+        try:
+            yield conn
+        except BaseException:
+            self._depth = 0
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._depth = 0
+        try:
+            conn.execute("COMMIT")
+        except apsw.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StoreError(f"cannot commit to database {self.path}: {exc}") from None
+
+    def _savepoint(self, conn: apsw.Connection) -> Iterator[apsw.Connection]:
+        name = f"blazar_sp_{self._depth}"
+        conn.execute(f"SAVEPOINT {name}")
+        self._depth += 1
+        try:
+            yield conn
+        except BaseException:
+            self._depth -= 1
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+            raise
+        self._depth -= 1
+        conn.execute(f"RELEASE {name}")
+
+    # -- schema -----------------------------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        """The highest migration applied to this database (0 before any)."""
+        rows = self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchall()
+        if not rows:
+            return 0
+        row = self.conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def _configure(self) -> None:
+        conn = self.conn
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            mode = str(row[0]).lower() if row is not None else "unknown"
+            if mode != "wal":
+                raise StoreError(
+                    f"database {self.path} could not be switched to WAL journal mode (got '{mode}'); "
+                    "put the data dir on a local file system"
+                )
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except (apsw.NotADBError, apsw.CorruptError):
+            raise StoreError(
+                f"{self.path} is not a SQLite database (or is corrupt); move it aside and blazar will create "
+                "a fresh one"
+            ) from None
+        except apsw.Error as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc}") from None
+
+    def _migrate(self) -> None:
+        try:
+            with self.transaction() as conn:
+                if self.schema_version() == 0:
+                    self._refuse_foreign(conn)
+                conn.execute(_VERSION_TABLE)
+            self._check_not_newer()
+            for version, sql in MIGRATIONS:
+                if version <= self.schema_version():
+                    continue
+                with self.transaction() as conn:
+                    current = self.schema_version()  # another process may have migrated meanwhile
+                    if current >= version:
+                        continue
+                    conn.execute(sql).fetchall()
+                    conn.execute(
+                        "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                        (version, utc_now_iso()),
+                    )
+        except apsw.Error as exc:
+            raise StoreError(f"cannot migrate database {self.path}: {exc}") from None
+
+    def _refuse_foreign(self, conn: apsw.Connection) -> None:
+        """A database with tables but no ``schema_version`` was made by something else: do not touch it."""
+        names = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
+        if names:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise StoreError(
+                f"database {self.path} is not a blazar database (it has tables {shown} but no schema_version); "
+                "point BLAZAR_DATA_DIR at another directory"
+            )
+
+    def _check_not_newer(self) -> None:
+        version = self.schema_version()
+        if version > LATEST_SCHEMA_VERSION:
+            raise StoreError(
+                f"database {self.path} has schema version {version} but this blazar knows up to "
+                f"{LATEST_SCHEMA_VERSION}; upgrade blazar"
+            )
