@@ -28,17 +28,30 @@ class Assets:
     model: Path
 
 
-@pytest.fixture(scope="session")
-def assets() -> Assets:
+def _manifest() -> dict[str, str]:
     manifest = cache_dir() / "assets.json"
     if not manifest.is_file():
         pytest.fail(f"{manifest} is missing: run `make assets` (scripts/test_assets.py) first", pytrace=False)
-    data = json.loads(manifest.read_text())
-    a = Assets(Path(data["llama_server"]), Path(data["model"]))
-    for p in (a.llama_server, a.model):
-        if not p.is_file():
-            pytest.fail(f"{p} is missing: run `make assets` again", pytrace=False)
-    return a
+    data: dict[str, str] = json.loads(manifest.read_text())
+    return data
+
+
+def _existing(p: Path) -> Path:
+    if not p.is_file():
+        pytest.fail(f"{p} is missing: run `make assets` again", pytrace=False)
+    return p
+
+
+@pytest.fixture(scope="session")
+def model_file() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF."""
+    return _existing(Path(_manifest()["model"]))
+
+
+@pytest.fixture(scope="session")
+def assets(model_file: Path) -> Assets:
+    """The real model and the llama-server built from source."""
+    return Assets(_existing(Path(_manifest()["llama_server"])), model_file)
 
 
 def free_port() -> int:
@@ -49,7 +62,12 @@ def free_port() -> int:
 
 def blazar_cmd(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "blazar", *args], env=env, capture_output=True, text=True, check=check, timeout=120
+        [sys.executable, "-m", "blazar", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=120,
     )
 
 
@@ -80,7 +98,11 @@ class Daemon:
     def start(self) -> None:
         logf = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "blazar", "serve"], env=self.env, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL
+            [sys.executable, "-m", "blazar", "serve"],
+            env=self.env,
+            stdout=logf,
+            stderr=logf,
+            stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -172,8 +194,12 @@ def daemon_factory(tmp_path: Path, assets: Assets) -> Iterator[object]:
     """Daemons with their own config, for tests that change settings or kill things."""
     made: list[Daemon] = []
 
-    def factory(config_text: str = "", *, engine: bool = True, model: bool = True, start: bool = True) -> Daemon:
-        d = provision(make_daemon(tmp_path / f"d{len(made)}", config_text), assets, engine=engine, model=model)
+    def factory(
+        config_text: str = "", *, engine: bool = True, model: bool = True, start: bool = True
+    ) -> Daemon:
+        d = provision(
+            make_daemon(tmp_path / f"d{len(made)}", config_text), assets, engine=engine, model=model
+        )
         made.append(d)
         if start:
             d.start()

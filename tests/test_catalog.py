@@ -11,7 +11,6 @@ from blazar.catalog import Catalog
 from blazar.errors import CatalogError, ModelNotFound
 from blazar.paths import DataDir
 from blazar.store import Store
-from tests.conftest import Assets
 
 
 @pytest.fixture
@@ -20,13 +19,13 @@ def catalog(tmp_path: Path) -> Catalog:
     return Catalog(Store.open(data.db), data)
 
 
-def test_import_ls_cp_rm(catalog: Catalog, assets: Assets) -> None:
-    row = catalog.import_file(assets.model)
+def test_import_ls_cp_rm(catalog: Catalog, model_file: Path) -> None:
+    row = catalog.import_file(model_file)
     assert row.name == "smollm2-135m-instruct:q4_1"
     assert row.architecture == "llama" and row.quantization == "Q4_1" and row.has_chat_template
     assert row.context_length == 8192
     assert 130e6 < (row.parameter_count or 0) < 140e6
-    assert os.stat(row.path).st_ino == os.stat(assets.model).st_ino  # hard link, same filesystem
+    assert os.stat(row.path).st_ino == os.stat(model_file).st_ino  # hard link, same filesystem
 
     alias = catalog.copy(row.name, "smol")
     assert alias.name == "smol:latest" and os.stat(alias.path).st_ino == os.stat(row.path).st_ino
@@ -38,14 +37,14 @@ def test_import_ls_cp_rm(catalog: Catalog, assets: Assets) -> None:
         catalog.get("smol")
 
 
-def test_duplicate_name_refused(catalog: Catalog, assets: Assets) -> None:
-    catalog.import_file(assets.model, "m")
+def test_duplicate_name_refused(catalog: Catalog, model_file: Path) -> None:
+    catalog.import_file(model_file, "m")
     with pytest.raises(CatalogError, match="already exists"):
-        catalog.import_file(assets.model, "m:latest")
+        catalog.import_file(model_file, "m:latest")
 
 
-def test_corrupt_and_truncated_files_are_refused(catalog: Catalog, assets: Assets, tmp_path: Path) -> None:
-    head = assets.model.read_bytes()[:4096]
+def test_corrupt_and_truncated_files_are_refused(catalog: Catalog, model_file: Path, tmp_path: Path) -> None:
+    head = model_file.read_bytes()[:4096]
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(head[:1000])
     with pytest.raises(CatalogError, match="not a usable GGUF file"):

@@ -8,7 +8,12 @@ from blazar.names import default_name_for_file, normalize
 
 @pytest.mark.parametrize(
     ("raw", "want"),
-    [("smollm2", "smollm2:latest"), ("smollm2:q4", "smollm2:q4"), ("org/m:1.0", "org/m:1.0"), (" a ", "a:latest")],
+    [
+        ("smollm2", "smollm2:latest"),
+        ("smollm2:q4", "smollm2:q4"),
+        ("org/m:1.0", "org/m:1.0"),
+        (" a ", "a:latest"),
+    ],
 )
 def test_normalize(raw: str, want: str) -> None:
     assert normalize(raw) == want

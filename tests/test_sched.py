@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import blazar_sched as s
+import pytest
 
 
 def test_priority_parsing() -> None:

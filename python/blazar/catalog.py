@@ -120,7 +120,9 @@ class Catalog:
             return _row(r)
         known = [m.name for m in self.list()]
         hint = f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)"
-        raise ModelNotFound(f"model '{full}' not found; import it with: blazar import PATH --name {full}{hint}")
+        raise ModelNotFound(
+            f"model '{full}' not found; import it with: blazar import PATH --name {full}{hint}"
+        )
 
     def find(self, name: str) -> ModelRow | None:
         try:
@@ -131,7 +133,9 @@ class Catalog:
     def list(self) -> list[ModelRow]:
         return [_row(r) for r in self.store.conn.execute(f"SELECT {_COLS} FROM models ORDER BY name")]
 
-    def import_file(self, src: Path, name: str | None = None, progress: CopyProgress | None = None) -> ModelRow:
+    def import_file(
+        self, src: Path, name: str | None = None, progress: CopyProgress | None = None
+    ) -> ModelRow:
         src = src.expanduser().resolve()
         if not src.is_file():
             raise CatalogError(f"{src} does not exist or is not a file")
@@ -139,7 +143,9 @@ class Catalog:
         info = summarize(header)
         full = names.normalize(name) if name else names.default_name_for_file(src.stem)
         if self.find(full) is not None:
-            raise CatalogError(f"model '{full}' already exists; remove it first (blazar rm {full}) or pick --name")
+            raise CatalogError(
+                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick --name"
+            )
         dest = self._file_for(full)
         _link_or_copy(src, dest, progress)
         try:
@@ -152,7 +158,11 @@ class Catalog:
     def _insert(self, full: str, dest: Path, info: GgufSummary, header: dict[str, object]) -> None:
         meta = header.get("metadata")
         small = (
-            {k: v for k, v in meta.items() if isinstance(v, str | int | float | bool) and k != "tokenizer.chat_template"}
+            {
+                k: v
+                for k, v in meta.items()
+                if isinstance(v, str | int | float | bool) and k != "tokenizer.chat_template"
+            }
             if isinstance(meta, dict)
             else {}
         )

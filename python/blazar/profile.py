@@ -34,7 +34,9 @@ class LaunchSpec:
         return out
 
 
-def compile_llama_cpp(cfg: Config, model: ModelRow, engine: EngineRow, *, embeddings: bool = False) -> LaunchSpec:
+def compile_llama_cpp(
+    cfg: Config, model: ModelRow, engine: EngineRow, *, embeddings: bool = False
+) -> LaunchSpec:
     ov = cfg.model_override(model.name)
     ctx = ov.ctx_size if ov.ctx_size is not None else cfg.ctx_size
     parallel = ov.parallel if ov.parallel is not None else cfg.parallel
@@ -63,7 +65,9 @@ def compile_llama_cpp(cfg: Config, model: ModelRow, engine: EngineRow, *, embedd
     return LaunchSpec(argv_template=tuple(argv))
 
 
-def compile_profile(cfg: Config, model: ModelRow, engine: EngineRow, *, embeddings: bool = False) -> LaunchSpec:
+def compile_profile(
+    cfg: Config, model: ModelRow, engine: EngineRow, *, embeddings: bool = False
+) -> LaunchSpec:
     if engine.kind == "llama-cpp":
         return compile_llama_cpp(cfg, model, engine, embeddings=embeddings)
     raise LaneError(

@@ -83,13 +83,23 @@ def test_trace_id_on_every_response(daemon: Daemon) -> None:
         (b"[1, 2]", 400, "must be a JSON object"),
         (b'{"model": 7, "messages": [{"role": "user", "content": "hi"}]}', 400, "'model' is required"),
         (b'{"model": "smollm2", "messages": "hi"}', 400, "'messages' is required"),
-        (b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}', 400, "'stream'"),
-        (b'{"model": "nope:1", "messages": [{"role": "user", "content": "hi"}]}', 404, "model 'nope:1' not found"),
+        (
+            b'{"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
+            400,
+            "'stream'",
+        ),
+        (
+            b'{"model": "nope:1", "messages": [{"role": "user", "content": "hi"}]}',
+            404,
+            "model 'nope:1' not found",
+        ),
         (b"", 400, "body is empty"),
     ],
 )
 def test_bad_requests_get_openai_errors(daemon: Daemon, body: bytes, status: int, needle: str) -> None:
-    r = httpx.post(daemon.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    r = httpx.post(
+        daemon.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert needle in err["message"]

@@ -37,7 +37,12 @@ def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [pid] = d.child_pids()
     result: dict[str, httpx.Response] = {}
-    long = {**CHAT, "max_tokens": 4000, "ignore_eos": True, "messages": [{"role": "user", "content": "Write a story."}]}
+    long = {
+        **CHAT,
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Write a story."}],
+    }
 
     def slow() -> None:
         result["r"] = httpx.post(d.url + "/v1/chat/completions", json=long, timeout=120)
@@ -87,7 +92,9 @@ def test_missing_engine_teaches_same_bytes_in_api_and_cli(daemon_factory: object
     message = r.json()["error"]["message"]
     assert "blazar engine build --kind llama-cpp" in message
     shown = d.cli("show", "smollm2")
-    assert f"unavailable: {message}" in " ".join(shown.stdout.split()) or message in shown.stdout.replace("\n", "")
+    assert f"unavailable: {message}" in " ".join(shown.stdout.split()) or message in shown.stdout.replace(
+        "\n", ""
+    )
 
 
 def test_port_in_use_exits_3(daemon_factory: object) -> None:

@@ -63,7 +63,9 @@ def test_build_from_sdist_shaped_tarball(tmp_path: Path) -> None:
 
 def test_build_failure_is_one_line_with_log(tmp_path: Path) -> None:
     src = fake_tree(tmp_path / "src", server_c="this is not C\n")
-    r = blazar_cmd("engine", "build", "--kind", "llama-cpp", "--source", str(src), env=env_for(tmp_path), check=False)
+    r = blazar_cmd(
+        "engine", "build", "--kind", "llama-cpp", "--source", str(src), env=env_for(tmp_path), check=False
+    )
     assert r.returncode == 1
     assert "build step failed" in r.stderr and "Traceback" not in r.stderr
     assert "installed engines" not in r.stdout
@@ -73,7 +75,14 @@ def test_build_failure_is_one_line_with_log(tmp_path: Path) -> None:
 def test_not_a_llama_tree(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     r = blazar_cmd(
-        "engine", "build", "--kind", "llama-cpp", "--source", str(tmp_path / "empty"), env=env_for(tmp_path), check=False
+        "engine",
+        "build",
+        "--kind",
+        "llama-cpp",
+        "--source",
+        str(tmp_path / "empty"),
+        env=env_for(tmp_path),
+        check=False,
     )
     assert r.returncode == 1 and "does not contain a llama.cpp source tree" in r.stderr
 

@@ -13,7 +13,9 @@ from blazar.engines.lanes import serving_lane
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
 
-MODEL = ModelRow("m:latest", Path("/m.gguf"), "gguf", 1, "llama", 1, 2048, "Q4_1", True, "2026-01-01T00:00:00")
+MODEL = ModelRow(
+    "m:latest", Path("/m.gguf"), "gguf", 1, "llama", 1, 2048, "Q4_1", True, "2026-01-01T00:00:00"
+)
 
 
 def eng(kind: str, tag: str = "t", active: bool = True) -> EngineRow:

@@ -8,20 +8,19 @@ from pathlib import Path
 import pytest
 
 from blazar._native import GgufArray, GgufError, parse_gguf_metadata, read_gguf_metadata
-from tests.conftest import Assets
 
 
 @pytest.fixture(scope="module")
-def head(assets: Assets) -> bytes:
-    header = read_gguf_metadata(str(assets.model))
+def head(model_file: Path) -> bytes:
+    header = read_gguf_metadata(str(model_file))
     size = header["header_size"]
     assert isinstance(size, int)
-    with assets.model.open("rb") as f:
+    with model_file.open("rb") as f:
         return f.read(size)
 
 
-def test_real_file(assets: Assets) -> None:
-    h = read_gguf_metadata(assets.model)
+def test_real_file(model_file: Path) -> None:
+    h = read_gguf_metadata(model_file)
     md = h["metadata"]
     assert isinstance(md, dict)
     assert h["version"] == 3
@@ -31,7 +30,7 @@ def test_real_file(assets: Assets) -> None:
     assert isinstance(md["tokenizer.chat_template"], str)
     tokens = md["tokenizer.ggml.tokens"]
     assert isinstance(tokens, GgufArray) and tokens.item_type == "string" and tokens.length == 49152
-    assert "GgufArray(item_type='string', length=49152)" == repr(tokens)
+    assert repr(tokens) == "GgufArray(item_type='string', length=49152)"
     params = h["parameter_count"]
     assert isinstance(params, int) and 134_000_000 < params < 136_000_000
     types = h["tensor_types"]

@@ -22,8 +22,8 @@ from blazar.store import Store
 P = ParamSpec("P")
 R = TypeVar("R")
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -20,7 +20,9 @@ def build_cmd(
     kind: Annotated[str, typer.Option(help="Engine kind to build; only llama-cpp has a build lane.")],
     source: Annotated[Path, typer.Option(help="llama.cpp source directory or tarball (.tar.gz).")],
     cuda: Annotated[bool, typer.Option(help="Build with CUDA (needs the CUDA toolkit).")] = False,
-    version: Annotated[str | None, typer.Option(help="Build number to record; detected when omitted.")] = None,
+    version: Annotated[
+        str | None, typer.Option(help="Build number to record; detected when omitted.")
+    ] = None,
     jobs: Annotated[int | None, typer.Option(help="Parallel compile jobs (default: all cores).")] = None,
 ) -> None:
     """Compile llama-server from source into the data dir, record it and make it active."""
@@ -79,7 +81,9 @@ def add_cmd(
     """Register an engine binary you already have."""
     with opened() as (_cfg, _data, store):
         row = registry.add(store, kind=kind, tag=tag, path=path, source="local", activate=activate)
-    console.print(f"added {row.kind} {row.tag}: {row.path}{' (active)' if row.active else ''}", highlight=False)
+    console.print(
+        f"added {row.kind} {row.tag}: {row.path}{' (active)' if row.active else ''}", highlight=False
+    )
 
 
 @app.command("use")
@@ -101,7 +105,9 @@ def ls_cmd() -> None:
     with opened() as (_cfg, _data, store):
         rows = registry.list_all(store)
     if not rows:
-        console.print("no engines installed; build one with: blazar engine build --kind llama-cpp --source DIR")
+        console.print(
+            "no engines installed; build one with: blazar engine build --kind llama-cpp --source DIR"
+        )
         return
     for r in rows:
         mark = "*" if r.active else " "

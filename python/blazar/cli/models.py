@@ -19,7 +19,9 @@ from blazar.gguf_info import human_params
 @handles_errors
 def import_cmd(
     path: Annotated[Path, typer.Argument(help="A GGUF file to add to the catalog.")],
-    name: Annotated[str | None, typer.Option(help="Catalog name as name[:tag]; derived from the file name.")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Catalog name as name[:tag]; derived from the file name.")
+    ] = None,
 ) -> None:
     """Add a GGUF file to the catalog (a hard link on the same filesystem, else a copy)."""
     with opened() as (_cfg, data, store):

@@ -49,7 +49,9 @@ def serving_lane(cfg: Config, model: ModelRow, engines: Sequence[EngineRow]) -> 
         raise missing_engine(model, pin, engines)
     lanes = FORMAT_LANES.get(model.format)
     if lanes is None:
-        raise LaneError(f"model '{model.name}' has format '{model.format}', which no lane in this Blazar serves")
+        raise LaneError(
+            f"model '{model.name}' has format '{model.format}', which no lane in this Blazar serves"
+        )
     if cfg.engine_mode == "manual":
         chosen = next((active[k] for k in lanes if k in active), None)
         if chosen is None:

@@ -34,7 +34,12 @@ access = logging.getLogger("blazar.access")
 Response = tuple[int, list[tuple[str, str]], bytes]
 Handler = Callable[[Supervisor, Request, Any], Awaitable[Response | None]]
 
-_BLAZAR_KIND = {400: "invalid_request_error", 404: "not_found_error", 502: "engine_error", 503: "blazar_error"}
+_BLAZAR_KIND = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    502: "engine_error",
+    503: "blazar_error",
+}
 
 
 async def _healthz(sup: Supervisor, req: Request, proto: Any) -> Response:
@@ -97,11 +102,18 @@ class App:
             proto.response_bytes(
                 500,
                 [*out_headers, *JSON_HEADERS],
-                openai_error_body(500, f"internal error in blazar; see the daemon log for trace {trace}", "blazar_error"),
+                openai_error_body(
+                    500, f"internal error in blazar; see the daemon log for trace {trace}", "blazar_error"
+                ),
             )
         if access.isEnabledFor(logging.INFO):
             access.info(
-                "%s %s %d %.1fms trace=%s", scope.method, path, status, (time.perf_counter() - t0) * 1000, trace
+                "%s %s %d %.1fms trace=%s",
+                scope.method,
+                path,
+                status,
+                (time.perf_counter() - t0) * 1000,
+                trace,
             )
 
     async def _handle(self, scope: Any, proto: Any, trace: str, out_headers: list[tuple[str, str]]) -> int:

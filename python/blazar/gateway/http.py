@@ -35,7 +35,9 @@ def accept_trace_id(value: str | None) -> str:
 class HttpError(Exception):
     """An error the gateway answers with; ``kind`` is the OpenAI-style error type."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", source: str = "blazar"):
+    def __init__(
+        self, status: int, message: str, kind: str = "invalid_request_error", source: str = "blazar"
+    ):
         super().__init__(message)
         self.status = status
         self.message = message

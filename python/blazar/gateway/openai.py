@@ -51,7 +51,9 @@ def _validate_common(body: dict[str, Any]) -> None:
         raise HttpError(400, "'n' greater than 1 is not supported by the llama-cpp engine; send n=1")
 
 
-async def _dispatch(sup: Supervisor, req: Request, body: dict[str, Any], path: str, proto: Any) -> Response | None:
+async def _dispatch(
+    sup: Supervisor, req: Request, body: dict[str, Any], path: str, proto: Any
+) -> Response | None:
     child = await sup.ensure_ready(body["model"])
     if not body.get("stream"):
         status, data, ctype = await proxy.forward_whole(sup, child, path, req.body)

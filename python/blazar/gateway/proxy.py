@@ -108,7 +108,9 @@ async def forward_stream(
         try:
             if resp.status >= 400:
                 raise _engine_error(resp.status, await resp.read())
-            transport = proto.response_stream(200, [*headers, ("content-type", "text/event-stream"), ("cache-control", "no-cache")])
+            transport = proto.response_stream(
+                200, [*headers, ("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+            )
             try:
                 async for data in resp.content.iter_any():
                     if not keep_usage and _USAGE_ONLY in data:

@@ -63,7 +63,7 @@ async def run(cfg: Config, sup: Supervisor) -> None:
         if not stopping.is_set():
             log.info("stopping: closing the listener, then the engine children")
             stopping.set()
-            server.stop()
+            server.stop()  # type: ignore[no-untyped-call]
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)

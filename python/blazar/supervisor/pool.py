@@ -86,7 +86,13 @@ class Supervisor:
             except BaseException:
                 self.children.pop(key, None)
                 raise
-            log.info("engine for %s ready on port %d (pid %s) in %.2fs", key, child.port, child.pid, child.load_seconds)
+            log.info(
+                "engine for %s ready on port %d (pid %s) in %.2fs",
+                key,
+                child.port,
+                child.pid,
+                child.load_seconds,
+            )
             return child
 
     @contextlib.contextmanager
@@ -145,7 +151,9 @@ class Supervisor:
             self._reaper = None
         children = list(self.children.values())
         self.children.clear()
-        await asyncio.gather(*(c.stop(grace=self.cfg.stop_grace_secs) for c in children), return_exceptions=True)
+        await asyncio.gather(
+            *(c.stop(grace=self.cfg.stop_grace_secs) for c in children), return_exceptions=True
+        )
         if self._http is not None:
             await self._http.close()
             self._http = None
