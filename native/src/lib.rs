@@ -6,9 +6,12 @@
 
 use pyo3::prelude::*;
 
+pub mod frame;
 pub mod gguf;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    gguf::init_pymodule(m)
+    gguf::init_pymodule(m)?;
+    frame::init_pymodule(m)?;
+    Ok(())
 }
