@@ -1,0 +1,481 @@
+"""The OpenAI dialect, request side: /v1/chat/completions, /v1/completions and /v1/embeddings bodies into the
+canonical request, and the OpenAI error body.
+
+The canonical form is OpenAI's own, so parsing is validation plus a few normalisations: every documented parameter
+and any extra field (llama-server reads its own extras such as ``top_k`` or ``mirostat``) passes through;
+``max_completion_tokens`` becomes ``max_tokens``; ``stop`` becomes a list; the ``developer`` role becomes ``system``;
+``keep_alive`` (a Blazar extension) is taken out. What the engine cannot do (``n`` > 1, ``best_of``, ``echo``)
+is refused with a 400 that says so. Imports only ``canonical``; pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from blazar.dialects.canonical import (
+    CanonicalRequest,
+    DialectError,
+    function_tools,
+    is_int,
+    is_number,
+    parse_duration,
+    shown,
+    stop_list,
+)
+
+_NUMBER = (is_number, "a number")
+_INT = (is_int, "an integer")
+_BOOL: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, bool), "a boolean")
+_STR: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, str), "a string")
+_OBJECT: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, dict), "an object")
+
+_TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    # documented OpenAI parameters
+    "temperature": _NUMBER,
+    "top_p": _NUMBER,
+    "presence_penalty": _NUMBER,
+    "frequency_penalty": _NUMBER,
+    "seed": _INT,
+    "user": _STR,
+    "metadata": _OBJECT,
+    "store": _BOOL,
+    "parallel_tool_calls": _BOOL,
+    "logit_bias": (lambda v: isinstance(v, dict | list), "an object of token id to bias"),
+    # llama-server extras
+    "top_k": _INT,
+    "min_p": _NUMBER,
+    "typical_p": _NUMBER,
+    "repeat_penalty": _NUMBER,
+    "repeat_last_n": _INT,
+    "mirostat": _INT,
+    "mirostat_tau": _NUMBER,
+    "mirostat_eta": _NUMBER,
+    "n_keep": _INT,
+    "n_probs": _INT,
+    "min_keep": _INT,
+    "dynatemp_range": _NUMBER,
+    "dynatemp_exponent": _NUMBER,
+    "xtc_probability": _NUMBER,
+    "xtc_threshold": _NUMBER,
+    "dry_multiplier": _NUMBER,
+    "dry_base": _NUMBER,
+    "dry_allowed_length": _INT,
+    "dry_penalty_last_n": _INT,
+    "ignore_eos": _BOOL,
+    "cache_prompt": _BOOL,
+    "grammar": _STR,
+    "json_schema": _OBJECT,
+    "chat_template_kwargs": _OBJECT,
+}
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+_USER_PARTS = ("text", "image_url", "input_audio", "input_video")
+_ASSISTANT_PARTS = ("text", "refusal")
+
+# fields the parsers consume themselves; everything else passes through in params
+_CHAT_OWN = {
+    "model", "messages", "stream", "stream_options", "tools", "tool_choice", "response_format", "n",
+    "keep_alive", "max_tokens", "max_completion_tokens", "stop", "logprobs", "top_logprobs",
+    "functions", "function_call",
+}  # fmt: skip
+_COMPLETION_OWN = {
+    "model", "prompt", "stream", "stream_options", "n", "keep_alive", "max_tokens", "stop", "logprobs",
+    "best_of", "echo", "suffix", "response_format",
+}  # fmt: skip
+_EMBEDDING_OWN = {"model", "input", "keep_alive"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Public API
+
+
+def parse_chat(body: Any) -> CanonicalRequest:
+    """A /v1/chat/completions body as a canonical chat request; DialectError 400 on anything malformed."""
+    body = _object(body)
+    for legacy, modern in (("functions", "tools"), ("function_call", "tool_choice")):
+        if body.get(legacy) is not None:
+            raise DialectError(
+                400,
+                f"'{legacy}' is the deprecated function-calling API and is not supported; send '{modern}'",
+            )
+    stream = _flag(body, "stream")
+    tools = function_tools(body.get("tools"))
+    params = _params(body, _CHAT_OWN)
+    _max_tokens(body, params, ("max_completion_tokens", "max_tokens"))
+    _logprobs_chat(body, params)
+    return CanonicalRequest(
+        model=_model(body),
+        kind="chat",
+        messages=_messages(body.get("messages")),
+        stream=stream,
+        params=params,
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        response_format=_response_format(body.get("response_format")),
+        keep_alive=parse_duration(body.get("keep_alive")),
+        include_usage=_include_usage(body, stream),
+    )
+
+
+def parse_completion(body: Any) -> CanonicalRequest:
+    """A /v1/completions body as a canonical completion request (``suffix`` makes it fill-in-the-middle)."""
+    body = _object(body)
+    prompt = body.get("prompt")
+    if not _is_prompt(prompt):
+        raise DialectError(
+            400,
+            f"'prompt' is required and must be a string, an array of strings or an array of token ids, "
+            f"got {shown(prompt) if 'prompt' in body else 'nothing'}",
+        )
+    best_of = body.get("best_of")
+    if best_of is not None and best_of != 1:
+        raise DialectError(
+            400,
+            f"'best_of' is {shown(best_of)}, but the llama.cpp engine generates one candidate; send best_of=1",
+        )
+    echo = body.get("echo")
+    if echo is not None and echo is not False:
+        raise DialectError(400, f"'echo' is {shown(echo)}, but the llama.cpp engine cannot echo the prompt")
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise DialectError(400, f"'suffix' must be a string, got {shown(suffix)}")
+    stream = _flag(body, "stream")
+    params = _params(body, _COMPLETION_OWN)
+    _max_tokens(body, params, ("max_tokens",))
+    logprobs = body.get("logprobs")
+    if logprobs is not None:
+        if not is_int(logprobs) or logprobs < 0:
+            raise DialectError(
+                400,
+                f"'logprobs' must be an integer from 0 (the number of top log-probabilities), got {shown(logprobs)}",
+            )
+        params["logprobs"] = logprobs
+    return CanonicalRequest(
+        model=_model(body),
+        kind="completion",
+        prompt=prompt,
+        stream=stream,
+        params=params,
+        response_format=_response_format(body.get("response_format")),
+        keep_alive=parse_duration(body.get("keep_alive")),
+        include_usage=_include_usage(body, stream),
+        suffix=suffix,
+    )
+
+
+def parse_embedding(body: Any) -> CanonicalRequest:
+    """A /v1/embeddings body as a canonical embedding request."""
+    body = _object(body)
+    inp = body.get("input")
+    if not _is_prompt(inp) or inp == [] or inp == "":
+        raise DialectError(
+            400,
+            "'input' is required and must be a non-empty string, an array of strings or an array of token ids, "
+            f"got {shown(inp) if 'input' in body else 'nothing'}",
+        )
+    params = _params(body, _EMBEDDING_OWN)
+    fmt = params.get("encoding_format")
+    if fmt is not None and fmt not in ("float", "base64"):
+        raise DialectError(400, f'\'encoding_format\' must be "float" or "base64", got {shown(fmt)}')
+    dims = params.get("dimensions")
+    if dims is not None and (not is_int(dims) or dims < 1):
+        raise DialectError(400, f"'dimensions' must be a positive integer, got {shown(dims)}")
+    return CanonicalRequest(
+        model=_model(body),
+        kind="embedding",
+        input=inp,
+        params=params,
+        keep_alive=parse_duration(body.get("keep_alive")),
+    )
+
+
+def render_error(status: int, message: str, kind: str | None = None) -> bytes:
+    """``{"error": {"message", "type", "code"}}``; the type defaults to invalid_request_error for 4xx and
+    blazar_error otherwise (pass ``kind="engine_error"`` for errors the engine produced)."""
+    if kind is None:
+        kind = "invalid_request_error" if 400 <= status < 500 else "blazar_error"
+    return orjson.dumps({"error": {"message": message, "type": kind, "code": status}})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Top-level fields
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise DialectError(400, f"the request body must be a JSON object, got {shown(body)}")
+    return body
+
+
+def _model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        got = shown(model) if "model" in body else "nothing"
+        raise DialectError(
+            400, f"'model' is required and must be a non-empty string naming a model, got {got}"
+        )
+    return model
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise DialectError(400, f"'{key}' must be a boolean, got {shown(value)}")
+    return value
+
+
+def _include_usage(body: dict[str, Any], stream: bool) -> bool:
+    opts = body.get("stream_options")
+    if opts is None:
+        return False
+    if not isinstance(opts, dict):
+        raise DialectError(400, f"'stream_options' must be an object, got {shown(opts)}")
+    usage = opts.get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        raise DialectError(400, f"'stream_options.include_usage' must be a boolean, got {shown(usage)}")
+    return stream and bool(usage)
+
+
+def _params(body: dict[str, Any], own: set[str]) -> dict[str, Any]:
+    """Everything not consumed by the parser, type-checked where the type is known; nulls mean 'default'."""
+    n = body.get("n")
+    if n is not None:
+        if not is_int(n) or n < 1:
+            raise DialectError(400, f"'n' must be a positive integer, got {shown(n)}")
+        if n > 1:
+            raise DialectError(
+                400,
+                f"'n' is {n}, but the llama.cpp engine generates one choice per request; "
+                f"send n=1 (or omit it) and make {n} requests",
+            )
+    params: dict[str, Any] = {}
+    for key, value in body.items():
+        if key in own or value is None:
+            continue
+        check = _TYPED.get(key)
+        if check is not None and not check[0](value):
+            raise DialectError(400, f"'{key}' must be {check[1]}, got {shown(value)}")
+        params[key] = value
+    if body.get("stop") is not None:
+        params["stop"] = stop_list(body["stop"], "'stop'")
+    return params
+
+
+def _max_tokens(body: dict[str, Any], params: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """The first of ``keys`` present becomes params['max_tokens'] (max_completion_tokens wins over max_tokens)."""
+    for key in keys:
+        value = body.get(key)
+        if value is None:
+            continue
+        if not is_int(value) or value < 0:
+            raise DialectError(
+                400, f"'{key}' must be a non-negative integer, got {shown(value)}; omit it for no limit"
+            )
+        params["max_tokens"] = value
+        return
+
+
+def _logprobs_chat(body: dict[str, Any], params: dict[str, Any]) -> None:
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise DialectError(400, f"'logprobs' must be a boolean, got {shown(logprobs)}")
+    top = body.get("top_logprobs")
+    if top is not None:
+        if not is_int(top) or not 0 <= top <= 20:
+            raise DialectError(400, f"'top_logprobs' must be an integer from 0 to 20, got {shown(top)}")
+        if not logprobs:
+            raise DialectError(400, "'top_logprobs' needs 'logprobs': true")
+        params["top_logprobs"] = top
+    if logprobs is not None:
+        params["logprobs"] = logprobs
+
+
+def _is_prompt(value: Any) -> bool:
+    if isinstance(value, str):
+        return True
+    if not isinstance(value, list):
+        return False
+    return all(
+        isinstance(x, str) or is_int(x) or (isinstance(x, list) and all(is_int(t) for t in x)) for x in value
+    )
+
+
+def _response_format(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise DialectError(400, f"'response_format' must be an object, got {shown(value)}")
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = value.get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise DialectError(
+                400, f"'response_format.schema' must be a JSON schema object, got {shown(schema)}"
+            )
+        return dict(value)
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict):
+            raise DialectError(
+                400,
+                "'response_format.json_schema' is required with type \"json_schema\" and must be an object "
+                f'like {{"name": "answer", "schema": {{...}}}}, got {shown(spec)}',
+            )
+        schema = spec.get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise DialectError(
+                400, f"'response_format.json_schema.schema' must be a JSON schema object, got {shown(schema)}"
+            )
+        return {**value, "json_schema": dict(spec)}
+    raise DialectError(
+        400, f'\'response_format.type\' must be "text", "json_object" or "json_schema", got {shown(kind)}'
+    )
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> Any:
+    if value is None:
+        return None
+    names = [t["function"]["name"] for t in tools or []]
+    if value in ("none", "auto"):
+        return value
+    if value == "required":
+        if not names:
+            raise DialectError(400, "'tool_choice' is \"required\" but no 'tools' were given")
+        return value
+    if isinstance(value, dict) and value.get("type") == "function":
+        fn = value.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            raise DialectError(400, f"'tool_choice.function.name' must name a tool, got {shown(name)}")
+        if name not in names:
+            offered = ", ".join(names) or "none"
+            raise DialectError(
+                400, f"'tool_choice' names function {name!r}, which is not in 'tools' ({offered})"
+            )
+        return {"type": "function", "function": {"name": name}}
+    raise DialectError(
+        400,
+        f'\'tool_choice\' must be "none", "auto", "required" or '
+        f'{{"type": "function", "function": {{"name": ...}}}}, got {shown(value)}',
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Messages
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise DialectError(
+            400,
+            f"'messages' is required and must be a non-empty array of message objects, got {shown(value)}",
+        )
+    return [_message(m, f"messages[{i}]") for i, m in enumerate(value)]
+
+
+def _message(msg: Any, at: str) -> dict[str, Any]:
+    if not isinstance(msg, dict):
+        raise DialectError(400, f"'{at}' must be a message object, got {shown(msg)}")
+    role = msg.get("role")
+    if role not in _ROLES:
+        allowed = ", ".join(f'"{r}"' for r in _ROLES)
+        raise DialectError(400, f"'{at}.role' must be one of {allowed}, got {shown(role)}")
+    out = {k: v for k, v in msg.items() if v is not None or k == "content"}
+    if role == "developer":
+        out["role"] = "system"
+    content = msg.get("content")
+    if role == "assistant":
+        calls = msg.get("tool_calls")
+        if calls is not None:
+            out["tool_calls"] = _tool_calls(calls, f"{at}.tool_calls")
+        if content is None and not calls:
+            raise DialectError(400, f"'{at}' is an assistant message with neither 'content' nor 'tool_calls'")
+        if content is not None:
+            out["content"] = _content(content, f"{at}.content", _ASSISTANT_PARTS)
+        return out
+    if "content" not in msg or content is None:
+        raise DialectError(400, f"'{at}.content' is required for a {role} message")
+    if role == "user":
+        out["content"] = _content(content, f"{at}.content", _USER_PARTS)
+    else:
+        out["content"] = _content(content, f"{at}.content", ("text",))
+    if role == "tool":
+        call_id = msg.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise DialectError(
+                400,
+                f"'{at}.tool_call_id' is required for a tool message and must be the id of the tool call it "
+                f"answers, got {shown(call_id)}",
+            )
+    return out
+
+
+def _content(value: Any, at: str, parts: tuple[str, ...]) -> str | list[dict[str, Any]]:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise DialectError(400, f"'{at}' must be a string or an array of content parts, got {shown(value)}")
+    out: list[dict[str, Any]] = []
+    for j, part in enumerate(value):
+        where = f"{at}[{j}]"
+        if not isinstance(part, dict):
+            raise DialectError(400, f"'{where}' must be a content part object, got {shown(part)}")
+        kind = part.get("type")
+        if kind not in parts:
+            allowed = ", ".join(f'"{p}"' for p in parts)
+            raise DialectError(400, f"'{where}.type' must be one of {allowed} here, got {shown(kind)}")
+        if kind == "text" and not isinstance(part.get("text"), str):
+            raise DialectError(400, f"'{where}.text' must be a string, got {shown(part.get('text'))}")
+        if kind == "image_url":
+            url = part.get("image_url")
+            if isinstance(url, str):
+                part = {**part, "image_url": {"url": url}}
+            elif not isinstance(url, dict) or not isinstance(url.get("url"), str):
+                raise DialectError(
+                    400,
+                    f"'{where}.image_url' must be an object with a 'url' (an http(s) URL or a data URI), "
+                    f"got {shown(url)}",
+                )
+        out.append(part)
+    return out
+
+
+def _tool_calls(value: Any, at: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise DialectError(400, f"'{at}' must be an array of tool calls, got {shown(value)}")
+    out = []
+    for j, call in enumerate(value):
+        where = f"{at}[{j}]"
+        if not isinstance(call, dict):
+            raise DialectError(400, f"'{where}' must be a tool call object, got {shown(call)}")
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise DialectError(400, f"'{where}.id' must be a non-empty string, got {shown(call_id)}")
+        kind = call.get("type", "function")
+        if kind != "function":
+            raise DialectError(400, f"'{where}.type' must be \"function\", got {shown(kind)}")
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            raise DialectError(
+                400, f"'{where}.function' must be an object with 'name' and 'arguments', got {shown(fn)}"
+            )
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise DialectError(400, f"'{where}.function.name' must be a non-empty string, got {shown(name)}")
+        args = fn.get("arguments", "{}")
+        if isinstance(args, dict):
+            args = orjson.dumps(args).decode()
+        elif not isinstance(args, str):
+            raise DialectError(
+                400,
+                f"'{where}.function.arguments' must be a JSON-encoded string of the arguments, got {shown(args)}",
+            )
+        out.append({**call, "type": "function", "function": {**fn, "name": name, "arguments": args}})
+    return out
