@@ -1,8 +1,9 @@
 """Reading Blazar's config: locating the TOML file, parsing it with tomlkit, validating it, applying env overrides.
 
-It owns the config-file search order, every teaching ``ConfigError`` message and the rendered default
-document for ``blazar config init``. It must not create or write files, start anything, touch the data dir,
-or import ``blazar._native``; every failure is a one-line ``ConfigError``, never a raw traceback.
+It owns the config-file search order, every teaching ``ConfigError`` message (``[[keys]]`` and ``BLAZAR_KEYS``
+included) and the rendered default document for ``blazar config init``. It must not create or write files,
+start anything, touch the data dir, or import ``blazar._native``; every failure is a one-line ``ConfigError``,
+never a raw traceback, and no message ever shows an API-key secret.
 """
 
 from __future__ import annotations
@@ -28,25 +29,38 @@ from blazar.config.model import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_SECS,
+    DEFAULT_KEY_WEIGHT,
     DEFAULT_LOG_LEVEL,
     DEFAULT_PARALLEL,
     DEFAULT_PORT,
     DEFAULT_STOP_GRACE_SECS,
     DEFAULT_THREADS,
     ENGINE_MODES,
+    KEY_NAME_PATTERN,
     LOG_LEVELS,
+    MIN_SECRET_LEN,
     Config,
+    KeyConfig,
     ModelOverride,
     default_data_dir,
     expand_user,
     normalize_model_name,
+    secret_is_well_formed,
     xdg_config_home,
 )
 from blazar.errors import ConfigError
 
-__all__ = ["default_config_path", "load_config", "render_default_config"]
+__all__ = [
+    "CONFIG_ENV",
+    "KEYS_ENV",
+    "default_config_path",
+    "load_config",
+    "load_config_text",
+    "render_default_config",
+]
 
 CONFIG_ENV = "BLAZAR_CONFIG"
+KEYS_ENV = "BLAZAR_KEYS"
 _MAX_SHOWN = 60
 
 
@@ -225,8 +239,20 @@ _MODEL_LEVEL: dict[str, _Check] = {
     "engine": _string,
 }
 
-_TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models")
+_TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models", "keys")
 _MODEL_KEYS: tuple[str, ...] = tuple(_MODEL_LEVEL)
+_KEY_FIELDS: tuple[str, ...] = (
+    "name",
+    "secret",
+    "models",
+    "weight",
+    "max_concurrent",
+    "rpm",
+    "tpm",
+    "daily_tokens",
+)
+_KEY_NAME_RULE = "letters, digits, '.', '_' and '-'"
+_SECRET_RULE = f"at least {MIN_SECRET_LEN} printable ASCII characters without spaces"
 
 
 def _model_overrides(ctx: _Ctx, value: object) -> Mapping[str, ModelOverride]:
@@ -257,12 +283,156 @@ def _model_overrides(ctx: _Ctx, value: object) -> Mapping[str, ModelOverride]:
     return MappingProxyType(out)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# API keys: [[keys]] tables and BLAZAR_KEYS. Messages describe a bad secret, never show it.
+
+
+def _key_weight(ctx: _Ctx, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ctx.bad(key, "a number > 0", value)
+    number = float(value)
+    if not math.isfinite(number) or number <= 0:
+        raise ctx.bad(key, "a number > 0", value)
+    return number
+
+
+def _key_models(ctx: _Ctx, key: str, value: object) -> tuple[str, ...]:
+    out: list[str] = []
+    for i, raw in enumerate(_strings(ctx, key, value)):
+        try:
+            name = normalize_model_name(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{ctx.source}: key '{key}[{i}]' is not a valid model name: {exc}") from None
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def _secret_problem(value: object) -> str | None:
+    """Why ``value`` is not a usable secret (without showing it), or ``None`` when it is."""
+    if not isinstance(value, str):
+        return f"must be a string of {_SECRET_RULE}, got a {_type_name(value)}"
+    if not secret_is_well_formed(value):
+        return f"must be {_SECRET_RULE}, got {len(value)} characters" + (
+            "" if all("!" <= c <= "~" for c in value) else " including spaces or other characters"
+        )
+    return None
+
+
+_KEY_INT_FIELDS = ("max_concurrent", "rpm", "tpm", "daily_tokens")
+
+
+def _key_table(ctx: _Ctx, index: int, table: object) -> KeyConfig:
+    where = f"keys[{index}]"
+    if not isinstance(table, dict):
+        raise ConfigError(
+            f"{ctx.source}: key '{where}' must be a table with name and secret "
+            f"(write it as [[keys]]), got a {_type_name(table)}"
+        )
+    for key in table:
+        if key not in _KEY_FIELDS:
+            raise ctx.unknown(key, f"{where}.{_quote_key(key)}", _KEY_FIELDS)
+    name = table.get("name")
+    if name is None:
+        raise ConfigError(
+            f"{ctx.source}: {where} has no 'name'; every [[keys]] entry needs a unique name and a secret "
+            "(blazar keys add NAME writes both)"
+        )
+    if not isinstance(name, str) or KEY_NAME_PATTERN.fullmatch(name) is None:
+        raise ctx.bad(f"{where}.name", f"a non-empty string of {_KEY_NAME_RULE}", name)
+    if "secret" not in table:
+        raise ConfigError(
+            f"{ctx.source}: {where} ('{name}') has no 'secret'; add one of {_SECRET_RULE}, "
+            f"or remove the entry and run: blazar keys add {name}"
+        )
+    problem = _secret_problem(table["secret"])
+    if problem is not None:
+        raise ConfigError(f"{ctx.source}: key '{where}.secret' ('{name}') {problem}")
+    fields: dict[str, object] = {"name": name, "secret": table["secret"]}
+    if "models" in table:
+        fields["models"] = _key_models(ctx, f"{where}.models", table["models"])
+    if "weight" in table:
+        fields["weight"] = _key_weight(ctx, f"{where}.weight", table["weight"])
+    for key in _KEY_INT_FIELDS:
+        if key in table:
+            fields[key] = _int(ctx, f"{where}.{key}", table[key], 0)
+    return KeyConfig(**fields)  # type: ignore[arg-type]
+
+
+def _file_keys(ctx: _Ctx, value: object) -> tuple[KeyConfig, ...]:
+    if not isinstance(value, list):
+        # Never render the value: a mistyped [keys] table holds secrets.
+        raise ConfigError(
+            f"{ctx.source}: key 'keys' must be an array of [[keys]] tables, got a {_type_name(value)} "
+            "(write each key as a [[keys]] table with name and secret)"
+        )
+    return tuple(_key_table(ctx, i, table) for i, table in enumerate(value))
+
+
+def _env_keys(env: Mapping[str, str]) -> tuple[KeyConfig, ...]:
+    """``BLAZAR_KEYS=name=secret,other=secret2,bare-secret``: full-access keys; a bare secret (which then must
+    not hold ``=``) is named ``env-N`` after its 1-based position in the list."""
+    raw = _env_value(env, KEYS_ENV)
+    if raw is None:
+        return ()
+    out: list[KeyConfig] = []
+    form = f"{KEYS_ENV} must be comma-separated name=secret items (or bare secrets)"
+    for position, item in enumerate(raw.split(","), start=1):
+        item = item.strip()
+        if not item:
+            raise ConfigError(f"{form}; item {position} is empty (drop the extra comma)")
+        if "=" in item:
+            name, secret = (part.strip() for part in item.split("=", 1))
+            if KEY_NAME_PATTERN.fullmatch(name) is None:
+                # The part before '=' may be a piece of a secret: do not show it.
+                raise ConfigError(
+                    f"{form}; item {position} has a name that is empty or holds characters other than "
+                    f"{_KEY_NAME_RULE}"
+                )
+        else:
+            name, secret = f"env-{position}", item
+        problem = _secret_problem(secret)
+        if problem is not None:
+            # No name here either: with a mistyped item it may be part of the secret.
+            raise ConfigError(f"{KEYS_ENV} item {position}: the secret {problem}")
+        out.append(KeyConfig(name=name, secret=secret, weight=DEFAULT_KEY_WEIGHT, from_env=True))
+    return tuple(out)
+
+
+def _where(key: KeyConfig, index: int) -> str:
+    """Where a key came from, for a message."""
+    return f"{KEYS_ENV} key '{key.name}'" if key.from_env else f"keys[{index}]"
+
+
+def _merge_keys(source: str, file_keys: tuple[KeyConfig, ...], env_keys: tuple[KeyConfig, ...]) -> None:
+    """Names and secrets must be unique across the file and the environment."""
+    keys = file_keys + env_keys
+    names: dict[str, int] = {}
+    secrets: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        for seen, value, what, fix in (
+            (names, key.name, "key name", "key names must be unique"),
+            (secrets, key.secret, "secret", "give every key its own secret"),
+        ):
+            first = seen.setdefault(value, i)
+            if first == i:
+                continue
+            prefix = "" if key.from_env and keys[first].from_env else f"{source}: "
+            shown = f"the key name '{key.name}'" if what == "key name" else "the secret"
+            raise ConfigError(
+                f"{prefix}{_where(key, i)} reuses {shown} of {_where(keys[first], first)}; {fix}"
+            )
+
+
 def _from_table(ctx: _Ctx, doc: Mapping[str, object]) -> dict[str, object]:
     """Validated ``Config`` keyword arguments for every key present in the parsed document."""
     fields: dict[str, object] = {}
     for key, value in doc.items():
         if key == "models":
             fields["models"] = _model_overrides(ctx, value)
+            continue
+        if key == "keys":
+            fields["keys"] = _file_keys(ctx, value)
             continue
         check = _TOP_LEVEL.get(key)
         if check is None:
@@ -326,8 +496,25 @@ def _parse(path: Path, text: str) -> dict[str, object]:
     return dict(plain)
 
 
+def _build(cfg_path: Path, text: str | None, env: Mapping[str, str]) -> Config:
+    fields: dict[str, object] = {}
+    if text is not None:
+        ctx = _Ctx(source=str(cfg_path), base_dir=cfg_path.absolute().parent, env=env)
+        fields = _from_table(ctx, _parse(cfg_path, text))
+    if "data_dir" not in fields:
+        fields["data_dir"] = default_data_dir(env)
+    _apply_env(fields, env)
+    file_keys = fields.get("keys", ())
+    assert isinstance(file_keys, tuple)
+    env_keys = _env_keys(env)
+    _merge_keys(str(cfg_path), file_keys, env_keys)
+    fields["keys"] = file_keys + env_keys
+    return Config(**fields)  # type: ignore[arg-type]
+
+
 def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Load, validate and return the config; env overrides (BLAZAR_HOST/PORT/DATA_DIR) win over the file.
+    """Load, validate and return the config; env overrides (BLAZAR_HOST/PORT/DATA_DIR) win over the file, and
+    ``BLAZAR_KEYS`` adds full-access keys after the file's ``[[keys]]``.
 
     ``path`` (or ``$BLAZAR_CONFIG``) names a file that must exist; the default path may be absent, in which
     case the embedded defaults are used. Every problem raises a one-line ``ConfigError``.
@@ -340,16 +527,14 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         cfg_path, origin = default_config_path(env), f"set by {CONFIG_ENV}"
     else:
         cfg_path, origin = default_config_path(env), None
+    return _build(cfg_path, _read(cfg_path, origin), env)
 
-    text = _read(cfg_path, origin)
-    fields: dict[str, object] = {}
-    if text is not None:
-        ctx = _Ctx(source=str(cfg_path), base_dir=cfg_path.absolute().parent, env=env)
-        fields = _from_table(ctx, _parse(cfg_path, text))
-    if "data_dir" not in fields:
-        fields["data_dir"] = default_data_dir(env)
-    _apply_env(fields, env)
-    return Config(**fields)  # type: ignore[arg-type]
+
+def load_config_text(text: str | None, path: Path, env: Mapping[str, str] | None = None) -> Config:
+    """Validate ``text`` as if it were the contents of ``path`` (``None``: an absent file) and return the
+    ``Config``, env overrides applied. Used to check a document before it is written."""
+    env = os.environ if env is None else env
+    return _build(expand_user(str(path), env), text, env)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -418,4 +603,21 @@ def render_default_config() -> str:
     doc.add(tomlkit.comment("idle_timeout_secs = 600"))
     doc.add(tomlkit.comment('extra_args = ["--flash-attn"]'))
     doc.add(tomlkit.comment('engine = "llama-cpp"'))
+    doc.add(tomlkit.nl())
+    doc.add(
+        tomlkit.comment("API keys. With none the gateway is open to anyone who can reach it; with any, every")
+    )
+    doc.add(
+        tomlkit.comment("request needs one (Authorization: Bearer or x-api-key). BLAZAR_KEYS=name=secret,...")
+    )
+    doc.add(tomlkit.comment("adds full-access keys. Manage them with: blazar keys add|rm|rotate|ls"))
+    doc.add(tomlkit.comment("[[keys]]"))
+    doc.add(tomlkit.comment('name = "admin"'))
+    doc.add(tomlkit.comment(f'secret = "..."         # {_SECRET_RULE}'))
+    doc.add(tomlkit.comment("models = []             # empty = every model, and may manage keys"))
+    doc.add(tomlkit.comment("weight = 1.0            # share of contended capacity"))
+    doc.add(tomlkit.comment("max_concurrent = 0      # 0 = unlimited; so are rpm, tpm and daily_tokens"))
+    doc.add(tomlkit.comment("rpm = 0"))
+    doc.add(tomlkit.comment("tpm = 0"))
+    doc.add(tomlkit.comment("daily_tokens = 0"))
     return tomlkit.dumps(doc)

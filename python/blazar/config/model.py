@@ -1,13 +1,15 @@
-"""The shape of Blazar's configuration: the frozen ``Config``/``ModelOverride`` values and their defaults.
+"""The shape of Blazar's configuration: the frozen ``Config``/``ModelOverride``/``KeyConfig`` values and defaults.
 
-It owns the field names, defaults, allowed ranges and the model-name normalisation used for
-``[models."name:tag"]`` tables. It must not read files or the process environment beyond computing the
+It owns the field names, defaults, allowed ranges, the model-name normalisation used for
+``[models."name:tag"]`` tables and the redacted rendering of API-key secrets (a secret never appears in a
+``repr``). It must not read files or the process environment beyond computing the
 default data dir, and must not import ``blazar._native``; parsing and validation live in ``load``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,12 @@ ENGINE_MODES: tuple[str, ...] = ("auto", "manual")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
 
 DEFAULT_TAG = "latest"
+
+KEY_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+"""What a ``[[keys]]`` name may hold (full match)."""
+MIN_SECRET_LEN = 16
+DEFAULT_KEY_WEIGHT = 1.0
+GENERATED_SECRET_PREFIX = "sk-blazar-"
 
 
 def _env_path(env: Mapping[str, str], name: str) -> str | None:
@@ -97,6 +105,69 @@ def normalize_model_name(name: str) -> str:
     return name
 
 
+def secret_is_well_formed(secret: str) -> bool:
+    """At least ``MIN_SECRET_LEN`` printable ASCII characters and no spaces: it must fit an HTTP header."""
+    return len(secret) >= MIN_SECRET_LEN and all("!" <= c <= "~" for c in secret)
+
+
+def redact_secret(secret: str) -> str:
+    """``sk-blazar-...wxyz`` -> ``sk-bl…wxyz``: only the last four characters (and, for generated secrets, the
+    fixed ``sk-bl`` prefix) are shown."""
+    prefix = GENERATED_SECRET_PREFIX[:5] if secret.startswith(GENERATED_SECRET_PREFIX) else ""
+    return f"{prefix}…{secret[-4:]}"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """Per-key limits; 0 means unlimited for every field."""
+
+    max_concurrent: int = 0
+    rpm: int = 0
+    tpm: int = 0
+    daily_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class KeyConfig:
+    """One API key: a ``[[keys]]`` table or a ``BLAZAR_KEYS`` item (``from_env``).
+
+    ``models`` holds normalised ``name:tag`` names; empty means full access, including key management.
+    The ``repr`` shows the secret redacted; nothing in this class renders it in full.
+    """
+
+    name: str
+    secret: str
+    models: tuple[str, ...] = ()
+    weight: float = DEFAULT_KEY_WEIGHT
+    max_concurrent: int = 0
+    rpm: int = 0
+    tpm: int = 0
+    daily_tokens: int = 0
+    from_env: bool = False
+
+    @property
+    def full_access(self) -> bool:
+        """An unscoped key: every model, and it may manage keys."""
+        return not self.models
+
+    @property
+    def limits(self) -> KeyLimits:
+        return KeyLimits(self.max_concurrent, self.rpm, self.tpm, self.daily_tokens)
+
+    @property
+    def redacted_secret(self) -> str:
+        return redact_secret(self.secret)
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyConfig(name={self.name!r}, secret={self.redacted_secret!r}, models={self.models!r}, "
+            f"weight={self.weight!r}, max_concurrent={self.max_concurrent}, rpm={self.rpm}, tpm={self.tpm}, "
+            f"daily_tokens={self.daily_tokens}, from_env={self.from_env})"
+        )
+
+    __str__ = __repr__
+
+
 @dataclass(frozen=True, slots=True)
 class ModelOverride:
     """Per-model settings from a ``[models."name:tag"]`` table; ``None`` means use the top-level value."""
@@ -137,6 +208,7 @@ class Config:
     threads: int = DEFAULT_THREADS
     gpu_layers: int = DEFAULT_GPU_LAYERS
     models: Mapping[str, ModelOverride] = field(default_factory=_no_models, hash=False)
+    keys: tuple[KeyConfig, ...] = ()
 
     def model_override(self, name: str) -> ModelOverride:
         """The override table for ``name`` (normalised), or an all-``None`` override when there is none."""
