@@ -96,14 +96,14 @@ class Daemon:
         return blazar_cmd(*args, env=self.env, check=check)
 
     def start(self) -> None:
-        logf = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "blazar", "serve"],
-            env=self.env,
-            stdout=logf,
-            stderr=logf,
-            stdin=subprocess.DEVNULL,
-        )
+        with self.log.open("ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "blazar", "serve"],
+                env=self.env,
+                stdout=logf,
+                stderr=logf,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -77,7 +77,14 @@ class Child:
         return self.proc.pid if self.proc else None
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
+        """True while the process runs; peeks at an unreaped exit (WNOWAIT) so a death the loop has not yet
+        processed still counts, without stealing the exit status from asyncio's child watcher."""
+        if self.proc is None or self.proc.returncode is not None:
+            return False
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
 
     async def start(self, http: aiohttp.ClientSession, timeout: float) -> None:
         """Spawn the engine and wait until its health endpoint answers 200, or raise ChildError."""
