@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from blazar.cli import engine, models, serve
+from blazar.cli import engine, keys, models, serve
 
 app = typer.Typer(
     help="Blazar: one local endpoint for every inference engine.",
@@ -13,6 +13,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(engine.app, name="engine")
+app.add_typer(keys.app, name="keys")
 app.command("serve")(serve.serve_cmd)
 app.command("import")(models.import_cmd)
 app.command("ls")(models.ls_cmd)
