@@ -144,7 +144,7 @@ def _parse(body: dict[str, Any], known: set[str]) -> CanonicalRequest:
     state = _State()
     messages = _system(body.get("system"), state) + _messages(body["messages"], state)
     tools = _tools(body.get("tools"), state)
-    req = CanonicalRequest(model=model, kind="chat", messages=messages, tools=tools)
+    req = CanonicalRequest(model=model, kind="chat", messages=messages, tools=tools, notes=state.notes)
     req.tool_choice = _tool_choice(body.get("tool_choice"), tools, req.params)
     _thinking(body.get("thinking"), req)
     req.response_format = _output_format(body)
@@ -156,7 +156,6 @@ def _parse(body: dict[str, Any], known: set[str]) -> CanonicalRequest:
             state.notes.append(f"{key} is not a Messages API field Blazar knows and is ignored")
     if state.cache_control:
         state.notes.append("cache_control is ignored: the engine reuses its prompt cache by itself")
-    req.notes = state.notes
     return req
 
 
