@@ -1,11 +1,67 @@
-# cython: language_level=3
-"""Admission rules from the seed: priority classes, their SLO tiers, and the RawLong slot ceiling."""
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# cython: auto_pickle=False, autotestdict=False
+"""Admission rules and the per-model admission scheduler (the seed's ``queue.rs``).
+
+Owns: priority classes and their SLO tiers, work classes and their rank, the RawLong slot ceiling, and
+``Scheduler``, which decides which waiting request of one model may start when a slot is free. It is synchronous
+and knows no event loop, clock, socket or log: callers pass ``now`` in monotonic seconds and act on the tickets
+it hands back (``blazar.admission`` wraps it for asyncio).
+
+Order of admission, for one model with N slots:
+
+1. Band: (priority, class rank). HIGH before NORMAL before LOW; within a priority Tool before Interactive before
+   RawLong. The first non-empty band goes first.
+2. RawLong ceiling: while any non-RawLong ticket waits, RawLong tickets start only while fewer than
+   ``raw_ceiling(N) = max(1, N - ceil(N/4))`` RawLong tickets run; with nothing else waiting RawLong borrows every
+   slot.
+3. Within a band, fair share across keys (WFQ): every key has a credit; serving one of its tickets adds
+   ``1/weight``. The key with the lowest credit goes next, ties by its oldest deadline, then arrival (seq). A key
+   that comes back from idle is lifted to the credit of the last key served by fair share, so idling banks no
+   burst. When a credit passes 256 every credit is rebased: the smallest active credit is subtracted (keeping
+   each active key's lead or debt) and nobody is kept more than 128 behind the key that crossed, so the numbers
+   stay bounded.
+4. Strict EDF: a ticket with an explicit deadline (``x-blazar-deadline-ms``) is not queued behind its key's
+   fair share; it starts ahead of the band's fair-share pick whenever its deadline is earlier (ties by seq). Its
+   service is still charged to its key's credit. Tickets without an explicit deadline carry their SLO tier as
+   deadline (HIGH 2 s, NORMAL 30 s, LOW 120 s; Tool at most 10 s).
+
+Data structures: per band an indexed heap of keys (a key's flow in that band) by (credit, head deadline, head
+seq), per flow an indexed heap of its tickets by (deadline, seq), and per band an indexed heap of strict-deadline
+tickets. Enqueue, admit and cancel are O(log n); nothing scans the queue.
+"""
+
+cimport cython
+from libc.math cimport isfinite
 
 HIGH = 0
 NORMAL = 1
 LOW = 2
 
+INTERACTIVE = 0
+TOOL = 1
+RAWLONG = 2
+
 cdef dict _SLO_MS = {HIGH: 2000, NORMAL: 30000, LOW: 120000}
+
+cdef enum:
+    _NBANDS = 9
+    # bands b = priority * 3 + class rank; class rank 2 (RawLong) sits on bits 2, 5 and 8
+    _RAW_MASK = (1 << 2) | (1 << 5) | (1 << 8)
+    _LARGE_BODY = 65536
+
+cdef enum _State:
+    _NEW = 0
+    _WAITING = 1
+    _RUNNING = 2
+    _RELEASED = 3
+    _CANCELLED = 4
+
+cdef double _CREDIT_RESET = 256.0
+cdef double _CREDIT_SPREAD = 128.0
+# class rank indexed by work class: INTERACTIVE -> 1, TOOL -> 0, RAWLONG -> 2
+cdef int[3] _RANK = [1, 0, 2]
+# SLO tier in seconds indexed by priority * 3 + work class; Tool is tightened to at most 10 s
+cdef double[9] _TIER_S = [2.0, 2.0, 2.0, 30.0, 10.0, 30.0, 120.0, 10.0, 120.0]
 
 
 cpdef int parse_priority(object header):
@@ -33,3 +89,488 @@ cpdef int raw_ceiling(int n_slots):
     if n_slots < 1:
         raise ValueError(f"a model has at least one slot, got {n_slots}")
     return max(1, n_slots - (n_slots + 3) // 4)
+
+
+@cython.final
+@cython.freelist(256)
+cdef class Ticket:
+    """One request's place in a model's queue; made by ``Scheduler.ticket``, read-only from Python."""
+
+    cdef readonly str key
+    cdef readonly double weight
+    cdef readonly int priority
+    cdef readonly int work_class
+    cdef readonly double deadline
+    cdef readonly long long seq
+    cdef readonly bint strict
+    cdef public object waiter
+    cdef int state
+    cdef int band
+    cdef Py_ssize_t pos
+    cdef Scheduler owner
+    cdef _Key ks
+    cdef _Flow flow
+
+    def __init__(self):
+        raise TypeError("tickets are made by Scheduler.ticket()")
+
+    @property
+    def admitted(self):
+        """True once the scheduler let this ticket start (and still after it is released)."""
+        return self.state == _RUNNING or self.state == _RELEASED
+
+    @property
+    def waiting(self):
+        """True while the ticket is enqueued and neither admitted nor cancelled."""
+        return self.state == _WAITING
+
+    def __repr__(self):
+        states = ("new", "waiting", "running", "released", "cancelled")
+        return (
+            f"Ticket(key={self.key!r}, priority={self.priority}, work_class={self.work_class}, "
+            f"deadline={self.deadline:.3f}, seq={self.seq}, strict={self.strict}, state={states[self.state]})"
+        )
+
+
+@cython.final
+cdef class _Key:
+    """Fair-share state of one key within one scheduler."""
+
+    cdef str key
+    cdef double credit
+    cdef Py_ssize_t waiting      # every waiting ticket of the key, strict ones included
+    cdef Py_ssize_t wfq_waiting  # waiting tickets that take part in fair share
+    cdef unsigned int active     # bit b set while the key's flow in band b is in that band's heap
+    cdef list flows              # per band: a _Flow or None
+
+
+@cython.final
+cdef class _Flow:
+    """A key's fair-share tickets in one band, as a heap by (deadline, seq)."""
+
+    cdef _Key ks
+    cdef list items
+    cdef Py_ssize_t pos          # index in the band's key heap, -1 when absent
+
+
+# ---- ticket heaps: ordered by (deadline, seq), each ticket knows its index ----
+
+cdef inline bint _t_before(Ticket a, Ticket b) noexcept:
+    return a.deadline < b.deadline or (a.deadline == b.deadline and a.seq < b.seq)
+
+
+cdef void _t_up(list h, Py_ssize_t i):
+    cdef Ticket t = <Ticket>h[i]
+    cdef Ticket p
+    cdef Py_ssize_t parent
+    while i > 0:
+        parent = (i - 1) >> 1
+        p = <Ticket>h[parent]
+        if not _t_before(t, p):
+            break
+        h[i] = p
+        p.pos = i
+        i = parent
+    h[i] = t
+    t.pos = i
+
+
+cdef void _t_down(list h, Py_ssize_t i):
+    cdef Py_ssize_t n = len(h)
+    cdef Ticket t = <Ticket>h[i]
+    cdef Ticket c
+    cdef Py_ssize_t child
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _t_before(<Ticket>h[child + 1], <Ticket>h[child]):
+            child += 1
+        c = <Ticket>h[child]
+        if not _t_before(c, t):
+            break
+        h[i] = c
+        c.pos = i
+        i = child
+    h[i] = t
+    t.pos = i
+
+
+cdef void _t_push(list h, Ticket t):
+    t.pos = len(h)
+    h.append(t)
+    _t_up(h, t.pos)
+
+
+cdef void _t_remove(list h, Ticket t):
+    cdef Py_ssize_t i = t.pos
+    cdef Ticket last = <Ticket>h.pop()
+    t.pos = -1
+    if last is t:
+        return
+    h[i] = last
+    last.pos = i
+    _t_down(h, i)
+    _t_up(h, last.pos)
+
+
+# ---- key heaps (one per band): flows ordered by (key credit, head deadline, head seq) ----
+
+cdef inline bint _f_before(_Flow a, _Flow b) noexcept:
+    if a.ks.credit != b.ks.credit:
+        return a.ks.credit < b.ks.credit
+    return _t_before(<Ticket>a.items[0], <Ticket>b.items[0])
+
+
+cdef void _f_up(list h, Py_ssize_t i):
+    cdef _Flow f = <_Flow>h[i]
+    cdef _Flow p
+    cdef Py_ssize_t parent
+    while i > 0:
+        parent = (i - 1) >> 1
+        p = <_Flow>h[parent]
+        if not _f_before(f, p):
+            break
+        h[i] = p
+        p.pos = i
+        i = parent
+    h[i] = f
+    f.pos = i
+
+
+cdef void _f_down(list h, Py_ssize_t i):
+    cdef Py_ssize_t n = len(h)
+    cdef _Flow f = <_Flow>h[i]
+    cdef _Flow c
+    cdef Py_ssize_t child
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _f_before(<_Flow>h[child + 1], <_Flow>h[child]):
+            child += 1
+        c = <_Flow>h[child]
+        if not _f_before(c, f):
+            break
+        h[i] = c
+        c.pos = i
+        i = child
+    h[i] = f
+    f.pos = i
+
+
+cdef void _f_push(list h, _Flow f):
+    f.pos = len(h)
+    h.append(f)
+    _f_up(h, f.pos)
+
+
+cdef void _f_remove(list h, _Flow f):
+    cdef Py_ssize_t i = f.pos
+    cdef _Flow last = <_Flow>h.pop()
+    f.pos = -1
+    if last is f:
+        return
+    h[i] = last
+    last.pos = i
+    _f_down(h, i)
+    _f_up(h, last.pos)
+
+
+@cython.final
+cdef class Scheduler:
+    """One model's admission queue over its N parallel slots; see the module docstring for the order."""
+
+    cdef int _slots
+    cdef int _ceiling
+    cdef Py_ssize_t _running
+    cdef Py_ssize_t _running_raw
+    cdef Py_ssize_t _waiting
+    cdef Py_ssize_t _waiting_raw
+    cdef long long _seq
+    cdef double _vtime
+    cdef unsigned int _mask          # bit b set while band b has a waiting ticket
+    cdef Py_ssize_t _band_n[_NBANDS]
+    cdef dict _keys                  # key -> _Key
+    cdef list _band_keys             # per band: heap of _Flow
+    cdef list _band_strict           # per band: heap of strict-deadline Ticket
+
+    def __init__(self, int slots):
+        self._set_slots(slots)
+        self._keys = {}
+        self._band_keys = [[] for _ in range(_NBANDS)]
+        self._band_strict = [[] for _ in range(_NBANDS)]
+        for b in range(_NBANDS):
+            self._band_n[b] = 0
+
+    cdef void _set_slots(self, int n) except *:
+        self._ceiling = raw_ceiling(n)
+        self._slots = n
+
+    @property
+    def slots(self):
+        """N, the engine's parallel slot count; settable (running work above a lowered N finishes normally)."""
+        return self._slots
+
+    @slots.setter
+    def slots(self, int n):
+        self._set_slots(n)
+
+    @property
+    def waiting(self):
+        return self._waiting
+
+    @property
+    def running(self):
+        return self._running
+
+    @property
+    def running_raw(self):
+        return self._running_raw
+
+    def credit(self, str key):
+        """The fair-share credit of ``key`` (0.0 for a key the scheduler does not track)."""
+        cdef _Key ks = self._keys.get(key)
+        return 0.0 if ks is None else ks.credit
+
+    cpdef Ticket ticket(
+        self,
+        str key,
+        double weight,
+        int priority,
+        int work_class,
+        double now,
+        object deadline_ms=None,
+        Py_ssize_t body_len=0,
+    ):
+        """A new ticket: priority demoted one class for bodies over 64 KiB; deadline explicit (strict) or SLO."""
+        cdef double ms
+        cdef Ticket t
+        if not (weight > 0.0 and isfinite(weight)):
+            raise ValueError(f"a key's weight must be a positive number, got {weight!r}")
+        if priority < 0 or priority > 2:
+            raise ValueError(f"unknown priority class {priority}")
+        if work_class < 0 or work_class > 2:
+            raise ValueError(f"unknown work class {work_class}")
+        if body_len > _LARGE_BODY and priority < 2:
+            priority += 1
+        t = Ticket.__new__(Ticket)
+        t.key = key
+        t.weight = weight
+        t.priority = priority
+        t.work_class = work_class
+        if deadline_ms is None:
+            t.deadline = now + _TIER_S[priority * 3 + work_class]
+            t.strict = False
+        else:
+            ms = deadline_ms
+            if not (ms > 0.0 and isfinite(ms)):
+                raise ValueError(f"a deadline is a positive number of milliseconds, got {deadline_ms!r}")
+            t.deadline = now + ms / 1000.0
+            t.strict = True
+        self._seq += 1
+        t.seq = self._seq
+        t.band = priority * 3 + _RANK[work_class]
+        t.state = _NEW
+        t.pos = -1
+        t.owner = self
+        return t
+
+    cpdef void enqueue(self, Ticket t) except *:
+        """Put a new ticket in the queue; call ``admit_ready`` afterwards."""
+        cdef _Key ks
+        cdef _Flow f
+        cdef int b = t.band
+        if t.owner is not self:
+            raise ValueError("this ticket belongs to another scheduler")
+        if t.state != _NEW:
+            raise ValueError("a ticket is enqueued once")
+        ks = <_Key>self._keys.get(t.key)
+        if ks is None:
+            ks = _Key.__new__(_Key)
+            ks.key = t.key
+            ks.flows = [None] * _NBANDS
+            self._keys[t.key] = ks
+        t.ks = ks
+        if t.strict:
+            _t_push(<list>self._band_strict[b], t)
+        else:
+            if ks.wfq_waiting == 0 and ks.credit < self._vtime:
+                ks.credit = self._vtime
+            f = <_Flow>ks.flows[b]
+            if f is None:
+                f = _Flow.__new__(_Flow)
+                f.ks = ks
+                f.items = []
+                f.pos = -1
+                ks.flows[b] = f
+            t.flow = f
+            _t_push(f.items, t)
+            if f.pos < 0:
+                _f_push(<list>self._band_keys[b], f)
+                ks.active |= 1u << b
+            elif t.pos == 0:
+                _f_up(<list>self._band_keys[b], f.pos)
+            ks.wfq_waiting += 1
+        ks.waiting += 1
+        t.state = _WAITING
+        self._waiting += 1
+        if t.work_class == RAWLONG:
+            self._waiting_raw += 1
+        self._band_n[b] += 1
+        self._mask |= 1u << b
+
+    cpdef list admit_ready(self):
+        """Admit, in order, every waiting ticket that may start now; each is marked admitted and counted running."""
+        cdef list out = []
+        cdef unsigned int m
+        cdef int b
+        while self._running < self._slots and self._waiting > 0:
+            m = self._mask
+            if self._waiting > self._waiting_raw and self._running_raw >= self._ceiling:
+                m &= ~(<unsigned int>_RAW_MASK)
+            if m == 0:
+                break
+            b = 0
+            while not (m & (1u << b)):
+                b += 1
+            out.append(self._pop_band(b))
+        return out
+
+    cdef Ticket _pop_band(self, int b):
+        cdef list strict = <list>self._band_strict[b]
+        cdef list keys = <list>self._band_keys[b]
+        cdef Ticket s = None
+        cdef Ticket t = None
+        cdef _Flow f = None
+        cdef _Key ks
+        cdef unsigned int act
+        cdef int i
+        if len(strict) > 0:
+            s = <Ticket>strict[0]
+        if len(keys) > 0:
+            f = <_Flow>keys[0]
+            t = <Ticket>f.items[0]
+        if s is not None and (t is None or _t_before(s, t)):
+            t = s
+            _t_remove(strict, t)
+            ks = t.ks
+        else:
+            ks = f.ks
+            self._vtime = ks.credit
+            _t_remove(f.items, t)
+            t.flow = None
+            if len(f.items) == 0:
+                _f_remove(keys, f)
+                ks.active &= ~(1u << b)
+            else:
+                _f_down(keys, 0)
+            ks.wfq_waiting -= 1
+        ks.waiting -= 1
+        t.state = _RUNNING
+        self._waiting -= 1
+        self._running += 1
+        if t.work_class == RAWLONG:
+            self._waiting_raw -= 1
+            self._running_raw += 1
+        self._band_n[b] -= 1
+        if self._band_n[b] == 0:
+            self._mask &= ~(1u << b)
+        # charge the key; its flows in other bands move back in their heaps
+        ks.credit += 1.0 / t.weight
+        act = ks.active
+        i = 0
+        while act:
+            if act & 1u:
+                f = <_Flow>ks.flows[i]
+                _f_down(<list>self._band_keys[i], f.pos)
+            act >>= 1
+            i += 1
+        if ks.credit > _CREDIT_RESET:
+            self._rebase(ks)
+        return t
+
+    cdef void _rebase(self, _Key crossed) except *:
+        cdef double lo = crossed.credit
+        cdef double base, c
+        cdef list h
+        cdef Py_ssize_t i, n
+        cdef _Key ks
+        cdef int b
+        for b in range(_NBANDS):
+            h = <list>self._band_keys[b]
+            if len(h) > 0 and (<_Flow>h[0]).ks.credit < lo:
+                lo = (<_Flow>h[0]).ks.credit
+        base = crossed.credit - _CREDIT_SPREAD
+        if lo > base:
+            base = lo
+        stale = []
+        for ks in self._keys.values():
+            c = ks.credit - base
+            ks.credit = c if c > 0.0 else 0.0
+            if ks.credit == 0.0 and ks.waiting == 0:
+                stale.append(ks.key)
+        for k in stale:
+            del self._keys[k]
+        c = self._vtime - base
+        self._vtime = c if c > 0.0 else 0.0
+        # keys clamped to zero may have changed places: rebuild every band's key heap
+        for b in range(_NBANDS):
+            h = <list>self._band_keys[b]
+            n = len(h)
+            for i in range(n):
+                (<_Flow>h[i]).pos = i
+            i = n // 2 - 1
+            while i >= 0:
+                _f_down(h, i)
+                i -= 1
+
+    cpdef void release(self, Ticket t) except *:
+        """Free the ticket's slot; idempotent. A ticket still waiting is cancelled instead."""
+        if t.owner is not self:
+            raise ValueError("this ticket belongs to another scheduler")
+        if t.state == _RUNNING:
+            t.state = _RELEASED
+            self._running -= 1
+            if t.work_class == RAWLONG:
+                self._running_raw -= 1
+        elif t.state == _WAITING:
+            self.cancel(t)
+
+    cpdef bint cancel(self, Ticket t) except -1:
+        """Take a waiting ticket out of the queue (timeout, client gone); True if it was waiting."""
+        cdef _Key ks
+        cdef _Flow f
+        cdef list keys
+        cdef bint head
+        cdef int b = t.band
+        if t.owner is not self:
+            raise ValueError("this ticket belongs to another scheduler")
+        if t.state != _WAITING:
+            if t.state == _NEW:
+                t.state = _CANCELLED
+            return False
+        ks = t.ks
+        if t.strict:
+            _t_remove(<list>self._band_strict[b], t)
+        else:
+            f = t.flow
+            head = t.pos == 0
+            _t_remove(f.items, t)
+            t.flow = None
+            keys = <list>self._band_keys[b]
+            if len(f.items) == 0:
+                _f_remove(keys, f)
+                ks.active &= ~(1u << b)
+            elif head:
+                _f_down(keys, f.pos)
+            ks.wfq_waiting -= 1
+        ks.waiting -= 1
+        t.state = _CANCELLED
+        self._waiting -= 1
+        if t.work_class == RAWLONG:
+            self._waiting_raw -= 1
+        self._band_n[b] -= 1
+        if self._band_n[b] == 0:
+            self._mask &= ~(1u << b)
+        return True
