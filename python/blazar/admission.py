@@ -1,0 +1,237 @@
+"""Admission for asyncio: one Cython ``Scheduler`` per model, a bounded wait, and leases that free slots.
+
+Owns: the per-model queues, waking the requests the scheduler admits, the bounded wait that ends in
+``AllSlotsBusy`` (503 ``all_slots_busy`` with the seed's human wait string), and two pure helpers the handlers
+call before admitting: ``classify_work`` (Interactive / Tool / RawLong) and ``parse_deadline_ms``
+(``x-blazar-deadline-ms``). The ordering rules themselves live in ``blazar_sched`` (see its module docstring).
+
+Must not: do I/O, log, or read HTTP objects; everything here runs on the gateway's one event loop and touches a
+request a constant number of times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+
+from blazar_sched import INTERACTIVE, RAWLONG, TOOL, Scheduler, Ticket
+
+from blazar.errors import BlazarError
+
+__all__ = [
+    "INTERACTIVE",
+    "RAWLONG",
+    "TOOL",
+    "Admission",
+    "AllSlotsBusy",
+    "InvalidDeadline",
+    "Lease",
+    "QueueStats",
+    "classify_work",
+    "human_wait",
+    "parse_deadline_ms",
+]
+
+
+class AllSlotsBusy(BlazarError):
+    """Every slot of a model stayed busy for the whole bounded wait (503 ``all_slots_busy``)."""
+
+    status = 503
+    code = "all_slots_busy"
+
+    def __init__(self, model: str, waited_s: float) -> None:
+        self.model = model
+        self.waited_s = waited_s
+        super().__init__(
+            f"all_slots_busy: every slot of model '{model}' stayed busy for {human_wait(waited_s)}; "
+            "retry later, send x-blazar-priority: high, or raise the model's `parallel` slots"
+        )
+
+
+class InvalidDeadline(BlazarError):
+    """The ``x-blazar-deadline-ms`` header is not a positive number of milliseconds (400)."""
+
+    status = 400
+
+
+def human_wait(seconds: float) -> str:
+    """The seed's wait string: whole seconds as ``"30s"``, anything else in milliseconds (``"250ms"``)."""
+    ms = round(seconds * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def parse_deadline_ms(header: str | None) -> float | None:
+    """``x-blazar-deadline-ms``: absent is None; otherwise a positive, finite number of milliseconds."""
+    if header is None:
+        return None
+    try:
+        ms = float(header.strip())
+    except ValueError:
+        ms = math.nan
+    if not (ms > 0.0 and math.isfinite(ms)):
+        shown = header if len(header) <= 40 else header[:40] + "..."
+        raise InvalidDeadline(
+            f"x-blazar-deadline-ms must be a positive number of milliseconds, got {shown!r}; "
+            "send e.g. 'x-blazar-deadline-ms: 1500' to be admitted ahead of queued work due later, "
+            "or leave it out to use the priority's SLO"
+        )
+    return ms
+
+
+_RAW_ROUTES = frozenset({"/api/generate"})
+
+
+def classify_work(route: str, body: Mapping[str, object]) -> int:
+    """Work class of a request: Ollama raw completions are RawLong, tool-bearing chat is Tool, else Interactive."""
+    if body.get("raw") is True and route.rstrip("/") in _RAW_ROUTES:
+        return RAWLONG
+    if body.get("tools") or body.get("functions"):
+        return TOOL
+    return INTERACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One model's queue at a glance."""
+
+    slots: int
+    waiting: int
+    running: int
+    running_raw: int
+
+
+class Lease:
+    """A started request's slot; ``release()`` (idempotent, or leaving the ``with`` block) frees it."""
+
+    __slots__ = ("_admission", "_released", "_sched", "model_key", "ticket", "waited_s")
+
+    def __init__(
+        self, admission: Admission, sched: Scheduler, ticket: Ticket, model_key: str, waited_s: float
+    ) -> None:
+        self._admission = admission
+        self._sched = sched
+        self._released = False
+        self.ticket = ticket
+        self.model_key = model_key
+        self.waited_s = waited_s
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Free the slot and start whoever the scheduler admits next; later calls do nothing."""
+        if self._released:
+            return
+        self._released = True
+        self._sched.release(self.ticket)
+        self._admission._wake(self._sched.admit_ready())
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else "held"
+        return f"Lease(model={self.model_key!r}, key={self.ticket.key!r}, {state})"
+
+
+class Admission:
+    """Per-model admission queues on one event loop; ``admit`` waits for a slot and returns its ``Lease``."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._scheds: dict[str, Scheduler] = {}
+
+    def scheduler(self, model_key: str, slots: int) -> Scheduler:
+        """The model's scheduler, created on first use; ``slots`` (N) follows the engine's parallel setting."""
+        sched = self._scheds.get(model_key)
+        if sched is None:
+            sched = self._scheds[model_key] = Scheduler(slots)
+        elif sched.slots != slots:
+            sched.slots = slots
+            self._wake(sched.admit_ready())
+        return sched
+
+    async def admit(
+        self,
+        model_key: str,
+        slots: int,
+        *,
+        key: str,
+        weight: float,
+        priority: int,
+        work_class: int,
+        deadline_ms: float | None,
+        body_len: int,
+        max_wait_s: float,
+    ) -> Lease:
+        """Queue a request for ``model_key`` and wait until it may start, at most ``max_wait_s``.
+
+        Raises ``AllSlotsBusy`` when the wait runs out (the request leaves the queue), and re-raises
+        cancellation (a client gone) after taking the request out of the queue or freeing a slot it just got.
+        """
+        sched = self.scheduler(model_key, slots)
+        start = self._clock()
+        t = sched.ticket(key, weight, priority, work_class, start, deadline_ms, body_len)
+        sched.enqueue(t)
+        self._wake(sched.admit_ready())
+        if t.admitted:
+            return Lease(self, sched, t, model_key, 0.0)
+        if max_wait_s <= 0:
+            sched.cancel(t)
+            self._wake(sched.admit_ready())
+            raise AllSlotsBusy(model_key, 0.0)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        t.waiter = fut
+        timer = loop.call_later(max_wait_s, self._expire, sched, t, model_key, max_wait_s)
+        try:
+            await fut
+        except BaseException:
+            timer.cancel()
+            t.waiter = None
+            if t.admitted:  # admitted while the cancellation was on its way: hand the slot on
+                sched.release(t)
+            else:
+                sched.cancel(t)
+            self._wake(sched.admit_ready())
+            raise
+        timer.cancel()
+        t.waiter = None
+        return Lease(self, sched, t, model_key, self._clock() - start)
+
+    def _expire(self, sched: Scheduler, t: Ticket, model_key: str, max_wait_s: float) -> None:
+        if not sched.cancel(t):
+            return
+        fut = t.waiter
+        if isinstance(fut, asyncio.Future) and not fut.done():
+            fut.set_exception(AllSlotsBusy(model_key, max_wait_s))
+        # a waiter leaving can let others start (RawLong borrows once no interactive work waits)
+        self._wake(sched.admit_ready())
+
+    def _wake(self, admitted: Iterable[Ticket]) -> None:
+        for t in admitted:
+            fut = t.waiter
+            if isinstance(fut, asyncio.Future) and not fut.done():
+                fut.set_result(None)
+
+    def stats(self) -> dict[str, QueueStats]:
+        """Every model's queue: slots, waiting, running and running RawLong."""
+        return {m: QueueStats(s.slots, s.waiting, s.running, s.running_raw) for m, s in self._scheds.items()}

@@ -1,0 +1,337 @@
+"""Admission on an event loop: waiting, waking, bounded waits, cancellation and leases.
+
+No test sleeps on a timer to let things happen: tasks are driven by futures and by yielding to the loop
+(``_settle``); the only real time spent is the few milliseconds of the bounded-wait tests. Every test runs on
+plain asyncio and on uvloop (what the gateway uses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+import uvloop
+
+from blazar.admission import (
+    INTERACTIVE,
+    RAWLONG,
+    TOOL,
+    Admission,
+    AllSlotsBusy,
+    InvalidDeadline,
+    Lease,
+    classify_work,
+    human_wait,
+    parse_deadline_ms,
+)
+from blazar.errors import BlazarError
+
+HIGH, NORMAL, LOW = 0, 1, 2
+
+Run = Callable[[Coroutine[Any, Any, None]], None]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Run:
+    factory = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
+
+    def _run(coro: Coroutine[Any, Any, None]) -> None:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(coro)
+
+    return _run
+
+
+async def _settle() -> None:
+    """Let every runnable task take its next step (no timers involved)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+def _admit(
+    adm: Admission,
+    *,
+    model: str = "m",
+    slots: int = 1,
+    key: str = "k",
+    weight: float = 1.0,
+    priority: int = NORMAL,
+    work_class: int = INTERACTIVE,
+    deadline_ms: float | None = None,
+    body_len: int = 0,
+    max_wait_s: float = 60.0,
+) -> Coroutine[Any, Any, Lease]:
+    return adm.admit(
+        model,
+        slots,
+        key=key,
+        weight=weight,
+        priority=priority,
+        work_class=work_class,
+        deadline_ms=deadline_ms,
+        body_len=body_len,
+        max_wait_s=max_wait_s,
+    )
+
+
+def test_free_slot_admits_at_once(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        lease = await _admit(adm, slots=2)
+        assert lease.ticket.admitted and lease.waited_s == 0.0 and not lease.released
+        st = adm.stats()["m"]
+        assert (st.slots, st.waiting, st.running, st.running_raw) == (2, 0, 1, 0)
+        lease.release()
+        assert lease.released and adm.stats()["m"].running == 0
+
+    run(main())
+
+
+def test_waiter_starts_when_a_slot_frees(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        first = await _admit(adm)
+        task = asyncio.create_task(_admit(adm))
+        await _settle()
+        assert not task.done() and adm.stats()["m"].waiting == 1
+        first.release()
+        second = await task
+        assert second.ticket.admitted and second.waited_s >= 0.0
+        assert adm.stats()["m"].running == 1
+        second.release()
+
+    run(main())
+
+
+def test_admission_order_priority_class_and_deadline(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        holder = await _admit(adm)
+        order: list[str] = []
+
+        async def one(name: str, **kw: Any) -> None:
+            async with await _admit(adm, **kw):
+                order.append(name)
+
+        specs: list[tuple[str, dict[str, Any]]] = [
+            ("low", {"priority": LOW}),
+            ("raw", {"work_class": RAWLONG}),
+            ("chat", {"key": "other"}),
+            ("tool", {"work_class": TOOL}),
+            ("high", {"priority": HIGH}),
+            ("big-high", {"priority": HIGH, "body_len": 70_000}),  # demoted to NORMAL
+            ("tight", {"deadline_ms": 5.0}),
+        ]
+        tasks = []
+        for name, kw in specs:
+            tasks.append(asyncio.create_task(one(name, **kw)))
+            await _settle()
+        holder.release()
+        await asyncio.gather(*tasks)
+        assert order == ["high", "tool", "tight", "chat", "big-high", "raw", "low"]
+        assert adm.stats()["m"].running == 0
+
+    run(main())
+
+
+def test_bounded_wait_ends_in_all_slots_busy(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        holder = await _admit(adm, model="smollm2")
+        with pytest.raises(AllSlotsBusy) as info:
+            await _admit(adm, model="smollm2", max_wait_s=0.02)
+        err = info.value
+        assert isinstance(err, BlazarError) and err.status == 503 and err.code == "all_slots_busy"
+        assert str(err).startswith("all_slots_busy: every slot of model 'smollm2' stayed busy for 20ms;")
+        assert adm.stats()["smollm2"].waiting == 0
+        with pytest.raises(AllSlotsBusy, match="stayed busy for 0s"):
+            await _admit(adm, model="smollm2", max_wait_s=0)
+        holder.release()
+        assert adm.stats()["smollm2"].running == 0
+
+    run(main())
+
+
+def test_all_slots_busy_message_uses_the_human_wait_string() -> None:
+    assert str(AllSlotsBusy("m", 30.0)) == (
+        "all_slots_busy: every slot of model 'm' stayed busy for 30s; "
+        "retry later, send x-blazar-priority: high, or raise the model's `parallel` slots"
+    )
+    assert [human_wait(x) for x in (30.0, 1.0, 0.25, 1.5, 0.0, 120.0)] == [
+        "30s",
+        "1s",
+        "250ms",
+        "1500ms",
+        "0s",
+        "120s",
+    ]
+
+
+def test_cancelled_waiter_leaves_the_queue(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        holder = await _admit(adm)
+        task = asyncio.create_task(_admit(adm))
+        await _settle()
+        assert adm.stats()["m"].waiting == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert adm.stats()["m"].waiting == 0
+        holder.release()
+        assert adm.stats()["m"].running == 0
+
+    run(main())
+
+
+def test_waiter_cancelled_just_after_admission_hands_its_slot_on(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        holder = await _admit(adm)
+        doomed = asyncio.create_task(_admit(adm))
+        await _settle()
+        nxt = asyncio.create_task(_admit(adm))
+        await _settle()
+        holder.release()  # admits `doomed` (its future resolves) ...
+        doomed.cancel()  # ... but its client goes away before the task runs again
+        results = await asyncio.gather(doomed, return_exceptions=True)
+        assert isinstance(results[0], asyncio.CancelledError)
+        lease = await nxt
+        assert lease.ticket.admitted
+        st = adm.stats()["m"]
+        assert (st.running, st.waiting) == (1, 0)
+        lease.release()
+
+    run(main())
+
+
+def test_release_is_idempotent_and_wakes_once(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        lease = await _admit(adm)
+        waiters = [asyncio.create_task(_admit(adm)) for _ in range(2)]
+        await _settle()
+        lease.release()
+        lease.release()
+        with lease:
+            pass
+        await _settle()
+        assert [w.done() for w in waiters] == [True, False]
+        assert adm.stats()["m"].running == 1
+        (await waiters[0]).release()
+        (await waiters[1]).release()
+        assert adm.stats()["m"].running == 0
+
+    run(main())
+
+
+def test_lease_released_when_the_handler_raises(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        waiter: asyncio.Task[Lease] | None = None
+        with pytest.raises(RuntimeError, match="engine went away"):
+            async with await _admit(adm):
+                waiter = asyncio.create_task(_admit(adm))
+                await _settle()
+                raise RuntimeError("engine went away")
+        assert waiter is not None
+        lease = await waiter
+        assert adm.stats()["m"].running == 1
+        with pytest.raises(ValueError), lease:
+            raise ValueError("sync handler failed")
+        assert lease.released and adm.stats()["m"].running == 0
+
+    run(main())
+
+
+def test_raising_slots_admits_waiters(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        holder = await _admit(adm, slots=1)
+        task = asyncio.create_task(_admit(adm, slots=1))
+        await _settle()
+        assert not task.done()
+        third = await _admit(adm, slots=3)  # the engine now runs 3 slots: both start
+        second = await task
+        assert adm.stats()["m"].running == 3
+        for lease in (holder, second, third):
+            lease.release()
+
+    run(main())
+
+
+def test_models_have_separate_queues(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        a = await _admit(adm, model="a")
+        b = await _admit(adm, model="b")
+        assert {m: s.running for m, s in adm.stats().items()} == {"a": 1, "b": 1}
+        a.release()
+        b.release()
+
+    run(main())
+
+
+def test_fair_share_one_to_three_through_the_loop(run: Run) -> None:
+    async def main() -> None:
+        adm = Admission()
+        served = {"a": 0, "b": 0}
+        total = 4000
+        done = asyncio.Event()
+
+        async def worker(key: str, weight: float) -> None:
+            while not done.is_set():
+                async with await _admit(adm, key=key, weight=weight):
+                    served[key] += 1
+                    if sum(served.values()) >= total:
+                        done.set()
+                    await asyncio.sleep(0)
+
+        workers = [asyncio.create_task(worker(k, w)) for k, w in (("a", 1.0), ("b", 3.0)) for _ in range(6)]
+        await done.wait()
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        ratio = served["b"] / served["a"]
+        assert abs(ratio - 3.0) / 3.0 < 0.10, served
+        st = adm.stats()["m"]
+        assert (st.running, st.waiting) == (0, 0)
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "expected"),
+    [
+        ("/v1/chat/completions", {"messages": [], "tools": [{"type": "function"}]}, TOOL),
+        ("/v1/chat/completions", {"messages": [], "tools": []}, INTERACTIVE),
+        ("/v1/chat/completions", {"messages": [], "functions": [{"name": "f"}]}, TOOL),
+        ("/v1/messages", {"messages": [], "tools": [{"name": "f"}]}, TOOL),
+        ("/api/chat", {"messages": [], "tools": [{"type": "function"}]}, TOOL),
+        ("/api/generate", {"prompt": "x", "raw": True}, RAWLONG),
+        ("/api/generate/", {"prompt": "x", "raw": True}, RAWLONG),
+        ("/api/generate", {"prompt": "x", "raw": False}, INTERACTIVE),
+        ("/api/generate", {"prompt": "x"}, INTERACTIVE),
+        ("/v1/completions", {"prompt": "x", "raw": True}, INTERACTIVE),
+        ("/v1/chat/completions", {"messages": []}, INTERACTIVE),
+    ],
+)
+def test_classify_work(route: str, body: dict[str, object], expected: int) -> None:
+    assert classify_work(route, body) == expected
+
+
+@pytest.mark.parametrize(("header", "expected"), [(None, None), ("1500", 1500.0), (" 250.5 ", 250.5)])
+def test_parse_deadline_ms(header: str | None, expected: float | None) -> None:
+    assert parse_deadline_ms(header) == expected
+
+
+@pytest.mark.parametrize("header", ["0", "-3", "soon", "", "nan", "inf", "1e400", "x" * 100])
+def test_bad_deadline_header_is_a_400_that_teaches(header: str) -> None:
+    with pytest.raises(InvalidDeadline) as info:
+        parse_deadline_ms(header)
+    err = info.value
+    assert isinstance(err, BlazarError) and err.status == 400
+    assert "x-blazar-deadline-ms must be a positive number of milliseconds" in str(err)
+    assert len(str(err)) < 300
