@@ -308,10 +308,16 @@ def _key_models(ctx: _Ctx, key: str, value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _a_type(value: object) -> str:
+    """``"a string"``, ``"an integer"``: a value's type with its article, for messages that must not show it."""
+    name = _type_name(value)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 def _secret_problem(value: object) -> str | None:
     """Why ``value`` is not a usable secret (without showing it), or ``None`` when it is."""
     if not isinstance(value, str):
-        return f"must be a string of {_SECRET_RULE}, got a {_type_name(value)}"
+        return f"must be a string of {_SECRET_RULE}, got {_a_type(value)}"
     if not secret_is_well_formed(value):
         return f"must be {_SECRET_RULE}, got {len(value)} characters" + (
             "" if all("!" <= c <= "~" for c in value) else " including spaces or other characters"
@@ -327,7 +333,7 @@ def _key_table(ctx: _Ctx, index: int, table: object) -> KeyConfig:
     if not isinstance(table, dict):
         raise ConfigError(
             f"{ctx.source}: key '{where}' must be a table with name and secret "
-            f"(write it as [[keys]]), got a {_type_name(table)}"
+            f"(write it as [[keys]]), got {_a_type(table)}"
         )
     for key in table:
         if key not in _KEY_FIELDS:
@@ -363,7 +369,7 @@ def _file_keys(ctx: _Ctx, value: object) -> tuple[KeyConfig, ...]:
     if not isinstance(value, list):
         # Never render the value: a mistyped [keys] table holds secrets.
         raise ConfigError(
-            f"{ctx.source}: key 'keys' must be an array of [[keys]] tables, got a {_type_name(value)} "
+            f"{ctx.source}: key 'keys' must be an array of [[keys]] tables, got {_a_type(value)} "
             "(write each key as a [[keys]] table with name and secret)"
         )
     return tuple(_key_table(ctx, i, table) for i, table in enumerate(value))
