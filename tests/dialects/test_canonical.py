@@ -6,6 +6,7 @@ import ast
 import base64
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from blazar.dialects.canonical import (
     CanonicalRequest,
     DialectError,
     arguments_json,
+    forced_tool_schema,
     function_tools,
     image_data_uri,
     parse_duration,
@@ -173,6 +175,32 @@ def test_render_does_not_mutate_the_request() -> None:
     before = copy.deepcopy(req)
     render_engine(req)
     assert req == before
+
+
+def _call(name: str) -> dict[str, object]:
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": {"type": "object"}},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def test_forced_tool_schema() -> None:
+    def req(choice: object, tools: list[dict[str, Any]] | None = None) -> CanonicalRequest:
+        return CanonicalRequest(
+            model="m", kind="chat", tools=[TOOL, OTHER] if tools is None else tools, tool_choice=choice
+        )
+
+    assert forced_tool_schema(req("required")) == {"anyOf": [_call("get_weather"), _call("get_time")]}
+    assert forced_tool_schema(req({"type": "function", "function": {"name": "get_time"}})) == _call(
+        "get_time"
+    )
+    assert forced_tool_schema(req("required", [TOOL])) == _call("get_weather")
+    assert forced_tool_schema(req("auto")) is None
+    assert forced_tool_schema(req(None)) is None
+    assert forced_tool_schema(req("none")) is None
+    assert forced_tool_schema(req("required", [])) is None
 
 
 def test_schema_of() -> None:

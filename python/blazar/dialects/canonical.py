@@ -163,6 +163,35 @@ def _render_infill(req: CanonicalRequest) -> dict[str, Any]:
     return body
 
 
+def forced_tool_schema(req: CanonicalRequest) -> dict[str, Any] | None:
+    """When the client forces a tool call (tool_choice "required" or one named function), the JSON schema of a
+    call to one of the forced tools: ``{"name": <that tool>, "arguments": <its parameters>}``; None otherwise.
+
+    For engines whose chat template cannot emit tool calls: constrain the output with this schema (as a
+    ``json_schema`` response_format, without tools) and turn the JSON into a tool call on the way back.
+    """
+    choice = req.tool_choice
+    if not req.tools or not (choice == "required" or isinstance(choice, dict)):
+        return None
+    tools = req.tools
+    if isinstance(choice, dict):
+        name = choice.get("function", {}).get("name")
+        tools = [t for t in tools if t["function"]["name"] == name] or tools
+    calls = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": t["function"]["name"]},
+                "arguments": t["function"].get("parameters") or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
 def schema_of(response_format: dict[str, Any]) -> dict[str, Any]:
     """The JSON schema a response_format constrains to (any JSON object when it names none)."""
     if response_format.get("type") == "json_schema":
