@@ -44,6 +44,7 @@ RAWLONG = 2
 cdef dict _SLO_MS = {HIGH: 2000, NORMAL: 30000, LOW: 120000}
 
 cdef enum:
+    _RAW = 2  # RAWLONG, as a C constant for the hot paths
     _NBANDS = 9
     # bands b = priority * 3 + class rank; class rank 2 (RawLong) sits on bits 2, 5 and 8
     _RAW_MASK = (1 << 2) | (1 << 5) | (1 << 8)
@@ -144,137 +145,195 @@ cdef class _Key:
     cdef list flows              # per band: a _Flow or None
 
 
+# Heaps keep their own size ``n`` over a list that only grows (and shrinks when mostly empty), so a queue that
+# goes 0 -> 1 -> 0 all day does not reallocate; slots past ``n`` hold None.
+
+cdef class _TicketHeap:
+    """Tickets ordered by (deadline, seq); each ticket knows its index."""
+
+    cdef list a
+    cdef Py_ssize_t n
+
+
 @cython.final
-cdef class _Flow:
-    """A key's fair-share tickets in one band, as a heap by (deadline, seq)."""
+cdef class _Flow(_TicketHeap):
+    """A key's fair-share tickets in one band."""
 
     cdef _Key ks
-    cdef list items
-    cdef Py_ssize_t pos          # index in the band's key heap, -1 when absent
+    cdef Py_ssize_t pos          # index in the band's flow heap, -1 when absent
 
 
-# ---- ticket heaps: ordered by (deadline, seq), each ticket knows its index ----
+@cython.final
+cdef class _FlowHeap:
+    """Flows ordered by (key credit, head deadline, head seq); each flow knows its index."""
+
+    cdef list a
+    cdef Py_ssize_t n
+
+
+cdef inline void _store(list a, Py_ssize_t n, object x):
+    if n < len(a):
+        a[n] = x
+    else:
+        a.append(x)
+
+
+cdef inline void _trim(list a, Py_ssize_t n):
+    cdef Py_ssize_t cap = len(a)
+    if cap > 64 and n < (cap >> 2):
+        del a[n * 2:]
+
+
+# ---- ticket heaps ----
 
 cdef inline bint _t_before(Ticket a, Ticket b) noexcept:
     return a.deadline < b.deadline or (a.deadline == b.deadline and a.seq < b.seq)
 
 
-cdef void _t_up(list h, Py_ssize_t i):
-    cdef Ticket t = <Ticket>h[i]
+cdef void _t_up(_TicketHeap h, Py_ssize_t i):
+    cdef list a = h.a
+    cdef Ticket t = <Ticket>a[i]
     cdef Ticket p
     cdef Py_ssize_t parent
     while i > 0:
         parent = (i - 1) >> 1
-        p = <Ticket>h[parent]
+        p = <Ticket>a[parent]
         if not _t_before(t, p):
             break
-        h[i] = p
+        a[i] = p
         p.pos = i
         i = parent
-    h[i] = t
+    a[i] = t
     t.pos = i
 
 
-cdef void _t_down(list h, Py_ssize_t i):
-    cdef Py_ssize_t n = len(h)
-    cdef Ticket t = <Ticket>h[i]
+cdef void _t_down(_TicketHeap h, Py_ssize_t i):
+    cdef list a = h.a
+    cdef Py_ssize_t n = h.n
+    cdef Ticket t = <Ticket>a[i]
     cdef Ticket c
     cdef Py_ssize_t child
     while True:
         child = 2 * i + 1
         if child >= n:
             break
-        if child + 1 < n and _t_before(<Ticket>h[child + 1], <Ticket>h[child]):
+        if child + 1 < n and _t_before(<Ticket>a[child + 1], <Ticket>a[child]):
             child += 1
-        c = <Ticket>h[child]
+        c = <Ticket>a[child]
         if not _t_before(c, t):
             break
-        h[i] = c
+        a[i] = c
         c.pos = i
         i = child
-    h[i] = t
+    a[i] = t
     t.pos = i
 
 
-cdef void _t_push(list h, Ticket t):
-    t.pos = len(h)
-    h.append(t)
+cdef void _t_push(_TicketHeap h, Ticket t):
+    _store(h.a, h.n, t)
+    t.pos = h.n
+    h.n += 1
     _t_up(h, t.pos)
 
 
-cdef void _t_remove(list h, Ticket t):
+cdef void _t_remove(_TicketHeap h, Ticket t):
     cdef Py_ssize_t i = t.pos
-    cdef Ticket last = <Ticket>h.pop()
+    cdef list a = h.a
+    cdef Ticket last
+    h.n -= 1
+    last = <Ticket>a[h.n]
+    a[h.n] = None
     t.pos = -1
-    if last is t:
-        return
-    h[i] = last
-    last.pos = i
-    _t_down(h, i)
-    _t_up(h, last.pos)
+    if last is not t:
+        a[i] = last
+        last.pos = i
+        _t_down(h, i)
+        _t_up(h, last.pos)
+    _trim(a, h.n)
 
 
-# ---- key heaps (one per band): flows ordered by (key credit, head deadline, head seq) ----
+# ---- flow heaps (one per band) ----
 
-cdef inline bint _f_before(_Flow a, _Flow b) noexcept:
-    if a.ks.credit != b.ks.credit:
-        return a.ks.credit < b.ks.credit
-    return _t_before(<Ticket>a.items[0], <Ticket>b.items[0])
+cdef inline bint _f_before(_Flow x, _Flow y) noexcept:
+    if x.ks.credit != y.ks.credit:
+        return x.ks.credit < y.ks.credit
+    return _t_before(<Ticket>x.a[0], <Ticket>y.a[0])
 
 
-cdef void _f_up(list h, Py_ssize_t i):
-    cdef _Flow f = <_Flow>h[i]
+cdef void _f_up(_FlowHeap h, Py_ssize_t i):
+    cdef list a = h.a
+    cdef _Flow f = <_Flow>a[i]
     cdef _Flow p
     cdef Py_ssize_t parent
     while i > 0:
         parent = (i - 1) >> 1
-        p = <_Flow>h[parent]
+        p = <_Flow>a[parent]
         if not _f_before(f, p):
             break
-        h[i] = p
+        a[i] = p
         p.pos = i
         i = parent
-    h[i] = f
+    a[i] = f
     f.pos = i
 
 
-cdef void _f_down(list h, Py_ssize_t i):
-    cdef Py_ssize_t n = len(h)
-    cdef _Flow f = <_Flow>h[i]
+cdef void _f_down(_FlowHeap h, Py_ssize_t i):
+    cdef list a = h.a
+    cdef Py_ssize_t n = h.n
+    cdef _Flow f = <_Flow>a[i]
     cdef _Flow c
     cdef Py_ssize_t child
     while True:
         child = 2 * i + 1
         if child >= n:
             break
-        if child + 1 < n and _f_before(<_Flow>h[child + 1], <_Flow>h[child]):
+        if child + 1 < n and _f_before(<_Flow>a[child + 1], <_Flow>a[child]):
             child += 1
-        c = <_Flow>h[child]
+        c = <_Flow>a[child]
         if not _f_before(c, f):
             break
-        h[i] = c
+        a[i] = c
         c.pos = i
         i = child
-    h[i] = f
+    a[i] = f
     f.pos = i
 
 
-cdef void _f_push(list h, _Flow f):
-    f.pos = len(h)
-    h.append(f)
+cdef void _f_push(_FlowHeap h, _Flow f):
+    _store(h.a, h.n, f)
+    f.pos = h.n
+    h.n += 1
     _f_up(h, f.pos)
 
 
-cdef void _f_remove(list h, _Flow f):
+cdef void _f_remove(_FlowHeap h, _Flow f):
     cdef Py_ssize_t i = f.pos
-    cdef _Flow last = <_Flow>h.pop()
+    cdef list a = h.a
+    cdef _Flow last
+    h.n -= 1
+    last = <_Flow>a[h.n]
+    a[h.n] = None
     f.pos = -1
-    if last is f:
-        return
-    h[i] = last
-    last.pos = i
-    _f_down(h, i)
-    _f_up(h, last.pos)
+    if last is not f:
+        a[i] = last
+        last.pos = i
+        _f_down(h, i)
+        _f_up(h, last.pos)
+    _trim(a, h.n)
+
+
+cdef _TicketHeap _ticket_heap():
+    cdef _TicketHeap h = _TicketHeap.__new__(_TicketHeap)
+    h.a = []
+    h.n = 0
+    return h
+
+
+cdef _FlowHeap _flow_heap():
+    cdef _FlowHeap h = _FlowHeap.__new__(_FlowHeap)
+    h.a = []
+    h.n = 0
+    return h
 
 
 @cython.final
@@ -292,14 +351,14 @@ cdef class Scheduler:
     cdef unsigned int _mask          # bit b set while band b has a waiting ticket
     cdef Py_ssize_t _band_n[_NBANDS]
     cdef dict _keys                  # key -> _Key
-    cdef list _band_keys             # per band: heap of _Flow
-    cdef list _band_strict           # per band: heap of strict-deadline Ticket
+    cdef list _band_keys             # per band: _FlowHeap
+    cdef list _band_strict           # per band: _TicketHeap of strict-deadline tickets
 
     def __init__(self, int slots):
         self._set_slots(slots)
         self._keys = {}
-        self._band_keys = [[] for _ in range(_NBANDS)]
-        self._band_strict = [[] for _ in range(_NBANDS)]
+        self._band_keys = [_flow_heap() for _ in range(_NBANDS)]
+        self._band_strict = [_ticket_heap() for _ in range(_NBANDS)]
         for b in range(_NBANDS):
             self._band_n[b] = 0
 
@@ -393,7 +452,7 @@ cdef class Scheduler:
             self._keys[t.key] = ks
         t.ks = ks
         if t.strict:
-            _t_push(<list>self._band_strict[b], t)
+            _t_push(<_TicketHeap>self._band_strict[b], t)
         else:
             if ks.wfq_waiting == 0 and ks.credit < self._vtime:
                 ks.credit = self._vtime
@@ -401,21 +460,22 @@ cdef class Scheduler:
             if f is None:
                 f = _Flow.__new__(_Flow)
                 f.ks = ks
-                f.items = []
+                f.a = []
+                f.n = 0
                 f.pos = -1
                 ks.flows[b] = f
             t.flow = f
-            _t_push(f.items, t)
+            _t_push(f, t)
             if f.pos < 0:
-                _f_push(<list>self._band_keys[b], f)
+                _f_push(<_FlowHeap>self._band_keys[b], f)
                 ks.active |= 1u << b
             elif t.pos == 0:
-                _f_up(<list>self._band_keys[b], f.pos)
+                _f_up(<_FlowHeap>self._band_keys[b], f.pos)
             ks.wfq_waiting += 1
         ks.waiting += 1
         t.state = _WAITING
         self._waiting += 1
-        if t.work_class == RAWLONG:
+        if t.work_class == _RAW:
             self._waiting_raw += 1
         self._band_n[b] += 1
         self._mask |= 1u << b
@@ -438,19 +498,19 @@ cdef class Scheduler:
         return out
 
     cdef Ticket _pop_band(self, int b):
-        cdef list strict = <list>self._band_strict[b]
-        cdef list keys = <list>self._band_keys[b]
+        cdef _TicketHeap strict = <_TicketHeap>self._band_strict[b]
+        cdef _FlowHeap keys = <_FlowHeap>self._band_keys[b]
         cdef Ticket s = None
         cdef Ticket t = None
         cdef _Flow f = None
         cdef _Key ks
         cdef unsigned int act
         cdef int i
-        if len(strict) > 0:
-            s = <Ticket>strict[0]
-        if len(keys) > 0:
-            f = <_Flow>keys[0]
-            t = <Ticket>f.items[0]
+        if strict.n > 0:
+            s = <Ticket>strict.a[0]
+        if keys.n > 0:
+            f = <_Flow>keys.a[0]
+            t = <Ticket>f.a[0]
         if s is not None and (t is None or _t_before(s, t)):
             t = s
             _t_remove(strict, t)
@@ -458,9 +518,9 @@ cdef class Scheduler:
         else:
             ks = f.ks
             self._vtime = ks.credit
-            _t_remove(f.items, t)
+            _t_remove(f, t)
             t.flow = None
-            if len(f.items) == 0:
+            if f.n == 0:
                 _f_remove(keys, f)
                 ks.active &= ~(1u << b)
             else:
@@ -470,7 +530,7 @@ cdef class Scheduler:
         t.state = _RUNNING
         self._waiting -= 1
         self._running += 1
-        if t.work_class == RAWLONG:
+        if t.work_class == _RAW:
             self._waiting_raw -= 1
             self._running_raw += 1
         self._band_n[b] -= 1
@@ -483,7 +543,7 @@ cdef class Scheduler:
         while act:
             if act & 1u:
                 f = <_Flow>ks.flows[i]
-                _f_down(<list>self._band_keys[i], f.pos)
+                _f_down(<_FlowHeap>self._band_keys[i], f.pos)
             act >>= 1
             i += 1
         if ks.credit > _CREDIT_RESET:
@@ -493,14 +553,14 @@ cdef class Scheduler:
     cdef void _rebase(self, _Key crossed) except *:
         cdef double lo = crossed.credit
         cdef double base, c
-        cdef list h
-        cdef Py_ssize_t i, n
+        cdef _FlowHeap h
+        cdef Py_ssize_t i
         cdef _Key ks
         cdef int b
         for b in range(_NBANDS):
-            h = <list>self._band_keys[b]
-            if len(h) > 0 and (<_Flow>h[0]).ks.credit < lo:
-                lo = (<_Flow>h[0]).ks.credit
+            h = <_FlowHeap>self._band_keys[b]
+            if h.n > 0 and (<_Flow>h.a[0]).ks.credit < lo:
+                lo = (<_Flow>h.a[0]).ks.credit
         base = crossed.credit - _CREDIT_SPREAD
         if lo > base:
             base = lo
@@ -516,11 +576,8 @@ cdef class Scheduler:
         self._vtime = c if c > 0.0 else 0.0
         # keys clamped to zero may have changed places: rebuild every band's key heap
         for b in range(_NBANDS):
-            h = <list>self._band_keys[b]
-            n = len(h)
-            for i in range(n):
-                (<_Flow>h[i]).pos = i
-            i = n // 2 - 1
+            h = <_FlowHeap>self._band_keys[b]
+            i = h.n // 2 - 1
             while i >= 0:
                 _f_down(h, i)
                 i -= 1
@@ -532,7 +589,7 @@ cdef class Scheduler:
         if t.state == _RUNNING:
             t.state = _RELEASED
             self._running -= 1
-            if t.work_class == RAWLONG:
+            if t.work_class == _RAW:
                 self._running_raw -= 1
         elif t.state == _WAITING:
             self.cancel(t)
@@ -541,7 +598,7 @@ cdef class Scheduler:
         """Take a waiting ticket out of the queue (timeout, client gone); True if it was waiting."""
         cdef _Key ks
         cdef _Flow f
-        cdef list keys
+        cdef _FlowHeap keys
         cdef bint head
         cdef int b = t.band
         if t.owner is not self:
@@ -552,14 +609,14 @@ cdef class Scheduler:
             return False
         ks = t.ks
         if t.strict:
-            _t_remove(<list>self._band_strict[b], t)
+            _t_remove(<_TicketHeap>self._band_strict[b], t)
         else:
             f = t.flow
             head = t.pos == 0
-            _t_remove(f.items, t)
+            _t_remove(f, t)
             t.flow = None
-            keys = <list>self._band_keys[b]
-            if len(f.items) == 0:
+            keys = <_FlowHeap>self._band_keys[b]
+            if f.n == 0:
                 _f_remove(keys, f)
                 ks.active &= ~(1u << b)
             elif head:
@@ -568,7 +625,7 @@ cdef class Scheduler:
         ks.waiting -= 1
         t.state = _CANCELLED
         self._waiting -= 1
-        if t.work_class == RAWLONG:
+        if t.work_class == _RAW:
             self._waiting_raw -= 1
         self._band_n[b] -= 1
         if self._band_n[b] == 0:
