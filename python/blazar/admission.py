@@ -3,7 +3,8 @@
 Owns: the per-model queues, waking the requests the scheduler admits, the bounded wait that ends in
 ``AllSlotsBusy`` (503 ``all_slots_busy`` with the seed's human wait string), and two pure helpers the handlers
 call before admitting: ``classify_work`` (Interactive / Tool / RawLong) and ``parse_deadline_ms``
-(``x-blazar-deadline-ms``). The ordering rules themselves live in ``blazar_sched`` (see its module docstring).
+(``x-blazar-deadline-ms``); ``parse_priority`` (``x-blazar-priority``) and the class constants are re-exported
+from ``blazar_sched`` so handlers import from one place. The ordering rules themselves live in ``blazar_sched`` (see its module docstring).
 
 Must not: do I/O, log, or read HTTP objects; everything here runs on the gateway's one event loop and touches a
 request a constant number of times.
@@ -18,12 +19,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
-from blazar_sched import INTERACTIVE, RAWLONG, TOOL, Scheduler, Ticket
+from blazar_sched import HIGH, INTERACTIVE, LOW, NORMAL, RAWLONG, TOOL, Scheduler, Ticket, parse_priority
 
 from blazar.errors import BlazarError
 
 __all__ = [
+    "HIGH",
     "INTERACTIVE",
+    "LOW",
+    "NORMAL",
     "RAWLONG",
     "TOOL",
     "Admission",
@@ -34,6 +38,7 @@ __all__ = [
     "classify_work",
     "human_wait",
     "parse_deadline_ms",
+    "parse_priority",
 ]
 
 

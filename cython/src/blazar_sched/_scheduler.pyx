@@ -15,19 +15,21 @@ Order of admission, for one model with N slots:
    ``raw_ceiling(N) = max(1, N - ceil(N/4))`` RawLong tickets run; with nothing else waiting RawLong borrows every
    slot.
 3. Within a band, fair share across keys (WFQ): every key has a credit; serving one of its tickets adds
-   ``1/weight``. The key with the lowest credit goes next, ties by its oldest deadline, then arrival (seq). A key
+   ``1/weight``. The key with the lowest credit goes next, ties by the deadline of its next ticket, then arrival (seq). A key
    that comes back from idle is lifted to the credit of the last key served by fair share, so idling banks no
    burst. When a credit passes 256 every credit is rebased: the smallest active credit is subtracted (keeping
    each active key's lead or debt) and nobody is kept more than 128 behind the key that crossed, so the numbers
    stay bounded.
 4. Strict EDF: a ticket with an explicit deadline (``x-blazar-deadline-ms``) is not queued behind its key's
    fair share; it starts ahead of the band's fair-share pick whenever its deadline is earlier (ties by seq). Its
-   service is still charged to its key's credit. Tickets without an explicit deadline carry their SLO tier as
-   deadline (HIGH 2 s, NORMAL 30 s, LOW 120 s; Tool at most 10 s).
+   service is still charged to its key's credit. So a key that sends tight deadlines gets ahead of fair share
+   within its band only, and never past a fair-share pick that is due sooner. Tickets without an explicit deadline
+   carry their SLO tier as deadline (HIGH 2 s, NORMAL 30 s, LOW 120 s; Tool at most 10 s).
 
 Data structures: per band an indexed heap of keys (a key's flow in that band) by (credit, head deadline, head
 seq), per flow an indexed heap of its tickets by (deadline, seq), and per band an indexed heap of strict-deadline
-tickets. Enqueue, admit and cancel are O(log n); nothing scans the queue.
+tickets. Enqueue, admit and cancel are O(log n); nothing scans the queue (a rebase walks the keys, at most once
+per 128 credits of the key that crossed).
 """
 
 cimport cython
