@@ -8,10 +8,14 @@ use pyo3::prelude::*;
 
 pub mod frame;
 pub mod gguf;
+pub mod semcache;
+pub mod translate;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gguf::init_pymodule(m)?;
     frame::init_pymodule(m)?;
+    translate::init_pymodule(m)?;
+    semcache::init_pymodule(m)?;
     Ok(())
 }

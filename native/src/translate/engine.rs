@@ -1,0 +1,198 @@
+//! The engine's wire format (OpenAI chat completions, as llama.cpp's server speaks it), read with
+//! serde into borrowed views.
+//!
+//! Owns which engine fields the translators look at; everything else is skipped unparsed.
+//! Strings borrow from the event's data unless they hold escapes. It must not decide what a
+//! field means for a client dialect.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{Deserializer, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// A JSON string, borrowed from the input when it has no escapes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor<'a>(PhantomData<&'a ()>);
+
+        impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
+            type Value = Text<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E>(self, v: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+
+        deserializer.deserialize_str(TextVisitor(PhantomData))
+    }
+}
+
+impl Text<'_> {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One streamed `chat.completion.chunk`, or a whole `chat.completion` body.
+#[derive(Debug, Deserialize)]
+pub struct Completion<'a> {
+    #[serde(default, borrow)]
+    pub choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// The raw `"model"` value, located in the input so it can be rewritten in place.
+    #[serde(default, borrow)]
+    pub model: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub error: Option<&'a RawValue>,
+    #[serde(default)]
+    pub timings: Option<Timings>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Choice<'a> {
+    #[serde(default)]
+    pub index: u32,
+    #[serde(default, borrow)]
+    pub delta: Option<Message<'a>>,
+    #[serde(default, borrow)]
+    pub message: Option<Message<'a>>,
+    #[serde(default, borrow)]
+    pub finish_reason: Option<Text<'a>>,
+    /// The stop string that ended generation, where the engine reports one (`stop_reason` as
+    /// vLLM writes it, `stopping_word` as llama.cpp's native endpoint does).
+    #[serde(default, borrow, alias = "stopping_word")]
+    pub stop_reason: Option<StopWord<'a>>,
+}
+
+/// A stop word; engines that report a stop token id instead give no word.
+#[derive(Debug)]
+pub struct StopWord<'a>(pub Option<Text<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for StopWord<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either<'a> {
+            #[serde(borrow)]
+            Word(Text<'a>),
+            Other(serde::de::IgnoredAny),
+        }
+        Ok(match Either::deserialize(deserializer)? {
+            Either::Word(w) => StopWord(Some(w)),
+            Either::Other(_) => StopWord(None),
+        })
+    }
+}
+
+/// A streamed `delta` or a whole `message`.
+#[derive(Debug, Default, Deserialize)]
+pub struct Message<'a> {
+    #[serde(default, borrow)]
+    pub content: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub reasoning_content: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub tool_calls: Option<Vec<ToolFragment<'a>>>,
+}
+
+/// One `tool_calls` entry: a fragment in a stream, a whole call in a body.
+#[derive(Debug, Default, Deserialize)]
+pub struct ToolFragment<'a> {
+    #[serde(default)]
+    pub index: Option<u32>,
+    #[serde(default, borrow)]
+    pub id: Option<Text<'a>>,
+    #[serde(default, borrow, rename = "type")]
+    pub kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub function: Option<FunctionFragment<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct FunctionFragment<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub arguments: Option<Text<'a>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+/// llama.cpp's per-response timings, used for whole bodies' Ollama durations.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct Timings {
+    #[serde(default)]
+    pub prompt_ms: Option<f64>,
+    #[serde(default)]
+    pub predicted_ms: Option<f64>,
+}
+
+/// An engine error as found in an `error` event or an `{"error": ...}` payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineError {
+    pub message: String,
+    pub kind: String,
+    /// The raw JSON of the error's `code`, or `null`.
+    pub code: String,
+}
+
+impl EngineError {
+    /// Reads `{"error": {...}}`, `{"message": ..., "type": ..., "code": ...}` or any other text.
+    pub fn parse(raw: &str) -> Self {
+        #[derive(Deserialize)]
+        struct Outer<'a> {
+            #[serde(borrow)]
+            error: &'a RawValue,
+        }
+        #[derive(Deserialize)]
+        struct Inner<'a> {
+            #[serde(default, borrow)]
+            message: Option<Text<'a>>,
+            #[serde(default, borrow, rename = "type")]
+            kind: Option<Text<'a>>,
+            #[serde(default, borrow)]
+            code: Option<&'a RawValue>,
+        }
+        let body = serde_json::from_str::<Outer<'_>>(raw).map_or(raw, |o| o.error.get());
+        match serde_json::from_str::<Inner<'_>>(body) {
+            Ok(inner) => Self {
+                message: inner.message.map_or_else(|| body.to_owned(), |m| m.0.into_owned()),
+                kind: inner.kind.map_or_else(|| "server_error".to_owned(), |k| k.0.into_owned()),
+                code: inner.code.map_or_else(|| "null".to_owned(), |c| c.get().to_owned()),
+            },
+            Err(_) => match serde_json::from_str::<Text<'_>>(body) {
+                Ok(text) => Self::new(text.as_str(), "server_error"),
+                Err(_) => Self::new(body, "server_error"),
+            },
+        }
+    }
+
+    pub fn new(message: &str, kind: &str) -> Self {
+        Self { message: message.to_owned(), kind: kind.to_owned(), code: "null".to_owned() }
+    }
+}

@@ -1,0 +1,336 @@
+//! The streaming translator: engine SSE bytes in, client bytes out, one object per response.
+//!
+//! Owns the per-response state machine shared by every dialect: frame parsing, chunk decoding,
+//! `[DONE]`, engine errors, the normal and abnormal ends, pending output after a frame error,
+//! and Anthropic's keep-alive pings. What each dialect writes lives in `openai`, `ollama` and
+//! `anthropic`; what the response amounted to in `collect`. It must not touch Python.
+
+use super::anthropic;
+use super::clock::Clock;
+use super::collect::{Collector, Summary};
+use super::engine::{Completion, EngineError, Message};
+use super::json::str_literal;
+use super::ollama::{self, Metrics};
+use super::openai;
+use crate::frame::{FrameError, SseEvent, SseParser, DEFAULT_MAX_FRAME};
+
+/// Quiet time after which an Anthropic stream gets a `ping`.
+pub const PING_AFTER_NS: u64 = 10_000_000_000;
+
+/// The client's wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    OpenAi,
+    OllamaChat,
+    OllamaGenerate,
+    Anthropic,
+}
+
+impl Dialect {
+    pub const NAMES: &'static str = "'openai', 'ollama_chat', 'ollama_generate' or 'anthropic'";
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "openai" => Self::OpenAi,
+            "ollama_chat" => Self::OllamaChat,
+            "ollama_generate" => Self::OllamaGenerate,
+            "anthropic" => Self::Anthropic,
+            _ => return None,
+        })
+    }
+}
+
+/// What the client asked for and what the caller knows before the first byte.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub dialect: Dialect,
+    pub model: String,
+    pub include_usage: bool,
+    pub load_duration_ns: u64,
+    pub message_id: Option<String>,
+    pub prompt_tokens_hint: u64,
+}
+
+/// A fresh Anthropic-style message id.
+pub fn new_message_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut id = String::from("msg_");
+    for round in 0..2u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(super::clock::system_ns() ^ round);
+        id.push_str(&format!("{:016x}", h.finish()));
+    }
+    id.truncate(4 + 24);
+    id
+}
+
+/// Reads a JSON object (only an object: serde would also accept an array for a struct).
+pub(super) fn parse_object<'a>(text: &'a str) -> Result<Completion<'a>, String> {
+    if !text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('{') {
+        return Err("not a JSON object".to_owned());
+    }
+    serde_json::from_str(text).map_err(|e| e.to_string())
+}
+
+pub(super) fn first_message<'c, 'a>(chunk: &'c Completion<'a>) -> Option<&'c Message<'a>> {
+    let choice = chunk.choices.as_ref()?.iter().find(|c| c.index == 0)?;
+    choice.delta.as_ref().or(choice.message.as_ref())
+}
+
+struct State {
+    opts: Options,
+    model: Vec<u8>,
+    message_id: String,
+    col: Collector,
+    anthropic: anthropic::Stream,
+    ollama_sent: usize,
+    out: Vec<u8>,
+    saw_done: bool,
+    closed: bool,
+    last_output_ns: u64,
+}
+
+/// Translates one streamed response.
+pub struct Translator {
+    parser: SseParser,
+    clock: Clock,
+    state: State,
+    pending: Vec<u8>,
+}
+
+impl Translator {
+    /// A translator whose clock starts at `start_ns` (Unix-epoch ns), or now.
+    pub fn new(opts: Options, start_ns: Option<u64>) -> Self {
+        let clock = Clock::new(start_ns);
+        let message_id = opts.message_id.clone().unwrap_or_else(new_message_id);
+        let state = State {
+            model: str_literal(&opts.model),
+            message_id,
+            col: Collector::new(clock.start_ns()),
+            anthropic: anthropic::Stream::default(),
+            ollama_sent: 0,
+            out: Vec::new(),
+            saw_done: false,
+            closed: false,
+            last_output_ns: clock.start_ns(),
+            opts,
+        };
+        Self { parser: SseParser::new(DEFAULT_MAX_FRAME), clock, state, pending: Vec::new() }
+    }
+
+    /// Feeds engine bytes; returns the client bytes they complete. After a frame error every
+    /// call fails; `finish` then returns what was held back and the closing error.
+    pub fn feed(&mut self, chunk: &[u8], now: Option<u64>) -> Result<Vec<u8>, FrameError> {
+        if let Some(err) = self.parser.failure() {
+            return Err(err.clone());
+        }
+        if self.state.closed {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now(now);
+        let state = &mut self.state;
+        match self.parser.feed(chunk, |ev| state.on_event(ev, now)) {
+            Ok(()) => {
+                state.keep_alive(now);
+                Ok(std::mem::take(&mut state.out))
+            }
+            Err(err) => {
+                self.pending.append(&mut state.out);
+                Err(err)
+            }
+        }
+    }
+
+    /// Ends the upstream: emits whatever closes the client's stream, once.
+    pub fn finish(&mut self, now: Option<u64>) -> Vec<u8> {
+        let now = self.clock.now(now);
+        if !self.state.closed {
+            if let Some(err) = self.parser.failure() {
+                let err = EngineError::new(&err.to_string(), "stream_error");
+                self.state.col.errors.push(format!("stream error: {}", err.message));
+                self.state.fail(&err, now);
+            } else {
+                if !self.parser.finish() {
+                    self.state.col.errors.push("engine stream ended inside an event; it was discarded".to_owned());
+                }
+                self.state.close(now);
+            }
+        }
+        let mut out = std::mem::take(&mut self.pending);
+        out.append(&mut self.state.out);
+        out
+    }
+
+    /// Ends the response early with an error the client sees in its own dialect.
+    pub fn abort(&mut self, message: &str, now: Option<u64>) -> Vec<u8> {
+        let now = self.clock.now(now);
+        if !self.state.closed {
+            self.state.col.errors.push(format!("aborted: {message}"));
+            self.state.fail(&EngineError::new(message, "server_error"), now);
+        }
+        let mut out = std::mem::take(&mut self.pending);
+        out.append(&mut self.state.out);
+        out
+    }
+
+    pub fn summary(&self) -> Summary {
+        self.state.col.summary()
+    }
+
+    /// Whether the engine's `[DONE]` or final event was seen, or the stream was closed.
+    pub fn done(&self) -> bool {
+        self.state.saw_done || self.state.closed
+    }
+}
+
+impl State {
+    fn on_event(&mut self, ev: SseEvent<'_>, now: u64) {
+        if self.closed {
+            return;
+        }
+        if ev.event == "error" {
+            self.engine_error(&EngineError::parse(ev.data), now);
+            return;
+        }
+        if ev.data == "[DONE]" {
+            self.saw_done = true;
+            self.close(now);
+            return;
+        }
+        let chunk: Completion<'_> = match parse_object(ev.data) {
+            Ok(chunk) => chunk,
+            Err(err) => return self.bad_chunk(ev.data, &err),
+        };
+        if chunk.error.is_some() {
+            self.engine_error(&EngineError::parse(ev.data), now);
+            return;
+        }
+        let absorbed = self.col.absorb(&chunk, now);
+        let message = first_message(&chunk);
+        let content = message.and_then(|m| m.content.as_ref()).map_or("", |t| t.as_str());
+        let thinking = message.and_then(|m| m.reasoning_content.as_ref()).map_or("", |t| t.as_str());
+        let out = &mut self.out;
+        match self.opts.dialect {
+            Dialect::OpenAi => openai::chunk(out, ev.data, &chunk, &self.model, self.opts.include_usage),
+            Dialect::OllamaChat | Dialect::OllamaGenerate => {
+                let generate = self.opts.dialect == Dialect::OllamaGenerate;
+                if !thinking.is_empty() {
+                    ollama::delta(out, generate, &self.model, now, "", thinking, &[]);
+                }
+                if !content.is_empty() {
+                    ollama::delta(out, generate, &self.model, now, content, "", &[]);
+                }
+                if !generate {
+                    self.flush_ollama_tools(now);
+                }
+            }
+            Dialect::Anthropic => {
+                self.start_anthropic(now);
+                if !content.is_empty() {
+                    self.anthropic.text(&mut self.out, content);
+                }
+                let calls = &self.col.tools.calls;
+                self.anthropic.tools(&mut self.out, calls, &absorbed.tool_slots, &self.message_id);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bad_chunk(&mut self, data: &str, err: &str) {
+        self.col.errors.push(format!("engine chunk is not a chat completion chunk: {err}"));
+        if self.opts.dialect == Dialect::OpenAi {
+            openai::raw(&mut self.out, data);
+        }
+    }
+
+    fn start_anthropic(&mut self, now: u64) {
+        if !self.anthropic.started {
+            let hint = self.opts.prompt_tokens_hint;
+            self.anthropic.start(&mut self.out, &self.message_id, &self.model, hint);
+            self.last_output_ns = now;
+        }
+    }
+
+    fn flush_ollama_tools(&mut self, now: u64) {
+        let ready = self.col.tools.complete_count();
+        if ready > self.ollama_sent {
+            let calls = &self.col.tools.calls[self.ollama_sent..ready];
+            ollama::delta(&mut self.out, false, &self.model, now, "", "", calls);
+            self.ollama_sent = ready;
+        }
+    }
+
+    fn keep_alive(&mut self, now: u64) {
+        if !self.out.is_empty() {
+            self.last_output_ns = now;
+        } else if self.opts.dialect == Dialect::Anthropic
+            && self.anthropic.started
+            && !self.closed
+            && now.saturating_sub(self.last_output_ns) >= PING_AFTER_NS
+        {
+            anthropic::ping(&mut self.out);
+            self.last_output_ns = now;
+        }
+    }
+
+    #[cold]
+    fn engine_error(&mut self, err: &EngineError, now: u64) {
+        self.col.engine_error(err);
+        self.fail(err, now);
+    }
+
+    /// The normal end; an end before any finish reason or `[DONE]` is reported as an error.
+    fn close(&mut self, now: u64) {
+        if self.col.finish_reason.is_none() && !self.saw_done {
+            let err = EngineError::new("engine stream ended before the response was complete", "upstream_error");
+            self.col.errors.push(err.message.clone());
+            return self.fail(&err, now);
+        }
+        self.closed = true;
+        self.col.tools.complete_all();
+        self.col.tools.validate(&mut self.col.errors);
+        let hint = self.opts.prompt_tokens_hint;
+        match self.opts.dialect {
+            Dialect::OpenAi => openai::done(&mut self.out),
+            Dialect::OllamaChat | Dialect::OllamaGenerate => {
+                let generate = self.opts.dialect == Dialect::OllamaGenerate;
+                if !generate {
+                    self.flush_ollama_tools(now);
+                }
+                let col = &self.col;
+                let start = col.start_ns;
+                let first = col.first_token_ns.unwrap_or(now);
+                let metrics = Metrics {
+                    total_duration: self.opts.load_duration_ns.saturating_add(now.saturating_sub(start)),
+                    load_duration: self.opts.load_duration_ns,
+                    prompt_eval_count: col.prompt_tokens(hint),
+                    prompt_eval_duration: first.saturating_sub(start),
+                    eval_count: col.completion_tokens(),
+                    eval_duration: col.last_token_ns.unwrap_or(first).saturating_sub(first),
+                };
+                let reason = ollama::done_reason(col.finish_reason.as_deref());
+                ollama::final_object(&mut self.out, generate, &self.model, now, "", "", &[], reason, &metrics, true);
+            }
+            Dialect::Anthropic => {
+                self.start_anthropic(now);
+                self.anthropic.finish(&mut self.out, &self.col, hint);
+            }
+        }
+    }
+
+    /// The abnormal end: the dialect's in-stream error.
+    fn fail(&mut self, err: &EngineError, _now: u64) {
+        self.closed = true;
+        self.col.tools.complete_all();
+        self.col.tools.validate(&mut self.col.errors);
+        match self.opts.dialect {
+            Dialect::OpenAi => openai::error_event(&mut self.out, err),
+            Dialect::OllamaChat | Dialect::OllamaGenerate => ollama::error(&mut self.out, &err.message, true),
+            Dialect::Anthropic => {
+                self.anthropic.close_block(&mut self.out);
+                anthropic::error_event(&mut self.out, err);
+            }
+        }
+    }
+}
