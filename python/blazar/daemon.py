@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import uvloop
 
 from blazar.config import Config
 from blazar.gateway.server import EXIT_BIND_CONFLICT, BindConflict, check_port, run
+from blazar.gateway.tenancy import Gate
 from blazar.paths import DataDir
 from blazar.store import Store
 from blazar.supervisor import Supervisor
@@ -27,7 +29,7 @@ def setup_logging(level: str) -> None:
         logging.getLogger("blazar.access").setLevel(logging.WARNING)
 
 
-def serve(cfg: Config) -> int:
+def serve(cfg: Config, config_path: Path) -> int:
     setup_logging(cfg.log_level)
     try:
         check_port(cfg.host, cfg.port)
@@ -37,8 +39,9 @@ def serve(cfg: Config) -> int:
     data = DataDir(cfg.data_dir).ensure()
     store = Store.open(data.db)
     sup = Supervisor(cfg, data, store)
+    gate = Gate(cfg, store, data, config_path)
     try:
-        uvloop.run(run(cfg, sup))
+        uvloop.run(run(cfg, sup, gate))
     except KeyboardInterrupt:
         pass
     finally:

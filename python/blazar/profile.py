@@ -20,6 +20,7 @@ class LaunchSpec:
     """Everything the supervisor needs to start one child, except the port and key, which it picks."""
 
     argv_template: tuple[str, ...]
+    ctx_size: int = 0
     health_path: str = "/health"
 
     def argv(self, *, port: int, api_key_file: Path) -> list[str]:
@@ -62,7 +63,7 @@ def compile_llama_cpp(
     if embeddings:
         argv += ["--embeddings", "--pooling", "mean"]
     argv += list(ov.extra_args)
-    return LaunchSpec(argv_template=tuple(argv))
+    return LaunchSpec(argv_template=tuple(argv), ctx_size=ctx)
 
 
 def compile_profile(

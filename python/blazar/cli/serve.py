@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from blazar.cli.common import config, handles_errors
+from blazar.config import default_config_path
 
 app = typer.Typer()
 
@@ -30,4 +31,4 @@ def serve_cmd(
         changes["port"] = port
     if changes:
         cfg = dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
-    raise typer.Exit(serve(cfg))
+    raise typer.Exit(serve(cfg, default_config_path()))

@@ -33,6 +33,8 @@ from blazar.config.model import (
     DEFAULT_LOG_LEVEL,
     DEFAULT_PARALLEL,
     DEFAULT_PORT,
+    DEFAULT_QUEUE_WAIT_SECS,
+    DEFAULT_SESSION_KEEP_SECS,
     DEFAULT_STOP_GRACE_SECS,
     DEFAULT_THREADS,
     ENGINE_MODES,
@@ -179,6 +181,12 @@ def _number(ctx: _Ctx, key: str, value: object, lo: float) -> float:
     return number
 
 
+def _bool(ctx: _Ctx, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ctx.bad(key, "true or false", value)
+    return value
+
+
 def _string(ctx: _Ctx, key: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ctx.bad(key, "a non-empty string", value)
@@ -227,6 +235,9 @@ _TOP_LEVEL: dict[str, _Check] = {
     "parallel": lambda c, k, v: _int(c, k, v, 1),
     "threads": lambda c, k, v: _int(c, k, v, 0),
     "gpu_layers": lambda c, k, v: _int(c, k, v, -1),
+    "queue_wait_secs": lambda c, k, v: _int(c, k, v, 0),
+    "session_keep_secs": lambda c, k, v: _int(c, k, v, 0),
+    "audit": _bool,
 }
 
 _MODEL_LEVEL: dict[str, _Check] = {
@@ -577,6 +588,17 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
     ("parallel", DEFAULT_PARALLEL, "Engine slots (concurrent requests) per model, >= 1."),
     ("threads", DEFAULT_THREADS, "CPU threads per engine; 0 = the engine's default."),
     ("gpu_layers", DEFAULT_GPU_LAYERS, "Layers to offload to the GPU; -1 = all that fit (engine default)."),
+    (
+        "queue_wait_secs",
+        DEFAULT_QUEUE_WAIT_SECS,
+        "Longest wait for a free engine slot before 503 all_slots_busy.",
+    ),
+    (
+        "session_keep_secs",
+        DEFAULT_SESSION_KEEP_SECS,
+        "Seconds an idle x-blazar-session pin is kept; 0 = no sessions.",
+    ),
+    ("audit", False, "Write one audit line per request to <data_dir>/audit/audit.log."),
 )
 
 

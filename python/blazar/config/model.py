@@ -20,6 +20,8 @@ DEFAULT_PORT = 11435
 DEFAULT_IDLE_TIMEOUT_SECS = 1800
 DEFAULT_CHILD_START_TIMEOUT_SECS = 120
 DEFAULT_CHILD_HEADER_TIMEOUT_SECS = 120
+DEFAULT_QUEUE_WAIT_SECS = 30
+DEFAULT_SESSION_KEEP_SECS = 900
 DEFAULT_STOP_GRACE_SECS = 10.0
 DEFAULT_ENGINE_MODE = "auto"
 DEFAULT_LOG_LEVEL = "info"
@@ -207,6 +209,9 @@ class Config:
     parallel: int = DEFAULT_PARALLEL
     threads: int = DEFAULT_THREADS
     gpu_layers: int = DEFAULT_GPU_LAYERS
+    queue_wait_secs: int = DEFAULT_QUEUE_WAIT_SECS
+    session_keep_secs: int = DEFAULT_SESSION_KEEP_SECS
+    audit: bool = False
     models: Mapping[str, ModelOverride] = field(default_factory=_no_models, hash=False)
     keys: tuple[KeyConfig, ...] = ()
 

@@ -1,8 +1,8 @@
 """The RSGI application: routing and the per-request envelope around every handler.
 
 Envelope, outermost first: trace id (``x-blazar-trace-id``) -> route lookup -> body limit (50 MiB) -> handler
--> error mapping into the caller's dialect -> access log. Handlers return ``(status, headers, body)`` or stream
-through the protocol themselves and return None.
+-> error mapping into the route's dialect -> ``x-blazar-overhead-ms`` -> access log. Handlers return
+``(status, headers, body)`` or stream through the protocol themselves and return None.
 """
 
 from __future__ import annotations
@@ -11,21 +11,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from blazar import __version__
+from blazar.dialects import anthropic as anthropic_dialect
+from blazar.dialects import ollama as ollama_dialect
+from blazar.dialects import openai as openai_dialect
+from blazar.dialects.canonical import DialectError
 from blazar.errors import BlazarError
-from blazar.gateway import openai
-from blazar.gateway.http import (
-    JSON_HEADERS,
-    MAX_BODY_BYTES,
-    HttpError,
-    Request,
-    accept_trace_id,
-    openai_error_body,
-)
+from blazar.gateway import admin, anthropic, ollama, ollama_admin, openai
+from blazar.gateway.http import JSON_HEADERS, MAX_BODY_BYTES, HttpError, Request, accept_trace_id
+from blazar.gateway.tenancy import Gate
 from blazar.supervisor import Supervisor
 
 log = logging.getLogger("blazar.gateway")
@@ -33,6 +32,53 @@ access = logging.getLogger("blazar.access")
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 Handler = Callable[[Supervisor, Request, Any], Awaitable[Response | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    dialect: str
+    methods: dict[str, Handler]
+
+
+def render_error(dialect: str, status: int, message: str, kind: str | None) -> bytes:
+    """An error body in the caller's dialect."""
+    if dialect == "ollama":
+        return ollama_dialect.render_error(status, message)
+    if dialect == "anthropic":
+        return anthropic_dialect.render_error(status, message)
+    return openai_dialect.render_error(status, message, kind)
+
+
+async def _healthz(sup: Supervisor, req: Request, proto: Any) -> Response:
+    return 200, JSON_HEADERS, orjson.dumps({"status": "ok", "version": __version__})
+
+
+_OPENAI, _OLLAMA, _ANTHROPIC = "openai", "ollama", "anthropic"
+
+ROUTES: dict[str, Route] = {
+    "/healthz": Route(_OPENAI, {"GET": _healthz}),
+    "/health": Route(_OPENAI, {"GET": _healthz}),
+    "/v1/models": Route(_OPENAI, {"GET": openai.list_models}),
+    "/v1/chat/completions": Route(_OPENAI, {"POST": openai.chat_completions}),
+    "/v1/completions": Route(_OPENAI, {"POST": openai.completions}),
+    "/v1/embeddings": Route(_OPENAI, {"POST": openai.embeddings}),
+    "/v1/messages": Route(_ANTHROPIC, {"POST": anthropic.messages}),
+    "/v1/messages/count_tokens": Route(_ANTHROPIC, {"POST": anthropic.count_tokens}),
+    "/": Route(_OLLAMA, {"GET": ollama_admin.root}),
+    "/api/version": Route(_OLLAMA, {"GET": ollama_admin.version}),
+    "/api/tags": Route(_OLLAMA, {"GET": ollama_admin.tags}),
+    "/api/ps": Route(_OLLAMA, {"GET": ollama_admin.ps}),
+    "/api/show": Route(_OLLAMA, {"POST": ollama_admin.show}),
+    "/api/copy": Route(_OLLAMA, {"POST": ollama_admin.copy}),
+    "/api/delete": Route(_OLLAMA, {"DELETE": ollama_admin.delete}),
+    "/api/chat": Route(_OLLAMA, {"POST": ollama.chat}),
+    "/api/generate": Route(_OLLAMA, {"POST": ollama.generate}),
+    "/api/embed": Route(_OLLAMA, {"POST": ollama.embed}),
+    "/api/embeddings": Route(_OLLAMA, {"POST": ollama.embeddings_legacy}),
+    "/api/keys": Route(_OPENAI, {"GET": admin.list_keys, "POST": admin.add_key, "DELETE": admin.remove_key}),
+    "/api/keys/rotate": Route(_OPENAI, {"POST": admin.rotate_key}),
+    "/api/session": Route(_OPENAI, {"GET": admin.sessions_list, "POST": admin.session_action}),
+}
 
 _BLAZAR_KIND = {
     400: "invalid_request_error",
@@ -42,70 +88,79 @@ _BLAZAR_KIND = {
 }
 
 
-async def _healthz(sup: Supervisor, req: Request, proto: Any) -> Response:
-    return 200, JSON_HEADERS, orjson.dumps({"status": "ok", "version": __version__})
-
-
-async def _models(sup: Supervisor, req: Request, proto: Any) -> Response:
-    return openai.list_models(sup)
-
-
-ROUTES: dict[str, dict[str, Handler]] = {
-    "/healthz": {"GET": _healthz},
-    "/health": {"GET": _healthz},
-    "/v1/models": {"GET": _models},
-    "/v1/chat/completions": {"POST": openai.chat_completions},
-    "/v1/completions": {"POST": openai.completions},
-    "/v1/embeddings": {"POST": openai.embeddings},
-}
+def _guess_dialect(path: str) -> str:
+    return _OLLAMA if path.startswith("/api/") else _OPENAI
 
 
 class App:
     """Granian calls ``__rsgi_init__`` on the worker's loop, ``__rsgi__`` per request, ``__rsgi_del__`` at exit."""
 
-    def __init__(self, sup: Supervisor) -> None:
+    def __init__(self, sup: Supervisor, gate: Gate) -> None:
         self.sup = sup
+        self.gate = gate
+        self.cors = frozenset(sup.cfg.cors_origins)
 
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon(self.sup.start_background)
+        loop.call_soon(self.gate.start)
 
     def __rsgi_del__(self, loop: asyncio.AbstractEventLoop) -> None:
         pass
 
+    def _cors_headers(self, origin: str | None) -> list[tuple[str, str]]:
+        if not origin or not self.cors or ("*" not in self.cors and origin not in self.cors):
+            return []
+        return [
+            ("access-control-allow-origin", "*" if "*" in self.cors else origin),
+            ("access-control-expose-headers", "x-blazar-trace-id, x-blazar-overhead-ms"),
+            ("vary", "origin"),
+        ]
+
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         t0 = time.perf_counter()
-        headers = scope.headers
-        trace = accept_trace_id(headers.get("x-blazar-trace-id"))
-        out_headers = [("x-blazar-trace-id", trace)]
-        status = 500
         path = scope.path
+        headers = scope.headers
+        route = ROUTES.get(path)
+        dialect = route.dialect if route else _guess_dialect(path)
+        trace = accept_trace_id(headers.get("x-blazar-trace-id"))
+        req = Request(scope.method, path, scope.query_string, headers, b"", trace, t0=t0, gate=self.gate)
+        req.extra_headers.append(("x-blazar-trace-id", trace))
+        cors = self._cors_headers(headers.get("origin")) if self.cors else []
+        if cors:
+            req.extra_headers.extend(cors)
+            if scope.method == "OPTIONS":  # a preflight is answered before auth
+                allow = headers.get("access-control-request-headers") or "authorization, content-type"
+                proto.response_empty(
+                    204,
+                    [*req.extra_headers, ("access-control-allow-methods", "GET, POST, DELETE"),
+                     ("access-control-allow-headers", allow), ("access-control-max-age", "600")],
+                )  # fmt: skip
+                return
+        status = 500
         try:
-            status = await self._handle(scope, proto, trace, out_headers)
-        except HttpError as e:
-            status = e.status
-            proto.response_bytes(
-                e.status,
-                [*out_headers, *JSON_HEADERS, ("x-blazar-error-source", e.source)],
-                openai_error_body(e.status, e.message, e.kind),
-            )
-        except BlazarError as e:
-            status = e.status
-            kind = _BLAZAR_KIND.get(e.status, "blazar_error")
-            proto.response_bytes(
-                e.status,
-                [*out_headers, *JSON_HEADERS, ("x-blazar-error-source", "blazar")],
-                openai_error_body(e.status, str(e), kind),
-            )
+            self.gate.authenticate(req)
+            status = await self._handle(scope, proto, route, req)
+        except (HttpError, DialectError, BlazarError) as e:
+            extra: list[tuple[str, str]] = []
+            if isinstance(e, HttpError):
+                status, message, kind, source = e.status, e.message, e.kind, e.source
+            elif isinstance(e, DialectError):
+                status, message, kind, source = e.status, e.message, None, "blazar"
+            else:
+                status, message, source = e.status, str(e), "blazar"
+                kind = _BLAZAR_KIND.get(status, "blazar_error")
+                retry = getattr(e, "retry_after", None)
+                if retry:
+                    extra.append(("retry-after", str(retry)))
+            self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
+                          render_error(dialect, status, message, kind))  # fmt: skip
         except Exception:
             log.exception("unhandled error on %s %s (trace %s)", scope.method, path, trace)
             status = 500
-            proto.response_bytes(
-                500,
-                [*out_headers, *JSON_HEADERS],
-                openai_error_body(
-                    500, f"internal error in blazar; see the daemon log for trace {trace}", "blazar_error"
-                ),
-            )
+            message = f"internal error in blazar; see the daemon log for trace {trace}"
+            self._respond(proto, req, 500, JSON_HEADERS, render_error(dialect, 500, message, "blazar_error"))
+        finally:
+            self.gate.finish(req, status)
         if access.isEnabledFor(logging.INFO):
             access.info(
                 "%s %s %d %.1fms trace=%s",
@@ -116,20 +171,27 @@ class App:
                 trace,
             )
 
-    async def _handle(self, scope: Any, proto: Any, trace: str, out_headers: list[tuple[str, str]]) -> int:
-        methods = ROUTES.get(scope.path)
-        if methods is None:
+    @staticmethod
+    def _respond(proto: Any, req: Request, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        all_headers = [*req.extra_headers, *headers, ("x-blazar-overhead-ms", f"{req.overhead_ms():.3f}")]
+        if req.method == "HEAD":
+            proto.response_empty(status, all_headers)
+        else:
+            proto.response_bytes(status, all_headers, body)
+
+    async def _handle(self, scope: Any, proto: Any, route: Route | None, req: Request) -> int:
+        if route is None:
             raise HttpError(404, f"no route for {scope.method} {scope.path}", "not_found_error")
-        handler = methods.get(scope.method)
+        method = "GET" if scope.method == "HEAD" else scope.method
+        handler = route.methods.get(method)
         if handler is None:
-            raise HttpError(405, f"{scope.path} accepts {', '.join(methods)}, not {scope.method}")
-        body = await _read_body(scope, proto)
-        req = Request(scope.method, scope.path, scope.query_string, scope.headers, body, trace, out_headers)
+            raise HttpError(405, f"{scope.path} accepts {', '.join(route.methods)}, not {scope.method}")
+        req.body = await _read_body(scope, proto)
         result = await handler(self.sup, req, proto)
         if result is None:
             return 200
         status, headers, data = result
-        proto.response_bytes(status, [*out_headers, *headers], data)
+        self._respond(proto, req, status, headers, data)
         return status
 
 

@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from blazar.keys import KeyCtx
+from blazar.quotas import Lease as QuotaLease
+
+if TYPE_CHECKING:
+    from blazar.gateway.tenancy import Gate
 
 MAX_BODY_BYTES = 50 * 1024 * 1024
 """The seed's DefaultBodyLimit: 50 MiB."""
@@ -58,6 +65,33 @@ class Request:
     body: bytes
     trace_id: str
     extra_headers: list[tuple[str, str]] = field(default_factory=list)
+    t0: float = 0.0
+    engine_s: float = 0.0
+    """Seconds spent waiting on engines (start-up and upstream calls): not Blazar's overhead."""
+    summary: dict[str, object] | None = None
+    """The native translator's end-of-response summary (text, tool calls, usage, timings), when there was one."""
+    key: KeyCtx | None = None
+    """The caller's API key, when auth is active."""
+    quota_lease: QuotaLease | None = None
+    model: str | None = None
+    queue_depth: int = 0
+    gate: Gate = field(default=None)  # type: ignore[assignment]  # set by the app before any handler runs
+
+    def overhead_ms(self) -> float:
+        return max(0.0, (time.perf_counter() - self.t0 - self.engine_s) * 1000)
+
+    def mark_overhead(self) -> None:
+        """Add ``x-blazar-overhead-ms`` now (a stream's headers leave before the response is complete)."""
+        self.extra_headers.append(("x-blazar-overhead-ms", f"{self.overhead_ms():.3f}"))
+
+    def json(self) -> Any:
+        """The body parsed as JSON (any value; dialect parsers say what shape they need)."""
+        if not self.body:
+            raise HttpError(400, "request body is empty; send a JSON object")
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError as e:
+            raise HttpError(400, f"request body is not valid JSON: {e}") from None
 
     def json_object(self) -> dict[str, Any]:
         """The body as a JSON object, or an HttpError 400 that says what is wrong with it."""
@@ -70,18 +104,3 @@ class Request:
         if not isinstance(data, dict):
             raise HttpError(400, f"request body must be a JSON object, got {type(data).__name__}")
         return data
-
-
-def require_str(body: dict[str, Any], key: str) -> str:
-    v = body.get(key)
-    if not isinstance(v, str) or not v:
-        got = "missing" if key not in body else f"{type(v).__name__} {orjson.dumps(v).decode()[:60]}"
-        raise HttpError(400, f"'{key}' is required and must be a non-empty string (got {got})")
-    return v
-
-
-def check_type(body: dict[str, Any], key: str, types: tuple[type, ...], what: str) -> None:
-    if key in body and body[key] is not None:
-        v = body[key]
-        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
-            raise HttpError(400, f"'{key}' must be {what}, got {type(v).__name__}")

@@ -2,7 +2,7 @@
 
 It owns the upstream call, the header-phase bound, the child's auth header and failure mapping (a dead child
 is reaped and answered with 502 so the next request respawns it). It never parses or rebuilds a stream per chunk:
-each upstream read is written downstream as one write.
+each upstream read is fed to the native translator once and its output written as one write.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from typing import Any
 
 import aiohttp
 
-from blazar.gateway.http import HttpError, openai_error_body
+from blazar._native import StreamError
+from blazar.gateway.http import HttpError
 from blazar.supervisor import Child, Supervisor
 
 log = logging.getLogger("blazar.proxy")
-
-_USAGE_ONLY = b'"choices":[]'
-_HOP_HEADERS = {"content-type"}
 
 
 async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> aiohttp.ClientResponse:
@@ -99,38 +97,44 @@ async def forward_stream(
     body: bytes,
     proto: Any,
     headers: list[tuple[str, str]],
-    *,
-    keep_usage: bool,
-) -> int:
-    """Relay the child's SSE stream to the client; returns the status sent."""
+    translator: Any,
+    content_type: str,
+) -> None:
+    """Relay the child's SSE stream through ``translator`` (a native ``StreamTranslator``) to the client.
+
+    Python does one read, one ``feed`` and one write per upstream read; the translator parses and re-encodes.
+    An engine that dies mid-stream ends the client's stream with the dialect's error event.
+    """
     with sup.lease(child):
         resp = await _open(sup, child, path, body)
         try:
             if resp.status >= 400:
                 raise _engine_error(resp.status, await resp.read())
             transport = proto.response_stream(
-                200, [*headers, ("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+                200, [*headers, ("content-type", content_type), ("cache-control", "no-cache")]
             )
             try:
                 async for data in resp.content.iter_any():
-                    if not keep_usage and _USAGE_ONLY in data:
-                        data = _drop_usage_events(data)
-                    await transport.send_bytes(data)
+                    out = translator.feed(data)
+                    if out:
+                        await transport.send_bytes(out)
+                tail = translator.finish()
+                if tail:
+                    await transport.send_bytes(tail)
             except (aiohttp.ClientError, OSError) as e:
                 err = await _engine_failed(sup, child, e)
-                payload = b"data: " + openai_error_body(err.status, err.message, err.kind) + b"\n\n"
-                try:
-                    await transport.send_bytes(payload)
-                except Exception:
-                    log.debug("client gone before the engine error could be sent")
+                await _send_quietly(transport, translator.abort(err.message))
+            except StreamError as e:
+                await _send_quietly(transport, translator.abort(f"engine sent a malformed stream: {e}"))
             except Exception as e:  # the client went away: granian raises on send
                 log.debug("client disconnected mid-stream: %s", e)
-            return 200
         finally:
             resp.release()
 
 
-def _drop_usage_events(data: bytes) -> bytes:
-    """Remove usage-only SSE events (the client did not ask for stream usage; Blazar always does)."""
-    events = data.split(b"\n\n")
-    return b"\n\n".join(e for e in events if _USAGE_ONLY not in e)
+async def _send_quietly(transport: Any, data: bytes) -> None:
+    try:
+        if data:
+            await transport.send_bytes(data)
+    except Exception:
+        log.debug("client gone before the closing error could be sent")

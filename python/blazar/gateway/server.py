@@ -18,6 +18,7 @@ from granian.server.embed import Server
 
 from blazar.config import Config
 from blazar.gateway.app import App
+from blazar.gateway.tenancy import Gate
 from blazar.supervisor import Supervisor
 
 EXIT_BIND_CONFLICT = 3
@@ -45,9 +46,9 @@ def check_port(host: str, port: int) -> None:
             raise
 
 
-async def run(cfg: Config, sup: Supervisor) -> None:
+async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
     server = Server(
-        App(sup),
+        App(sup, gate),
         address=cfg.host,
         port=cfg.port,
         interface=Interfaces.RSGI,
@@ -72,5 +73,6 @@ async def run(cfg: Config, sup: Supervisor) -> None:
         await server.serve()
     finally:
         await sup.stop_all()
+        await gate.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -66,6 +66,7 @@ class Child:
         self.last_used = time.monotonic()
         self.started_at = 0.0
         self.load_seconds = 0.0
+        self.ctx_size = spec.ctx_size
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
 
     @property

@@ -1,0 +1,87 @@
+"""Blazar's own management endpoints: API keys (/api/keys, /api/keys/rotate) and sessions (/api/session).
+
+Key changes go through the same config round trip as ``blazar keys`` (parse, validate, atomic write, ``.bak``),
+off the event loop, and swap the live key registry (rolled back if the write fails). Only full-access keys
+manage keys; an authless gateway refuses with the seed's 403.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from blazar import keys
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.supervisor import Supervisor
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+_LIMITS = ("weight", "max_concurrent", "rpm", "tpm", "daily_tokens")
+
+
+def _name(body: dict[str, Any]) -> str:
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise HttpError(400, "'name' is required and must be a non-empty string")
+    return name
+
+
+async def list_keys(sup: Supervisor, req: Request, proto: Any) -> Response:
+    gate = req.gate
+    gate.keys.check_management(req.key)
+    return 200, JSON_HEADERS, orjson.dumps({"keys": [k.as_dict() for k in gate.keys.listing()]})
+
+
+async def add_key(sup: Supervisor, req: Request, proto: Any) -> Response:
+    gate = req.gate
+    gate.keys.check_management(req.key)
+    body = req.json_object()
+    models = body.get("models", [])
+    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+        raise HttpError(400, "'models' must be an array of model names (empty: full access)")
+    limits = {k: body[k] for k in _LIMITS if k in body}
+    for k, v in limits.items():
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise HttpError(400, f"'{k}' must be a number")
+    key, secret = await asyncio.to_thread(
+        keys.add_key, gate.config_path, _name(body), models, registry=gate.keys, **limits
+    )
+    info = {"name": key.name, "secret": secret, "models": list(key.models), "weight": key.weight}
+    return 200, JSON_HEADERS, orjson.dumps(info)
+
+
+async def remove_key(sup: Supervisor, req: Request, proto: Any) -> Response:
+    gate = req.gate
+    gate.keys.check_management(req.key)
+    name = _name(req.json_object())
+    await asyncio.to_thread(keys.remove_key, gate.config_path, name, registry=gate.keys)
+    return 200, JSON_HEADERS, orjson.dumps({"removed": name})
+
+
+async def rotate_key(sup: Supervisor, req: Request, proto: Any) -> Response:
+    gate = req.gate
+    gate.keys.check_management(req.key)
+    name = _name(req.json_object())
+    key, secret = await asyncio.to_thread(keys.rotate_key, gate.config_path, name, registry=gate.keys)
+    return 200, JSON_HEADERS, orjson.dumps({"name": key.name, "secret": secret})
+
+
+async def sessions_list(sup: Supervisor, req: Request, proto: Any) -> Response:
+    return 200, JSON_HEADERS, orjson.dumps({"sessions": req.gate.sessions.listing()})
+
+
+async def session_action(sup: Supervisor, req: Request, proto: Any) -> Response:
+    body = req.json_object()
+    action = body.get("action")
+    if action == "list":
+        return await sessions_list(sup, req, proto)
+    if action != "close":
+        raise HttpError(400, '\'action\' must be "close" or "list"')
+    name = body.get("session") or req.headers.get("x-blazar-session")
+    if not isinstance(name, str) or not name:
+        raise HttpError(400, "name the session in 'session' or the x-blazar-session header")
+    if not req.gate.sessions.close(name):
+        raise HttpError(404, f"no open session named '{name}'", "not_found_error")
+    return 200, JSON_HEADERS, orjson.dumps({"closed": name})

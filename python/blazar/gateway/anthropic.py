@@ -1,0 +1,41 @@
+"""The Anthropic dialect's handlers: /v1/messages (streaming and not) and /v1/messages/count_tokens.
+
+Parsing is ``dialects.anthropic``; responses come from the native Anthropic translator. Token counting runs the
+engine's own chat template and tokenizer (llama-server's /apply-template, then /tokenize).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from blazar.dialects import anthropic as dialect
+from blazar.dialects.canonical import render_engine
+from blazar.gateway import core, proxy
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.supervisor import Supervisor
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+
+async def messages(sup: Supervisor, req: Request, proto: Any) -> Response | None:
+    return await core.serve(sup, req, proto, dialect.parse_messages(req.json()), core.ANTHROPIC)
+
+
+async def count_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
+    canon = dialect.parse_count_tokens(req.json())
+    child, _ = await core.ready_child(sup, req, canon)
+    _path, chat = render_engine(canon)
+    template_req = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
+    _s, data, _c = await proxy.forward_whole(sup, child, "/apply-template", orjson.dumps(template_req))
+    prompt = orjson.loads(data).get("prompt")
+    if not isinstance(prompt, str):
+        raise HttpError(502, "engine did not return a prompt from /apply-template", "engine_error")
+    _s, data, _c = await proxy.forward_whole(
+        sup, child, "/tokenize", orjson.dumps({"content": prompt, "add_special": True})
+    )
+    tokens = orjson.loads(data).get("tokens")
+    if not isinstance(tokens, list):
+        raise HttpError(502, "engine did not return tokens from /tokenize", "engine_error")
+    return 200, JSON_HEADERS, orjson.dumps({"input_tokens": len(tokens)})

@@ -1,0 +1,64 @@
+"""The audit lane: one JSON line per request, through a bounded queue that never blocks the hot path.
+
+Owns the queue, the drop counter, the writer task and rotation at 16 MiB (``audit.log`` -> ``audit.log.1``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+import orjson
+
+ROTATE_BYTES = 16 * 1024 * 1024
+QUEUE_MAX = 10_000
+
+
+class AuditLog:
+    def __init__(self, directory: Path, rotate_bytes: int = ROTATE_BYTES) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "audit.log"
+        self.rotate_bytes = rotate_bytes
+        self.dropped = 0
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_MAX)
+        self._task: asyncio.Task[None] | None = None
+
+    def emit(self, line: dict[str, object]) -> None:
+        """Queue one line; when the queue is full the line is dropped and counted (``audit_dropped``)."""
+        try:
+            self._queue.put_nowait(orjson.dumps(line) + b"\n")
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            self._write(b"".join(batch))
+
+    def _write(self, data: bytes) -> None:
+        with self.path.open("ab") as f:
+            f.write(data)
+            size = f.tell()
+        if size >= self.rotate_bytes:
+            os.replace(self.path, self.path.with_name("audit.log.1"))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        rest = []
+        while not self._queue.empty():
+            rest.append(self._queue.get_nowait())
+        if rest:
+            self._write(b"".join(rest))

@@ -1,0 +1,139 @@
+"""The proxy core shared by every dialect: a canonical request in, the client's bytes out.
+
+It owns: spawning/choosing the child (through the supervisor), rendering the engine request, choosing the native
+translator for the client's dialect, keep_alive after the request, and load_duration. Dialect handlers parse the
+client request into a ``CanonicalRequest`` and call ``serve``; they never talk to an engine themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from blazar import names
+from blazar._native import StreamTranslator, translate_whole
+from blazar.dialects.canonical import CanonicalRequest, render_engine
+from blazar.gateway import proxy
+from blazar.gateway.http import Request
+from blazar.supervisor import Child, Supervisor
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+LOAD_REPORT_NS = 100_000_000
+"""load_duration is reported when the engine load took over 100 ms."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How a client dialect wants responses: the translator's dialect and the stream's content type."""
+
+    translator: str
+    stream_type: str
+
+
+OPENAI = Shape("openai", "text/event-stream")
+OLLAMA_CHAT = Shape("ollama_chat", "application/x-ndjson")
+OLLAMA_GENERATE = Shape("ollama_generate", "application/x-ndjson")
+ANTHROPIC = Shape("anthropic", "text/event-stream")
+
+
+def model_key(canon: CanonicalRequest) -> str:
+    """The catalog name plus the child variant: embeddings run in their own child (``--embeddings``)."""
+    return names.normalize(canon.model) + ("@embed" if canon.kind == "embedding" else "")
+
+
+def slots_for(sup: Supervisor, canon: CanonicalRequest) -> int:
+    ov = sup.cfg.model_override(names.normalize(canon.model))
+    return ov.parallel if ov.parallel is not None else sup.cfg.parallel
+
+
+async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
+    """The child for ``canon`` and the load time in ns when this request had to start it (else 0)."""
+    t0 = time.perf_counter()
+    child = await sup.ensure_ready(canon.model, embeddings=canon.kind == "embedding")
+    waited = time.perf_counter() - t0
+    req.engine_s += waited
+    load_ns = int(waited * 1e9)
+    return child, load_ns if load_ns > LOAD_REPORT_NS else 0
+
+
+async def after(sup: Supervisor, child: Child, canon: CanonicalRequest) -> None:
+    """Apply the request's keep_alive: 0 unloads now, a value sets the child's idle limit (negative: forever)."""
+    if canon.keep_alive is None:
+        return
+    if canon.keep_alive == 0:
+        if child.inflight == 0:
+            await sup.evict(child.key, "keep_alive 0")
+        return
+    child.keep_alive = canon.keep_alive
+
+
+async def serve(
+    sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape
+) -> Response | None:
+    """Chat and completion requests of any dialect: quotas, admission, the child, the translated response."""
+    key = model_key(canon)
+    req.gate.check_model(req, names.normalize(canon.model))
+    slots = slots_for(sup, canon)
+    with await req.gate.admit(req, key, slots, canon):
+        return await _dispatch(sup, req, proto, canon, shape, key, slots)
+
+
+async def _dispatch(
+    sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape, key: str, slots: int
+) -> Response | None:
+    child, load_ns = await ready_child(sup, req, canon)
+    path, body = render_engine(canon)
+    slot = req.gate.session_slot(req, key, slots)
+    if slot is not None:
+        body["id_slot"] = slot
+        body.setdefault("cache_prompt", True)
+    engine_body = orjson.dumps(body)
+    try:
+        if canon.stream:
+            translator = StreamTranslator(
+                shape.translator, canon.model, include_usage=canon.include_usage, load_duration_ns=load_ns
+            )
+            req.mark_overhead()
+            await proxy.forward_stream(
+                sup, child, path, engine_body, proto, req.extra_headers, translator, shape.stream_type
+            )
+            req.summary = translator.summary()
+            return None
+        t0 = time.perf_counter()
+        _status, data, _ctype = await proxy.forward_whole(sup, child, path, engine_body)
+        req.engine_s += time.perf_counter() - t0
+        out, summary = translate_whole(
+            shape.translator,
+            canon.model,
+            data,
+            load_duration_ns=load_ns,
+            total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
+        )
+        req.summary = summary
+        return 200, [("content-type", "application/json")], out
+    finally:
+        await after(sup, child, canon)
+
+
+async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
+    """An embedding request: the engine's OpenAI embeddings body (parsed) and the load time in ns."""
+    req.gate.check_model(req, names.normalize(canon.model))
+    with await req.gate.admit(req, model_key(canon), slots_for(sup, canon), canon):
+        return await _embed(sup, req, canon)
+
+
+async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
+    child, load_ns = await ready_child(sup, req, canon)
+    path, body = render_engine(canon)
+    try:
+        t0 = time.perf_counter()
+        _status, data, _ctype = await proxy.forward_whole(sup, child, path, orjson.dumps(body))
+        req.engine_s += time.perf_counter() - t0
+    finally:
+        await after(sup, child, canon)
+    parsed: dict[str, Any] = orjson.loads(data)
+    return parsed, load_ns

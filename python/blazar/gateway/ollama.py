@@ -1,0 +1,125 @@
+"""The Ollama dialect's generation handlers: /api/chat, /api/generate, /api/embed and the legacy /api/embeddings.
+
+Parsing is ``dialects.ollama``; responses come from the native translators (NDJSON streams, the final ``done``
+object with durations). Catalog and status endpoints live in ``ollama_admin``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from blazar.dialects import ollama as dialect
+from blazar.dialects.canonical import CanonicalRequest, render_engine
+from blazar.gateway import core, proxy
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.supervisor import Supervisor
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest, field: str) -> Response:
+    """Ollama loads (or, with keep_alive 0, unloads) a model when a request carries nothing to generate."""
+    if canon.keep_alive == 0:
+        name = sup.catalog.get(canon.model).name
+        for key in [k for k, c in sup.children.items() if c.model == name]:
+            await sup.evict(key, "keep_alive 0")
+        reason = "unload"
+    else:
+        child, _ = await core.ready_child(sup, req, canon)
+        await core.after(sup, child, canon)
+        reason = "load"
+    done: dict[str, Any] = {"model": canon.model, "created_at": _now()}
+    if field == "message":
+        done["message"] = {"role": "assistant", "content": ""}
+    else:
+        done["response"] = ""
+    done.update(done_reason=reason, done=True)
+    return 200, JSON_HEADERS, orjson.dumps(done)
+
+
+async def chat(sup: Supervisor, req: Request, proto: Any) -> Response | None:
+    canon = dialect.parse_chat(req.json())
+    if canon.load_only:
+        return await _load_only(sup, req, canon, "message")
+    return await core.serve(sup, req, proto, canon, core.OLLAMA_CHAT)
+
+
+async def generate(sup: Supervisor, req: Request, proto: Any) -> Response | None:
+    canon = dialect.parse_generate(req.json())
+    if canon.load_only:
+        return await _load_only(sup, req, canon, "response")
+    if canon.suffix is not None:
+        return await _infill(sup, req, proto, canon)
+    return await core.serve(sup, req, proto, canon, core.OLLAMA_GENERATE)
+
+
+async def _infill(sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest) -> Response | None:
+    """Fill-in-the-middle (``suffix``) runs on llama-server's native /infill, whole, and is shaped here once."""
+    child, load_ns = await core.ready_child(sup, req, canon)
+    path, body = render_engine(canon)
+    body["stream"] = False
+    try:
+        _s, data, _c = await proxy.forward_whole(sup, child, path, orjson.dumps(body))
+    finally:
+        await core.after(sup, child, canon)
+    out = orjson.loads(data)
+    if not isinstance(out, dict):
+        raise HttpError(502, "engine sent a malformed /infill body", "engine_error")
+    timings = out.get("timings") or {}
+    final = {
+        "model": canon.model,
+        "created_at": _now(),
+        "response": "" if canon.stream else out.get("content", ""),
+        "done": True,
+        "done_reason": "length" if out.get("stop_type") == "limit" else "stop",
+        "total_duration": int((time.perf_counter() - req.t0) * 1e9),
+        "load_duration": load_ns,
+        "prompt_eval_count": int(timings.get("prompt_n", 0)),
+        "prompt_eval_duration": int(float(timings.get("prompt_ms", 0)) * 1e6),
+        "eval_count": int(timings.get("predicted_n", 0)),
+        "eval_duration": int(float(timings.get("predicted_ms", 0)) * 1e6),
+    }
+    if not canon.stream:
+        return 200, JSON_HEADERS, orjson.dumps(final)
+    first = {
+        "model": canon.model,
+        "created_at": final["created_at"],
+        "response": out.get("content", ""),
+        "done": False,
+    }
+    lines = orjson.dumps(first) + b"\n" + orjson.dumps(final) + b"\n"
+    return 200, [("content-type", "application/x-ndjson")], lines
+
+
+async def embed(sup: Supervisor, req: Request, proto: Any) -> Response:
+    canon = dialect.parse_embed(req.json())
+    if canon.load_only:
+        return await _load_only(sup, req, canon, "embed")
+    body, load_ns = await core.embed(sup, req, canon)
+    vectors = [d["embedding"] for d in sorted(body.get("data", []), key=lambda d: d.get("index", 0))]
+    usage = body.get("usage") or {}
+    out = {
+        "model": canon.model,
+        "embeddings": vectors,
+        "total_duration": int((time.perf_counter() - req.t0) * 1e9),
+        "load_duration": load_ns,
+        "prompt_eval_count": int(usage.get("prompt_tokens", 0)),
+    }
+    return 200, JSON_HEADERS, orjson.dumps(out)
+
+
+async def embeddings_legacy(sup: Supervisor, req: Request, proto: Any) -> Response:
+    canon = dialect.parse_embeddings_legacy(req.json())
+    if canon.load_only:
+        return 200, JSON_HEADERS, b'{"embedding":[]}'
+    body, _ = await core.embed(sup, req, canon)
+    data = body.get("data") or [{}]
+    return 200, JSON_HEADERS, orjson.dumps({"embedding": data[0].get("embedding", [])})

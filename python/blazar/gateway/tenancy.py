@@ -1,0 +1,146 @@
+"""The per-request tenancy gate: API keys, quotas, admission, session pins and the audit lane.
+
+Order, as the seed gives it: auth (401) -> concurrency lease (429) -> [handler parses the model] -> scope (403)
+-> rpm / tpm / daily tokens (429) -> admission (503 ``all_slots_busy`` after the bounded wait). Usage from the
+native summary is charged when the response ends; the concurrency lease is released then too (a client that
+drops a stream releases it as the stream ends). It owns no HTTP I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from blazar_sched import INTERACTIVE, RAWLONG, TOOL, parse_priority
+
+from blazar.admission import Admission, parse_deadline_ms
+from blazar.admission import Lease as SlotLease
+from blazar.config import Config
+from blazar.dialects.canonical import CanonicalRequest
+from blazar.gateway.audit import AuditLog
+from blazar.gateway.http import Request
+from blazar.gateway.sessions import Sessions
+from blazar.keys import KeyRegistry, Unauthorized
+from blazar.paths import DataDir
+from blazar.quotas import Quotas
+from blazar.store import Store
+
+log = logging.getLogger("blazar.tenancy")
+
+OPEN_PATHS = frozenset({"/healthz", "/health"})
+FLUSH_SECS = 5.0
+
+
+class Gate:
+    def __init__(self, cfg: Config, store: Store, data: DataDir, config_path: Path) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.store = store
+        self.keys = KeyRegistry(cfg)
+        self.quotas = Quotas()
+        self.quotas.load(store)
+        self.admission = Admission()
+        self.sessions = Sessions(cfg.session_keep_secs)
+        self.audit = AuditLog(data.root / "audit") if cfg.audit else None
+        self._flusher: asyncio.Task[None] | None = None
+
+    # -- envelope ------------------------------------------------------------------------------------------
+
+    def authenticate(self, req: Request) -> None:
+        """Resolve the caller's key (when auth is active) and take its concurrency lease."""
+        if not self.keys.auth_active or req.path in OPEN_PATHS:
+            return
+        h = req.headers
+        ctx = self.keys.authenticate(h.get("authorization"), h.get("x-api-key"))
+        if ctx is None:
+            raise Unauthorized()
+        req.key = ctx
+        req.quota_lease = self.quotas.acquire(ctx)
+
+    def finish(self, req: Request, status: int) -> None:
+        """The response is over (drained or dropped): free the lease, charge usage, write the audit line."""
+        if req.quota_lease is not None:
+            req.quota_lease.release()
+            req.quota_lease = None
+        usage = req.summary.get("usage") if req.summary else None
+        if req.key is not None and isinstance(usage, dict):
+            self.quotas.record_usage(
+                req.key, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+            )
+        if self.audit is not None:
+            self.audit.emit(
+                {
+                    "ts": datetime.now(UTC).isoformat(),
+                    "trace": req.trace_id,
+                    "key": req.key.name if req.key else None,
+                    "method": req.method,
+                    "path": req.path,
+                    "model": req.model,
+                    "status": status,
+                    "ms": round((time.perf_counter() - req.t0) * 1000, 3),
+                    "priority": req.headers.get("x-blazar-priority") or "normal",
+                    "queue_depth": req.queue_depth,
+                }
+            )
+
+    # -- handler side --------------------------------------------------------------------------------------
+
+    def check_model(self, req: Request, model: str) -> None:
+        """Scope, rpm, tpm and daily tokens for the model this request names."""
+        req.model = model
+        if req.key is not None:
+            self.quotas.check(req.key, model)
+
+    async def admit(self, req: Request, model_key: str, slots: int, canon: CanonicalRequest) -> SlotLease:
+        h = req.headers
+        work = TOOL if canon.has_tools() else RAWLONG if canon.raw else INTERACTIVE
+        sched = self.admission.scheduler(model_key, slots)
+        req.queue_depth = sched.waiting
+        t0 = time.perf_counter()
+        lease = await self.admission.admit(
+            model_key,
+            slots,
+            key=req.key.name if req.key else "",
+            weight=req.key.weight if req.key else 1.0,
+            priority=parse_priority(h.get("x-blazar-priority")),
+            work_class=work,
+            deadline_ms=parse_deadline_ms(h.get("x-blazar-deadline-ms")),
+            body_len=len(req.body),
+            max_wait_s=float(self.cfg.queue_wait_secs),
+        )
+        req.engine_s += time.perf_counter() - t0  # queueing is waiting for engine capacity, not overhead
+        return lease
+
+    def session_slot(self, req: Request, model_key: str, slots: int) -> int | None:
+        name = req.headers.get("x-blazar-session")
+        return self.sessions.pin(name, model_key, slots) if name else None
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.audit is not None:
+            self.audit.start()
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECS)
+            try:
+                self.quotas.flush(self.store)
+            except Exception:
+                log.exception("writing key usage failed; it stays in memory and is retried")
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+        self.quotas.flush(self.store)
+        if self.audit is not None:
+            await self.audit.close()

@@ -1,0 +1,86 @@
+"""End to end: the official `anthropic` Python client against `blazar serve` and the real engine."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+
+from tests.conftest import Daemon
+
+pytestmark = pytest.mark.e2e
+
+MESSAGES = [{"role": "user", "content": "Name three colors."}]
+
+
+def client(d: Daemon) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0, timeout=120)
+
+
+def test_messages_whole_and_streamed_agree(daemon: Daemon) -> None:
+    c = client(daemon)
+    whole = c.messages.create(
+        model="smollm2", max_tokens=24, extra_body={"temperature": 0}, messages=MESSAGES
+    )
+    assert whole.type == "message" and whole.role == "assistant"
+    assert whole.content[0].type == "text" and whole.content[0].text
+    assert whole.stop_reason in ("end_turn", "max_tokens")
+    assert whole.usage.output_tokens > 0 and whole.usage.input_tokens > 0
+    with c.messages.stream(
+        model="smollm2", max_tokens=24, extra_body={"temperature": 0}, messages=MESSAGES
+    ) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == whole.content[0].text
+    assert final.stop_reason == whole.stop_reason
+
+
+def test_stream_event_order(daemon: Daemon) -> None:
+    events = list(
+        client(daemon).messages.create(model="smollm2", max_tokens=8, messages=MESSAGES, stream=True)
+    )
+    kinds = [e.type for e in events if e.type != "ping"]
+    assert kinds[0] == "message_start" and kinds[1] == "content_block_start"
+    assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert set(kinds[2:-3]) == {"content_block_delta"}
+
+
+def test_max_tokens_stop_reason(daemon: Daemon) -> None:
+    r = client(daemon).messages.create(
+        model="smollm2", max_tokens=3, messages=[{"role": "user", "content": "Write a long story."}]
+    )
+    assert r.stop_reason == "max_tokens" and r.usage.output_tokens == 3
+
+
+def test_system_and_stop_sequences(daemon: Daemon) -> None:
+    r = client(daemon).messages.create(
+        model="smollm2",
+        max_tokens=40,
+        extra_body={"temperature": 0},
+        system="You answer in lists.",
+        messages=[{"role": "user", "content": "List 1 to 9 separated by commas."}],
+        stop_sequences=["5"],
+    )
+    assert r.stop_reason in ("stop_sequence", "end_turn", "max_tokens")
+    if r.stop_reason == "stop_sequence":
+        assert r.stop_sequence == "5"
+
+
+def test_count_tokens(daemon: Daemon) -> None:
+    c = client(daemon)
+    short = c.messages.count_tokens(model="smollm2", messages=[{"role": "user", "content": "hi"}])
+    longer = c.messages.count_tokens(model="smollm2", messages=[{"role": "user", "content": "hi " * 50}])
+    assert 0 < short.input_tokens < longer.input_tokens
+
+
+def test_errors_are_anthropic_shaped(daemon: Daemon) -> None:
+    with pytest.raises(anthropic.NotFoundError) as nf:
+        client(daemon).messages.create(model="ghost", max_tokens=5, messages=MESSAGES)
+    assert "ghost" in str(nf.value)
+    r = httpx.post(daemon.url + "/v1/messages", json={"model": "smollm2", "messages": MESSAGES})
+    assert r.status_code == 400
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert "max_tokens" in body["error"]["message"]
+    r = httpx.post(daemon.url + "/v1/messages", content=b"not json")
+    assert r.status_code == 400 and r.json()["type"] == "error"

@@ -1,0 +1,133 @@
+"""End to end: the official `ollama` Python client against `blazar serve` and the real engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import httpx
+import ollama
+import pytest
+
+from tests.conftest import Daemon, pid_alive, wait_for
+
+pytestmark = pytest.mark.e2e
+
+OPTIONS = {"temperature": 0, "seed": 42, "num_predict": 24}
+MESSAGES = [{"role": "user", "content": "Name three colors."}]
+
+
+Make = Callable[[Daemon], ollama.Client]
+
+
+@pytest.fixture
+def client() -> Iterator[Make]:
+    """Ollama clients that are closed after the test (they hold pooled sockets)."""
+    made: list[ollama.Client] = []
+
+    def make(d: Daemon) -> ollama.Client:
+        c = ollama.Client(host=d.url, timeout=120)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def test_chat_whole_and_streamed_agree(daemon: Daemon, client: Make) -> None:
+    c = client(daemon)
+    whole = c.chat(model="smollm2", messages=MESSAGES, options=OPTIONS, stream=False)
+    assert whole.message.role == "assistant" and whole.message.content
+    assert whole.done and whole.done_reason in ("stop", "length")
+    assert (whole.eval_count or 0) > 0 and (whole.prompt_eval_count or 0) > 0
+    assert (whole.total_duration or 0) > 0 and (whole.eval_duration or 0) > 0
+    parts = list(c.chat(model="smollm2", messages=MESSAGES, options=OPTIONS, stream=True))
+    assert parts[-1].done and not any(p.done for p in parts[:-1])
+    assert "".join(p.message.content or "" for p in parts) == whole.message.content
+    assert parts[-1].eval_count == whole.eval_count
+
+
+def test_generate(daemon: Daemon, client: Make) -> None:
+    c = client(daemon)
+    whole = c.generate(model="smollm2", prompt="Why is the sky blue?", options=OPTIONS, stream=False)
+    assert whole.response and whole.done
+    streamed = "".join(
+        p.response
+        for p in c.generate(model="smollm2", prompt="Why is the sky blue?", options=OPTIONS, stream=True)
+    )
+    assert streamed == whole.response
+
+
+def test_generate_raw_and_length(daemon: Daemon, client: Make) -> None:
+    r = client(daemon).generate(
+        model="smollm2",
+        prompt="Once upon a time",
+        raw=True,
+        options={**OPTIONS, "num_predict": 5},
+        stream=False,
+    )
+    assert r.response and r.done_reason == "length" and r.eval_count == 5
+
+
+def test_list_show_ps(daemon: Daemon, client: Make) -> None:
+    c = client(daemon)
+    names = [m.model for m in c.list().models]
+    assert "smollm2:latest" in names
+    shown = c.show("smollm2")
+    assert shown.details is not None and shown.details.family == "llama"
+    assert shown.details.quantization_level == "Q4_1"
+    assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] == 8192
+    assert shown.template and "im_start" in shown.template
+    c.generate(model="smollm2", prompt="hi", options={"num_predict": 1})
+    running = c.ps().models
+    assert [m.model for m in running] == ["smollm2:latest"]
+    assert running[0].expires_at is not None
+
+
+def test_embed(daemon: Daemon, client: Make) -> None:
+    r = client(daemon).embed(model="smollm2", input=["hello", "world"])
+    assert len(r.embeddings) == 2 and len(r.embeddings[0]) == 576
+    legacy = httpx.post(
+        daemon.url + "/api/embeddings", json={"model": "smollm2", "prompt": "hello"}, timeout=60
+    )
+    assert legacy.status_code == 200 and len(legacy.json()["embedding"]) == 576
+
+
+def test_keep_alive_zero_unloads(daemon_factory: object, client: Make) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    c = client(d)
+    c.generate(model="smollm2", prompt="hi", options={"num_predict": 2})
+    [pid] = d.child_pids()
+    c.generate(model="smollm2", prompt="hi", options={"num_predict": 2}, keep_alive=0)
+    wait_for(lambda: not pid_alive(pid), 10, "keep_alive 0 to unload the engine")
+    assert c.ps().models == []
+
+
+def test_copy_and_delete(daemon_factory: object, client: Make) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    c = client(d)
+    c.copy("smollm2", "smol2:copy")
+    assert "smol2:copy" in [m.model for m in c.list().models]
+    c.delete("smol2:copy")
+    assert "smol2:copy" not in [m.model for m in c.list().models]
+
+
+def test_errors_are_ollama_shaped(daemon: Daemon, client: Make) -> None:
+    with pytest.raises(ollama.ResponseError) as e:
+        client(daemon).chat(model="ghost", messages=MESSAGES)
+    assert e.value.status_code == 404 and "ghost" in e.value.error
+    r = httpx.post(daemon.url + "/api/chat", content=b"{bad")
+    assert r.status_code == 400 and set(r.json()) == {"error"}
+    r = httpx.post(
+        daemon.url + "/api/generate", json={"model": "smollm2", "prompt": "x", "keep_alive": "5 parsecs"}
+    )
+    assert r.status_code == 400 and "keep_alive" in r.json()["error"]
+
+
+def test_root_and_version(daemon: Daemon, client: Make) -> None:
+    assert httpx.get(daemon.url + "/").text == "Blazar is running"
+    head = httpx.head(daemon.url + "/")
+    assert head.status_code == 200 and head.content == b""
+    assert httpx.get(daemon.url + "/api/version").json()["version"]
