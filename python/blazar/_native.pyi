@@ -1,9 +1,21 @@
 """Typed interface of the compiled ``blazar._native`` extension (Rust, pyo3; source in ``native/``)."""
 
 import os
+from collections.abc import Sequence
 from typing import final
 
-__all__ = ["GgufArray", "GgufError", "parse_gguf_metadata", "read_gguf_metadata"]
+__all__ = [
+    "GgufArray",
+    "GgufError",
+    "NdjsonParser",
+    "SemanticIndex",
+    "SseParser",
+    "StreamError",
+    "StreamTranslator",
+    "parse_gguf_metadata",
+    "read_gguf_metadata",
+    "translate_whole",
+]
 
 class GgufError(ValueError):
     """Raised when data is not a well-formed GGUF header (bad magic, unsupported version,
@@ -45,3 +57,129 @@ def read_gguf_metadata(path: str | os.PathLike[str], max_array_len: int = 1024) 
     Raises ``OSError`` (``FileNotFoundError``, ``PermissionError``, ``IsADirectoryError``, ...)
     when the file cannot be opened or mapped, and :class:`GgufError` for malformed contents.
     """
+
+# ---- streaming core (native/src/frame, native/src/translate) --------------------------------
+
+class StreamError(ValueError):
+    """Raised for a byte stream that cannot be framed (a line or event over the 4 MiB bound, a
+    line that is not UTF-8) and by :func:`translate_whole` for an engine body that is not a UTF-8
+    JSON chat completion. After a stream error a translator's ``feed`` keeps raising; call its
+    ``finish`` to get the held-back bytes and the closing error in the client's dialect."""
+
+@final
+class SseParser:
+    """Incremental Server-Sent Events parser over bytes (WHATWG rules: LF, CRLF and CR line ends
+    across any chunk boundary, comments, ``event:``, multi-line ``data:``, a leading BOM).
+    llama.cpp's ``error: ...`` line is reported as an event of type ``"error"``."""
+
+    def __init__(self, max_frame: int = 4194304) -> None: ...
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        """``(event type, data)`` for each event ``chunk`` completes; the type is ``"message"``
+        when the stream named none. Raises :class:`StreamError`."""
+    def finish(self) -> bool:
+        """End of stream: an incomplete event is discarded. True when nothing was discarded."""
+
+@final
+class NdjsonParser:
+    """Incremental newline-delimited JSON splitter: lines (without CR/LF), blank lines skipped."""
+
+    def __init__(self, max_frame: int = 4194304) -> None: ...
+    def feed(self, chunk: bytes) -> list[str]:
+        """The lines ``chunk`` completes. Raises :class:`StreamError`."""
+    def finish(self) -> list[str]:
+        """End of stream: the last line if it had no LF."""
+
+@final
+class StreamTranslator:
+    """One streamed response: the engine's OpenAI-dialect SSE bytes in, the client's bytes out.
+
+    ``dialect`` is ``"openai"`` (pass-through with ``model`` rewritten; the usage-only chunk
+    dropped unless ``include_usage``), ``"ollama_chat"`` / ``"ollama_generate"`` (NDJSON objects,
+    complete ``tool_calls`` with object arguments, the final ``done: true`` object with
+    durations in ns) or ``"anthropic"`` (Messages API SSE events, a ``ping`` after
+    ``message_start`` and after 10 s without output). Any other value raises ``ValueError``.
+
+    Time is Unix-epoch nanoseconds: the clock starts at ``start_ns`` (default: now) and each call
+    may pass ``now_ns``; with both given, output is fully deterministic. ``load_duration_ns`` is
+    reported as Ollama's ``load_duration`` (and added to ``total_duration``);
+    ``prompt_tokens_hint`` stands in for the prompt token count until the engine reports usage
+    (Anthropic's ``message_start``); ``message_id`` defaults to a fresh ``msg_...`` id.
+    """
+
+    def __init__(
+        self,
+        dialect: str,
+        model: str,
+        *,
+        include_usage: bool = False,
+        load_duration_ns: int = 0,
+        message_id: str | None = None,
+        prompt_tokens_hint: int = 0,
+        start_ns: int | None = None,
+    ) -> None: ...
+    def feed(self, chunk: bytes, now_ns: int | None = None) -> bytes:
+        """Engine bytes in (any chunking), client bytes out (possibly empty). An empty chunk
+        only checks the Anthropic keep-alive: call ``feed(b"")`` from a timer to get pings while
+        the engine is silent. Raises :class:`StreamError` on a framing error."""
+    def finish(self, now_ns: int | None = None) -> bytes:
+        """End of upstream: the closing bytes (``data: [DONE]``, Ollama's final object, Anthropic's
+        ``message_delta``/``message_stop``), or the dialect's error event when the engine stopped
+        before finishing or the stream failed. Idempotent: later calls return ``b""``."""
+    def abort(self, message: str, now_ns: int | None = None) -> bytes:
+        """End the response early with ``message`` as the dialect's in-stream error event
+        (``b""`` if already closed)."""
+    def summary(self) -> dict[str, object]:
+        """What the response amounted to: ``{"text": str, "reasoning": str, "tool_calls":
+        [{"index": int, "id": str | None, "type": "function", "function": {"name": str,
+        "arguments": str}}], "finish_reason": str | None, "stop_sequence": str | None, "usage":
+        {"prompt_tokens": int, "completion_tokens": int} | None, "ttft_ms": float | None,
+        "tpot_ms": {"count": int, "mean": float, "p50": float, "p90": float, "p99": float,
+        "max": float} | None, "chunks": int, "errors": list[str]}``. ``tpot_ms`` describes the
+        gaps between token-bearing chunks; ``errors`` lists malformed chunks and tool-call
+        fragments, engine errors and abnormal ends."""
+    @property
+    def done(self) -> bool:
+        """True once the engine's ``[DONE]`` was seen or the stream was closed."""
+
+def translate_whole(
+    dialect: str,
+    model: str,
+    engine_body: bytes,
+    *,
+    load_duration_ns: int = 0,
+    message_id: str | None = None,
+    total_duration_ns: int = 0,
+    now_ns: int | None = None,
+) -> tuple[bytes, dict[str, object]]:
+    """A whole non-streamed engine ``chat.completion`` body to the client's body, with the same
+    summary as :meth:`StreamTranslator.summary` (``ttft_ms`` and ``tpot_ms`` are None). Ollama's
+    eval durations come from llama.cpp's ``timings``. An engine ``{"error": ...}`` body becomes
+    the dialect's error body. Raises :class:`StreamError` for a body that is not a UTF-8 JSON
+    object and ``ValueError`` for an unknown dialect."""
+
+# ---- semantic cache index (native/src/semcache) ---------------------------------------------
+
+@final
+class SemanticIndex:
+    """Top-1 cosine index over partitions (the caller names them from model, API key and lane).
+
+    Vectors are ``dim`` floats, a sequence or ``bytes`` of little-endian float32, L2-normalised
+    on insert and query. Entries live ``ttl_secs`` (``math.inf``: forever); beyond ``capacity``
+    entries in all, the oldest is evicted. Searches are exact and release the GIL; the index is
+    safe to share between threads. Raises ``ValueError`` for bad arguments, a wrong dimension or
+    a zero/NaN vector.
+    """
+
+    def __init__(self, dim: int, capacity: int, ttl_secs: float, threshold: float = 0.9) -> None: ...
+    def insert(self, partition: str, vector: Sequence[float] | bytes, value: bytes) -> None: ...
+    def lookup(self, partition: str, vector: Sequence[float] | bytes) -> tuple[float, bytes] | None:
+        """``(cosine, value)`` of the best unexpired entry with cosine >= ``threshold``."""
+    def __len__(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def ttl_secs(self) -> float: ...
+    @property
+    def threshold(self) -> float: ...

@@ -1,0 +1,449 @@
+"""Native translators on recorded llama-server streams: what each dialect sends, byte parity
+with the Python oracle (tests/oracle) at every chunk boundary and at random ones, whole bodies,
+and the ends a real engine rarely shows (errors, truncation, framing errors, pings, aborts)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from blazar import _native
+from tests.native.streams import BY_NAME, CASE_NAMES, CASES, DIALECTS, MESSAGE_ID, MODEL, START_NS, Case
+from tests.oracle import translate as oracle
+
+Factory = Callable[..., Any]
+
+
+def run(
+    factory: Factory, dialect: str, pieces: Sequence[bytes], *, step_ns: int = 0, **kw: Any
+) -> tuple[bytes, Any]:
+    """Feeds ``pieces`` at START_NS + i * step_ns and finishes; returns (bytes, translator)."""
+    kw.setdefault("message_id", MESSAGE_ID)
+    tr = factory(dialect, MODEL, start_ns=START_NS, prompt_tokens_hint=7, load_duration_ns=1234, **kw)
+    out = b"".join(tr.feed(p, now_ns=START_NS + (i + 1) * step_ns) for i, p in enumerate(pieces))
+    out += tr.finish(now_ns=START_NS + (len(pieces) + 1) * step_ns)
+    return out, tr
+
+
+def cut(data: bytes, points: Sequence[int]) -> list[bytes]:
+    edges = [0, *sorted(points), len(data)]
+    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+
+
+def sse_events(body: bytes) -> list[tuple[str, str]]:
+    parser = _native.SseParser()
+    events = parser.feed(body)
+    assert parser.finish(), "client stream must end on an event boundary"
+    return events
+
+
+# ---- what each dialect sends ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_NAMES)
+def test_openai_passthrough_rewrites_model_only(case: Case) -> None:
+    out, tr = run(_native.StreamTranslator, "openai", [case.stream], include_usage=True)
+    events = sse_events(out)
+    assert events[-1] == ("message", "[DONE]")
+    upstream = [e for e in sse_events(case.stream)]
+    if case.name == "engine_error":
+        assert json.loads(events[-2][1])["error"]["message"].startswith("The model produced output")
+        return
+    assert len(events) == len(upstream)
+    for (_, got), (_, want) in zip(events[:-1], upstream[:-1], strict=True):
+        g, w = json.loads(got), json.loads(want)
+        assert g["model"] == MODEL
+        w["model"] = MODEL
+        assert g == w
+    assert tr.done
+    summary = tr.summary()
+    assert summary["usage"] is not None and summary["errors"] == []
+
+
+def test_openai_drops_usage_chunk_unless_asked() -> None:
+    case = BY_NAME["text"]
+    without, _ = run(_native.StreamTranslator, "openai", [case.stream])
+    with_usage, _ = run(_native.StreamTranslator, "openai", [case.stream], include_usage=True)
+    assert b'"usage"' not in without and b'"usage"' in with_usage
+    assert len(sse_events(with_usage)) == len(sse_events(without)) + 1
+
+
+def ollama_lines(body: bytes) -> list[dict[str, Any]]:
+    assert body.endswith(b"\n")
+    return [json.loads(line) for line in body.decode().splitlines()]
+
+
+@pytest.mark.parametrize("name", ["text", "max_tokens", "stop", "emoji", "cjk"])
+def test_ollama_chat_text(name: str) -> None:
+    case = BY_NAME[name]
+    out, tr = run(_native.StreamTranslator, "ollama_chat", [case.stream])
+    lines = ollama_lines(out)
+    whole = json.loads(case.whole)["choices"][0]
+    assert "".join(x["message"]["content"] for x in lines) == whole["message"]["content"]
+    assert all(x["model"] == MODEL and x["created_at"].endswith("Z") for x in lines)
+    assert [x["done"] for x in lines] == [False] * (len(lines) - 1) + [True]
+    final = lines[-1]
+    usage = [json.loads(d)["usage"] for _, d in sse_events(case.stream) if '"usage"' in d][-1]
+    assert final["done_reason"] == ("length" if whole["finish_reason"] == "length" else "stop")
+    assert final["prompt_eval_count"] == usage["prompt_tokens"]
+    assert final["eval_count"] == usage["completion_tokens"]
+    assert final["load_duration"] == 1234
+    assert final["total_duration"] == 1234  # every feed at START_NS: no time passed
+    assert tr.summary()["text"] == whole["message"]["content"]
+
+
+def test_ollama_durations_come_from_the_clock() -> None:
+    case = BY_NAME["stop"]
+    events = [e + b"\n\n" for e in case.stream.split(b"\n\n") if e]
+    out, _ = run(_native.StreamTranslator, "ollama_generate", events, step_ns=1_000_000)
+    final = ollama_lines(out)[-1]
+    n = len(events)
+    # Event 0 is the role-only chunk; tokens arrive in events 1.. at 1 ms steps.
+    assert final["prompt_eval_duration"] == 2_000_000
+    assert final["total_duration"] == 1234 + n * 1_000_000  # sent when [DONE], the last event, arrived
+    content_events = sum(b'"content":"' in e for e in events)
+    assert final["eval_duration"] == (content_events - 1) * 1_000_000
+    assert "response" in final and "message" not in final
+
+
+@pytest.mark.parametrize("name", ["tool_call", "tool_calls_parallel"])
+def test_ollama_chat_tool_calls_are_whole_objects(name: str) -> None:
+    case = BY_NAME[name]
+    out, tr = run(_native.StreamTranslator, "ollama_chat", [case.stream])
+    lines = ollama_lines(out)
+    calls = [c for x in lines for c in x["message"].get("tool_calls", [])]
+    want = json.loads(case.whole)["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == [w["function"]["name"] for w in want]
+    assert [c["function"]["arguments"] for c in calls] == [
+        json.loads(w["function"]["arguments"]) for w in want
+    ]
+    assert [c["function"]["index"] for c in calls] == list(range(len(want)))
+    summary = tr.summary()
+    assert summary["finish_reason"] == "tool_calls" and summary["errors"] == []
+    assert [json.loads(c["function"]["arguments"]) for c in summary["tool_calls"]] == [
+        c["function"]["arguments"] for c in calls
+    ]
+
+
+def test_ollama_parallel_calls_each_sent_when_complete() -> None:
+    case = BY_NAME["tool_calls_parallel"]
+    out, _ = run(_native.StreamTranslator, "ollama_chat", [case.stream])
+    with_calls = [x for x in ollama_lines(out) if x["message"].get("tool_calls")]
+    assert [len(x["message"]["tool_calls"]) for x in with_calls] == [1, 1]
+
+
+def anthropic_events(body: bytes) -> list[tuple[str, dict[str, Any]]]:
+    events = [(name, json.loads(data)) for name, data in sse_events(body)]
+    for name, data in events:
+        assert data["type"] == name
+    return events
+
+
+@pytest.mark.parametrize("name", ["text", "max_tokens", "stop", "emoji", "cjk"])
+def test_anthropic_text_events(name: str) -> None:
+    case = BY_NAME[name]
+    out, _ = run(_native.StreamTranslator, "anthropic", [case.stream])
+    events = anthropic_events(out)
+    names = [n for n, _ in events]
+    assert names[:4] == ["message_start", "ping", "content_block_start", "content_block_delta"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    start = events[0][1]["message"]
+    assert start["id"] == MESSAGE_ID and start["model"] == MODEL and start["content"] == []
+    assert start["usage"] == {"input_tokens": 7, "output_tokens": 0}
+    text = "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta")
+    whole = json.loads(case.whole)["choices"][0]
+    assert text == whole["message"]["content"]
+    delta = events[-2][1]
+    assert delta["delta"]["stop_reason"] == (
+        "max_tokens" if whole["finish_reason"] == "length" else "end_turn"
+    )
+    usage = json.loads(case.whole)["usage"]
+    assert delta["usage"]["output_tokens"] == usage["completion_tokens"]
+
+
+def test_anthropic_tool_use_blocks() -> None:
+    case = BY_NAME["tool_calls_parallel"]
+    out, _ = run(_native.StreamTranslator, "anthropic", [case.stream])
+    events = anthropic_events(out)
+    starts = [d for n, d in events if n == "content_block_start"]
+    assert [s["content_block"]["type"] for s in starts] == ["tool_use", "tool_use"]
+    assert [s["index"] for s in starts] == [0, 1]
+    for s in starts:
+        block = s["content_block"]
+        assert block["name"] == "get_weather" and block["input"] == {} and block["id"]
+        pieces = [
+            d["delta"]["partial_json"]
+            for n, d in events
+            if n == "content_block_delta" and d["index"] == s["index"]
+        ]
+        assert all(d["delta"]["type"] == "input_json_delta" for n, d in events if n == "content_block_delta")
+        assert "city" in json.loads("".join(pieces))
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
+def test_anthropic_stop_sequence_when_engine_names_it() -> None:
+    stream = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":"END"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    out, tr = run(_native.StreamTranslator, "anthropic", [stream])
+    assert anthropic_events(out)[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+    assert tr.summary()["stop_sequence"] == "END"
+
+
+def test_engine_error_mid_stream_in_every_dialect() -> None:
+    case = BY_NAME["engine_error"]
+    msg = "The model produced output that does not match the expected peg-native format"
+    out, tr = run(_native.StreamTranslator, "anthropic", [case.stream])
+    events = anthropic_events(out)
+    assert events[-1] == ("error", {"type": "error", "error": {"type": "api_error", "message": msg}})
+    assert [n for n, _ in events][-2] == "content_block_stop"
+    assert tr.summary()["errors"][0] == f"engine error: {msg}"
+    out, _ = run(_native.StreamTranslator, "ollama_chat", [case.stream])
+    assert ollama_lines(out)[-1] == {"error": msg}
+    out, _ = run(_native.StreamTranslator, "openai", [case.stream])
+    assert json.loads(sse_events(out)[-2][1]) == {
+        "error": {"message": msg, "type": "server_error", "code": 500}
+    }
+
+
+def test_llama_cpp_error_line() -> None:
+    stream = b'error: {"code":503,"message":"Loading model","type":"unavailable_error"}\n\n'
+    out, tr = run(_native.StreamTranslator, "anthropic", [stream])
+    assert anthropic_events(out) == [
+        ("error", {"type": "error", "error": {"type": "api_error", "message": "Loading model"}})
+    ]
+    assert tr.done
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_truncated_stream_ends_with_an_error(dialect: str) -> None:
+    stream = BY_NAME["text"].stream
+    out, tr = run(_native.StreamTranslator, dialect, [stream[: len(stream) // 2]])
+    summary = tr.summary()
+    assert "engine stream ended before the response was complete" in summary["errors"]
+    assert b"ended before the response was complete" in out
+    assert tr.done and tr.finish() == b""
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_oversize_line_raises_then_finish_closes(dialect: str) -> None:
+    head = b'data: {"choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n'
+    tr = _native.StreamTranslator(dialect, MODEL, start_ns=START_NS, message_id=MESSAGE_ID)
+    with pytest.raises(_native.StreamError, match="longer than 4194304 bytes"):
+        tr.feed(head + b"data: " + b"x" * (4 << 20))
+    with pytest.raises(_native.StreamError):
+        tr.feed(b"\n\n")
+    out = tr.finish(now_ns=START_NS)
+    assert b"ok" in out and b"longer than 4194304 bytes" in out
+    assert tr.summary()["text"] == "ok"
+
+
+def test_invalid_utf8_is_a_stream_error() -> None:
+    tr = _native.StreamTranslator("openai", MODEL)
+    with pytest.raises(_native.StreamError, match="not valid UTF-8"):
+        tr.feed(b'data: {"x":"\xff"}\n\n')
+
+
+def test_anthropic_pings_when_quiet_for_10s() -> None:
+    tr = _native.StreamTranslator("anthropic", MODEL, start_ns=0, message_id=MESSAGE_ID)
+    first = tr.feed(b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n', now_ns=1)
+    assert first.count(b"event: ping") == 1
+    assert tr.feed(b"", now_ns=10_000_000_000) == b""
+    assert tr.feed(b"", now_ns=10_000_000_001) == b'event: ping\ndata: {"type":"ping"}\n\n'
+    assert tr.feed(b": keep-alive\n\n", now_ns=15_000_000_000) == b""
+    assert tr.feed(b"", now_ns=20_000_000_001) == b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+def test_abort_speaks_the_dialect_and_is_final() -> None:
+    tr = _native.StreamTranslator("ollama_generate", MODEL)
+    assert tr.abort("client went away") == b'{"error":"client went away"}\n'
+    assert tr.abort("again") == b"" and tr.finish() == b"" and tr.feed(b"data: x\n\n") == b""
+    assert tr.summary()["errors"] == ["aborted: client went away"]
+
+
+def test_malformed_fragments_are_reported_not_dropped() -> None:
+    stream = (
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function",'
+        b'"function":{"name":"f","arguments":"{\\"x\\":"}}]}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b",'
+        b'"function":{"name":"g","arguments":"{}"}}]}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"oops"}}]}}]}\n\n'
+        b"data: not json\n\n"
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    out, tr = run(_native.StreamTranslator, "ollama_chat", [stream])
+    summary = tr.summary()
+    calls = summary["tool_calls"]
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("a", "f", '{"x":1}oops'),  # the index-less fragment joined the current call, 0
+        ("b", "g", "{}"),
+    ]
+    errors = summary["errors"]
+    assert any("tool call 0 received a fragment after another call had started" in e for e in errors)
+    assert any("without an index" in e for e in errors)
+    assert any("not a chat completion chunk" in e for e in errors)
+    assert any("tool call 0 arguments are not a JSON object" in e for e in errors)
+    # Call 0 went out when call 1 started, before its late fragment: the client saw {"x":} cut.
+    sent = [c for x in ollama_lines(out) for c in x["message"].get("tool_calls", [])]
+    assert [c["function"]["arguments"] for c in sent] == [{}, {}]
+
+
+def test_unknown_dialect() -> None:
+    with pytest.raises(ValueError, match="unknown dialect 'grpc'"):
+        _native.StreamTranslator("grpc", MODEL)
+    with pytest.raises(ValueError, match="unknown dialect"):
+        _native.translate_whole("grpc", MODEL, b"{}")
+
+
+def test_summary_timing() -> None:
+    case = BY_NAME["stop"]
+    events = [e + b"\n\n" for e in case.stream.split(b"\n\n") if e]
+    _, tr = run(_native.StreamTranslator, "openai", events, step_ns=2_000_000)
+    s = tr.summary()
+    assert s["ttft_ms"] == 4.0
+    tpot = s["tpot_ms"]
+    assert isinstance(tpot, dict)
+    assert tpot["p50"] == tpot["max"] == tpot["mean"] == 2.0
+    assert s["chunks"] == len(events) - 1
+
+
+# ---- whole bodies ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_NAMES)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_whole_body_matches_oracle(case: Case, dialect: str) -> None:
+    kw: dict[str, Any] = {
+        "load_duration_ns": 5,
+        "message_id": MESSAGE_ID,
+        "total_duration_ns": 99,
+        "now_ns": START_NS,
+    }
+    body, summary = _native.translate_whole(dialect, MODEL, case.whole, **kw)
+    want_body, want_summary = oracle.translate_whole(dialect, MODEL, case.whole, **kw)
+    assert body == want_body
+    assert normalised(summary) == normalised(want_summary)
+
+
+def test_whole_bodies_per_dialect() -> None:
+    body = BY_NAME["tool_calls_parallel"].whole
+    out, summary = _native.translate_whole("anthropic", MODEL, body, message_id=MESSAGE_ID)
+    msg = json.loads(out)
+    assert [b["type"] for b in msg["content"]] == ["tool_use", "tool_use"]
+    assert [b["input"] for b in msg["content"]] == [{"city": "Paris"}, {"city": "Tokyo"}]
+    assert msg["stop_reason"] == "tool_use" and summary["errors"] == []
+    out, _ = _native.translate_whole("ollama_chat", MODEL, body, total_duration_ns=10, load_duration_ns=3)
+    obj = json.loads(out)
+    assert obj["done"] is True and obj["total_duration"] == 10 and obj["load_duration"] == 3
+    assert obj["prompt_eval_duration"] > 0 and obj["eval_duration"] > 0
+    assert [c["function"]["arguments"] for c in obj["message"]["tool_calls"]] == [
+        {"city": "Paris"},
+        {"city": "Tokyo"},
+    ]
+    out, _ = _native.translate_whole("openai", MODEL, BY_NAME["text"].whole)
+    assert json.loads(out)["model"] == MODEL
+    err, summary = _native.translate_whole("anthropic", MODEL, BY_NAME["engine_error"].whole)
+    assert json.loads(err)["type"] == "error" and summary["errors"]
+    with pytest.raises(_native.StreamError, match="not a JSON chat completion"):
+        _native.translate_whole("openai", MODEL, b"[1, 2]")
+    with pytest.raises(_native.StreamError, match="not UTF-8"):
+        _native.translate_whole("openai", MODEL, b"\xff")
+
+
+# ---- parity with the oracle at every and at random chunk boundaries --------------------------
+
+
+_DETAIL = re.compile(r"(arguments are not a JSON object|is not a chat completion chunk): .*")
+
+
+def normalised(summary: dict[str, object]) -> dict[str, object]:
+    """The summary with JSON parser wording (serde's vs Python's) cut from error strings."""
+    errors = summary["errors"]
+    assert isinstance(errors, list)
+    return {**summary, "errors": [_DETAIL.sub(r"\1", e) for e in errors]}
+
+
+def both(dialect: str, pieces: Sequence[bytes], **kw: Any) -> tuple[bytes, bytes]:
+    native, n = run(_native.StreamTranslator, dialect, pieces, **kw)
+    ref, o = run(oracle.StreamTranslator, dialect, pieces, **kw)
+    assert normalised(n.summary()) == normalised(o.summary())
+    assert n.done == o.done
+    return native, ref
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_NAMES)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_every_single_cut_matches_whole_and_oracle(case: Case, dialect: str) -> None:
+    whole, ref = both(dialect, [case.stream], include_usage=True)
+    assert whole == ref
+    data = case.stream
+    for i in range(len(data) + 1):
+        out, _ = run(_native.StreamTranslator, dialect, [data[:i], data[i:]], include_usage=True)
+        assert out == whole, f"cut at byte {i}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_NAMES)
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_byte_by_byte_matches_oracle(case: Case, dialect: str) -> None:
+    pieces = [case.stream[i : i + 1] for i in range(len(case.stream))]
+    native, ref = both(dialect, pieces)
+    assert native == ref == run(_native.StreamTranslator, dialect, [case.stream])[0]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(CASES),
+    dialect=st.sampled_from(DIALECTS),
+    data=st.data(),
+    include_usage=st.booleans(),
+)
+def test_random_cuts_match_oracle(case: Case, dialect: str, data: st.DataObject, include_usage: bool) -> None:
+    stream = case.stream
+    points = data.draw(st.lists(st.integers(0, len(stream)), max_size=40))
+    pieces = cut(stream, points)
+    native, ref = both(dialect, pieces, include_usage=include_usage)
+    assert native == ref
+    assert native == run(_native.StreamTranslator, dialect, [stream], include_usage=include_usage)[0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    case=st.sampled_from(CASES),
+    dialect=st.sampled_from(DIALECTS),
+    data=st.data(),
+)
+def test_random_cuts_and_times_match_oracle(case: Case, dialect: str, data: st.DataObject) -> None:
+    """With time passing between feeds, durations, created_at and pings must still agree."""
+    points = data.draw(st.lists(st.integers(0, len(case.stream)), max_size=30))
+    step = data.draw(st.sampled_from([1, 999_999, 3_000_000_000, 11_000_000_000]))
+    native, ref = both(dialect, cut(case.stream, points), step_ns=step)
+    assert native == ref
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    case=st.sampled_from(CASES),
+    dialect=st.sampled_from(DIALECTS),
+    data=st.data(),
+)
+def test_mangled_streams_match_oracle(case: Case, dialect: str, data: st.DataObject) -> None:
+    """Recorded streams with events dropped or duplicated, CRLF/CR line ends, comments and
+    truncation: still byte-identical to the oracle."""
+    events = [e for e in case.stream.split(b"\n\n") if e]
+    picked = data.draw(st.lists(st.sampled_from(events), max_size=len(events) + 3)) if events else []
+    eol = data.draw(st.sampled_from([b"\n", b"\r\n", b"\r"]))
+    body = b"".join(b": c" + eol + e + eol + eol for e in picked)
+    body = body[: data.draw(st.integers(0, len(body)))]
+    points = data.draw(st.lists(st.integers(0, len(body)), max_size=10))
+    native, ref = both(dialect, cut(body, points))
+    assert native == ref
