@@ -79,7 +79,9 @@ fn bom_is_stripped_only_at_start() {
 
 #[test]
 fn cut_anywhere_gives_the_same_events() {
-    assert_cut_invariant(b"data: {\"x\":\"caf\xC3\xA9 \xF0\x9F\x98\x80 \xE4\xB8\xAD\"}\r\n\r\n: c\rdata: [DONE]\r\r");
+    assert_cut_invariant(
+        b"data: {\"x\":\"caf\xC3\xA9 \xF0\x9F\x98\x80 \xE4\xB8\xAD\"}\r\n\r\n: c\rdata: [DONE]\r\r",
+    );
     assert_cut_invariant(b"event: e\ndata: 1\ndata: 2\n\nerror: oops\n\ndata:x\r\n\n");
 }
 

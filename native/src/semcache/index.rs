@@ -177,7 +177,13 @@ impl Index {
 
     /// Stores `value` under `vector` in `partition`, evicting expired entries and, at capacity,
     /// the oldest entry.
-    pub fn insert(&mut self, partition: &str, vector: &[f32], value: &[u8], now: u64) -> Result<(), IndexError> {
+    pub fn insert(
+        &mut self,
+        partition: &str,
+        vector: &[f32],
+        value: &[u8],
+        now: u64,
+    ) -> Result<(), IndexError> {
         let unit = self.check(vector)?;
         self.evict_expired(now);
         while self.fifo.len() >= self.cfg.capacity {

@@ -71,15 +71,24 @@ impl SemanticIndex {
         if !(-1.0..=1.0).contains(&threshold) {
             return Err(PyValueError::new_err(format!("threshold must be in [-1, 1], got {threshold}")));
         }
-        let ttl_ns = (ttl_secs.is_finite() && ttl_secs * 1e9 < u64::MAX as f64).then(|| (ttl_secs * 1e9) as u64);
+        let ttl_ns =
+            (ttl_secs.is_finite() && ttl_secs * 1e9 < u64::MAX as f64).then_some((ttl_secs * 1e9) as u64);
         let cfg = Config { dim, capacity, ttl_ns, threshold: threshold as f32 };
         Ok(Self { index: RwLock::new(Index::new(cfg)), origin: Instant::now(), ttl_secs })
     }
 
-    fn insert(&self, py: Python<'_>, partition: &str, vector: &Bound<'_, PyAny>, value: &[u8]) -> PyResult<()> {
+    fn insert(
+        &self,
+        py: Python<'_>,
+        partition: &str,
+        vector: &Bound<'_, PyAny>,
+        value: &[u8],
+    ) -> PyResult<()> {
         let vector = read_vector(vector)?;
         let now = self.now();
-        py.allow_threads(|| self.index.write().map_err(poisoned)?.insert(partition, &vector, value, now).map_err(PyErr::from))
+        py.allow_threads(|| {
+            self.index.write().map_err(poisoned)?.insert(partition, &vector, value, now).map_err(PyErr::from)
+        })
     }
 
     fn lookup<'py>(

@@ -13,7 +13,11 @@ use super::tools::ToolCall;
 /// Anthropic's `stop_reason` for an engine finish: stop→end_turn (or stop_sequence when the
 /// engine named the stop string, tool_use when it called tools), length→max_tokens,
 /// tool_calls→tool_use, content_filter→refusal.
-pub fn stop_reason(finish_reason: Option<&str>, stop_sequence: Option<&str>, has_tools: bool) -> &'static str {
+pub fn stop_reason(
+    finish_reason: Option<&str>,
+    stop_sequence: Option<&str>,
+    has_tools: bool,
+) -> &'static str {
     match finish_reason {
         Some("length") => "max_tokens",
         Some("tool_calls") | Some("function_call") => "tool_use",
@@ -27,8 +31,12 @@ pub fn stop_reason(finish_reason: Option<&str>, stop_sequence: Option<&str>, has
 /// Anthropic error `type` for an engine error type.
 fn error_type(kind: &str) -> &str {
     match kind {
-        "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error"
-        | "rate_limit_error" | "overloaded_error" => kind,
+        "invalid_request_error"
+        | "authentication_error"
+        | "permission_error"
+        | "not_found_error"
+        | "rate_limit_error"
+        | "overloaded_error" => kind,
         _ => "api_error",
     }
 }
@@ -64,7 +72,9 @@ pub fn ping(out: &mut Vec<u8>) {
 
 /// The tool_use id: the engine's call id, else one derived from the message id.
 pub fn tool_id(call: &ToolCall, message_id: &str) -> String {
-    call.id.clone().unwrap_or_else(|| format!("toolu_{}_{}", message_id.trim_start_matches("msg_"), call.index))
+    call.id
+        .clone()
+        .unwrap_or_else(|| format!("toolu_{}_{}", message_id.trim_start_matches("msg_"), call.index))
 }
 
 fn usage(out: &mut Vec<u8>, input: u64, output: u64) {
@@ -201,7 +211,9 @@ impl Stream {
     /// A `text_delta`, opening a text block first when needed.
     pub fn text(&mut self, out: &mut Vec<u8>, text: &str) {
         if self.open != Some(Block::Text) {
-            self.open_block(out, Block::Text, |out| out.extend_from_slice(b"{\"type\":\"text\",\"text\":\"\"}"));
+            self.open_block(out, Block::Text, |out| {
+                out.extend_from_slice(b"{\"type\":\"text\",\"text\":\"\"}")
+            });
         }
         self.delta_head(out);
         out.extend_from_slice(b"{\"type\":\"text_delta\",");

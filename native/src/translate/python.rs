@@ -54,7 +54,12 @@ impl StreamTranslator {
     }
 
     #[pyo3(signature = (chunk, now_ns = None))]
-    fn feed<'py>(&mut self, py: Python<'py>, chunk: &[u8], now_ns: Option<u64>) -> PyResult<Bound<'py, PyBytes>> {
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        chunk: &[u8],
+        now_ns: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let out = self.inner.feed(chunk, now_ns)?;
         Ok(PyBytes::new(py, &out))
     }

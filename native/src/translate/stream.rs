@@ -151,7 +151,10 @@ impl Translator {
                 self.state.fail(&err, now);
             } else {
                 if !self.parser.finish() {
-                    self.state.col.errors.push("engine stream ended inside an event; it was discarded".to_owned());
+                    self.state
+                        .col
+                        .errors
+                        .push("engine stream ended inside an event; it was discarded".to_owned());
                 }
                 self.state.close(now);
             }
@@ -283,7 +286,8 @@ impl State {
     /// The normal end; an end before any finish reason or `[DONE]` is reported as an error.
     fn close(&mut self, now: u64) {
         if self.col.finish_reason.is_none() && !self.saw_done {
-            let err = EngineError::new("engine stream ended before the response was complete", "upstream_error");
+            let err =
+                EngineError::new("engine stream ended before the response was complete", "upstream_error");
             self.col.errors.push(err.message.clone());
             return self.fail(&err, now);
         }
@@ -310,7 +314,18 @@ impl State {
                     eval_duration: col.last_token_ns.unwrap_or(first).saturating_sub(first),
                 };
                 let reason = ollama::done_reason(col.finish_reason.as_deref());
-                ollama::final_object(&mut self.out, generate, &self.model, now, "", "", &[], reason, &metrics, true);
+                ollama::final_object(
+                    &mut self.out,
+                    generate,
+                    &self.model,
+                    now,
+                    "",
+                    "",
+                    &[],
+                    reason,
+                    &metrics,
+                    true,
+                );
             }
             Dialect::Anthropic => {
                 self.start_anthropic(now);

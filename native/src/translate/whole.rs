@@ -7,10 +7,10 @@
 use super::anthropic;
 use super::collect::{Collector, Summary};
 use super::engine::{Completion, EngineError};
-use super::stream::parse_object;
 use super::json::str_literal;
 use super::ollama::{self, Metrics};
 use super::openai;
+use super::stream::parse_object;
 use super::stream::{new_message_id, Dialect};
 
 /// What the caller knows about a whole response.
@@ -68,7 +68,9 @@ pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Sum
             let reason = ollama::done_reason(col.finish_reason.as_deref());
             let calls = if generate { &[][..] } else { &col.tools.calls[..] };
             let (text, thinking) = (&col.text, &col.reasoning);
-            ollama::final_object(&mut out, generate, &model, now, text, thinking, calls, reason, &metrics, false);
+            ollama::final_object(
+                &mut out, generate, &model, now, text, thinking, calls, reason, &metrics, false,
+            );
         }
         Dialect::Anthropic => {
             let message_id = opts.message_id.clone().unwrap_or_else(new_message_id);
