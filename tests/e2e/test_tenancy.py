@@ -1,0 +1,222 @@
+"""End to end: keys, quotas, admission, sessions, CORS and the audit lane through `blazar serve`."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import Daemon, wait_for
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "sk-admin-0123456789abcdef"
+SCOPED = "sk-scoped-0123456789abcdef"
+ONE = "sk-one-0123456789abcdefghij"
+RATED = "sk-rated-0123456789abcdefgh"
+KEYS = f"""
+# team keys
+[[keys]]
+name = "admin"
+secret = "{ADMIN}"
+
+[[keys]]
+name = "scoped"
+secret = "{SCOPED}"
+models = ["other"]
+
+[[keys]]
+name = "one"
+secret = "{ONE}"
+max_concurrent = 1
+
+[[keys]]
+name = "rated"
+secret = "{RATED}"
+rpm = 2
+"""
+CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+UNAUTHORIZED = (
+    b'{"error":{"message":"missing or invalid API key (Authorization: Bearer or x-api-key)",'
+    b'"type":"blazar_error","code":401}}'
+)
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {secret}"}
+
+
+def post(d: Daemon, path: str, body: object, headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.post(d.url + path, json=body, headers=headers or {}, timeout=120)
+
+
+def test_auth_statuses_and_bodies(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("audit = true\n" + KEYS)
+    assert httpx.get(d.url + "/healthz").status_code == 200  # never gated
+    r = post(d, "/v1/chat/completions", CHAT)
+    assert r.status_code == 401 and r.content == UNAUTHORIZED
+    assert post(d, "/v1/chat/completions", CHAT, bearer("sk-wrong-0123456789abc")).status_code == 401
+    ok = post(d, "/v1/chat/completions", CHAT, bearer(ADMIN))
+    assert ok.status_code == 200, ok.text
+    via_x_api_key = post(d, "/v1/messages", {**CHAT, "max_tokens": 4}, {"x-api-key": ADMIN})
+    assert via_x_api_key.status_code == 200, via_x_api_key.text
+    anth = post(d, "/v1/messages", CHAT)
+    assert anth.status_code == 401 and anth.json()["type"] == "error"
+    assert post(d, "/api/chat", CHAT).json() == {
+        "error": "missing or invalid API key (Authorization: Bearer or x-api-key)"
+    }
+    scoped = post(d, "/v1/chat/completions", CHAT, bearer(SCOPED))
+    assert scoped.status_code == 403 and "scoped" in scoped.json()["error"]["message"]
+    assert SCOPED not in scoped.text
+    # rpm = 2: the third request in a minute is refused with retry-after
+    for _ in range(2):
+        assert post(d, "/v1/chat/completions", CHAT, bearer(RATED)).status_code == 200
+    limited = post(d, "/v1/chat/completions", CHAT, bearer(RATED))
+    assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+    # the audit lane wrote one line per request, without secrets
+    d.stop()
+    lines = (d.data_dir / "audit" / "audit.log").read_bytes().splitlines()
+    assert len(lines) >= 9
+    rec = orjson.loads(lines[-1])
+    assert {
+        "ts",
+        "trace",
+        "key",
+        "method",
+        "path",
+        "model",
+        "status",
+        "ms",
+        "priority",
+        "queue_depth",
+    } <= set(rec)
+    assert rec["key"] == "rated" and rec["status"] == 429
+    text = b"\n".join(lines).decode()
+    assert ADMIN not in text and RATED not in text
+
+
+def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(KEYS)
+    long = {**CHAT, "max_tokens": 400, "stream": True, "ignore_eos": True}
+    with httpx.stream(
+        "POST", d.url + "/v1/chat/completions", json=long, headers=bearer(ONE), timeout=120
+    ) as s:
+        first = next(s.iter_bytes())
+        assert first.startswith(b'data: {"choices"'), first
+        busy = post(d, "/v1/chat/completions", CHAT, bearer(ONE))
+        assert busy.status_code == 429 and "max_concurrent" in busy.json()["error"]["message"], (
+            busy.text,
+            d.log.read_text(),
+        )
+    # the client dropped the stream: the lease comes back without waiting for the generation to end
+    wait_for(lambda: post(d, "/v1/chat/completions", CHAT, bearer(ONE)).status_code == 200, 30, "the lease")
+
+
+def test_usage_survives_restart(daemon_factory: object, tmp_path: Path) -> None:
+    assert callable(daemon_factory)
+    cfg = KEYS.replace('name = "rated"\nsecret', 'name = "rated"\ndaily_tokens = 40\nsecret').replace(
+        "rpm = 2\n", ""
+    )
+    d: Daemon = daemon_factory(cfg)
+    spent = 0
+    while spent < 40:
+        r = post(d, "/v1/chat/completions", {**CHAT, "max_tokens": 8}, bearer(RATED))
+        assert r.status_code == 200, r.text
+        spent += r.json()["usage"]["total_tokens"]
+    assert post(d, "/v1/chat/completions", CHAT, bearer(RATED)).status_code == 429
+    d.stop()
+    d.start()
+    again = post(d, "/v1/chat/completions", CHAT, bearer(RATED))
+    assert again.status_code == 429 and "daily_tokens" in again.json()["error"]["message"]
+
+
+def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("queue_wait_secs = 1\n")
+    assert post(d, "/v1/chat/completions", CHAT).status_code == 200  # the engine is up
+    long = {**CHAT, "max_tokens": 300, "ignore_eos": True}
+    t = threading.Thread(target=post, args=(d, "/v1/chat/completions", long))
+    t.start()
+    wait_for(lambda: busy_slots(d) > 0, 30, "the long request to occupy the only slot")
+    r = post(d, "/v1/chat/completions", CHAT)
+    t.join()
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["message"].startswith("all_slots_busy: every slot of model 'smollm2:latest'")
+    assert "stayed busy for 1s" in r.json()["error"]["message"]
+
+
+def busy_slots(d: Daemon) -> int:
+    r = httpx.get(d.url + "/api/ps", timeout=10)
+    return 1 if r.json()["models"] and queue_running(d) else 0
+
+
+def queue_running(d: Daemon) -> bool:
+    # the engine's own gauge, as in test_supervision
+    from tests.e2e.test_supervision import engine_busy
+
+    pids = d.child_pids()
+    return bool(pids) and engine_busy(d, pids[0])
+
+
+def test_session_pins_child_and_slot(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("parallel = 2\n")
+    h = {"x-blazar-session": "conv-1"}
+    for _ in range(2):
+        assert post(d, "/v1/chat/completions", CHAT, h).status_code == 200
+    other = post(d, "/v1/chat/completions", CHAT, {"x-blazar-session": "conv-2"})
+    assert other.status_code == 200
+    sessions = {s["session"]: s for s in httpx.get(d.url + "/api/session").json()["sessions"]}
+    assert sessions["conv-1"]["requests"] == 2 and sessions["conv-1"]["model"] == "smollm2:latest"
+    assert {sessions["conv-1"]["slot"], sessions["conv-2"]["slot"]} == {0, 1}
+    closed = post(d, "/api/session", {"action": "close"}, h)
+    assert closed.status_code == 200
+    assert [s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]] == ["conv-2"]
+
+
+def test_cors(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory('cors_origins = ["http://app.local"]\n' + KEYS)
+    pre = httpx.options(
+        d.url + "/v1/chat/completions",
+        headers={"origin": "http://app.local", "access-control-request-method": "POST"},
+    )
+    assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == "http://app.local"
+    r = httpx.get(d.url + "/healthz", headers={"origin": "http://evil.local"})
+    assert "access-control-allow-origin" not in r.headers
+
+
+def test_no_cors_header_by_default(daemon: Daemon) -> None:
+    r = httpx.get(daemon.url + "/healthz", headers={"origin": "http://app.local"})
+    assert "access-control-allow-origin" not in r.headers
+
+
+def test_key_management_over_http(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    authless: Daemon = daemon_factory(model=False)
+    r = httpx.get(authless.url + "/api/keys")
+    assert r.status_code == 403 and r.json()["error"]["message"] == (
+        "no keys configured: add the first [[keys]] entry in config.toml (or BLAZAR_KEYS env) and restart"
+    )
+    d: Daemon = daemon_factory(KEYS)
+    assert httpx.get(d.url + "/api/keys", headers=bearer(SCOPED)).status_code == 403
+    listing = httpx.get(d.url + "/api/keys", headers=bearer(ADMIN)).json()["keys"]
+    assert {k["name"] for k in listing} == {"admin", "scoped", "one", "rated"}
+    assert ADMIN not in str(listing)
+    added = post(d, "/api/keys", {"name": "ci", "models": ["smollm2"]}, bearer(ADMIN)).json()
+    secret = added["secret"]
+    assert post(d, "/v1/chat/completions", CHAT, bearer(secret)).status_code == 200  # live without restart
+    config_text = (d.root / "config.toml").read_text()
+    assert "# team keys" in config_text and 'name = "ci"' in config_text
+    assert list(d.root.glob("config.toml.*bak*"))
+    rotated = post(d, "/api/keys/rotate", {"name": "ci"}, bearer(ADMIN)).json()["secret"]
+    assert post(d, "/v1/chat/completions", CHAT, bearer(secret)).status_code == 401
+    assert post(d, "/v1/chat/completions", CHAT, bearer(rotated)).status_code == 200
+    gone = httpx.request("DELETE", d.url + "/api/keys", json={"name": "ci"}, headers=bearer(ADMIN))
+    assert gone.status_code == 200
+    assert post(d, "/v1/chat/completions", CHAT, bearer(rotated)).status_code == 401
