@@ -37,7 +37,7 @@ lint: install
 	$(VENV)/bin/ruff check python tests scripts benches
 	$(VENV)/bin/ruff format --check python tests scripts benches
 	$(VENV)/bin/mypy
-	$(PY) -m mypy.stubtest blazar._native
+	$(PY) -m mypy.stubtest blazar._native blazar_sched
 	cd native && cargo fmt --check && cargo clippy --quiet --all-targets -- -D warnings
 
 typecheck: install
