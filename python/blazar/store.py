@@ -87,7 +87,17 @@ CREATE TABLE bench_history (
 );
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1),)
+_V2 = """
+ALTER TABLE engines ADD COLUMN lane_class TEXT NOT NULL DEFAULT 'mainstream'
+    CHECK (lane_class IN ('mainstream', 'fork'));
+ALTER TABLE engines ADD COLUMN architectures_json TEXT;
+ALTER TABLE engines ADD COLUMN activated_at TEXT;
+UPDATE engines SET activated_at = created_at WHERE active = 1;
+"""
+"""Engines: the lane class and advertised architectures (from the engine manifest) and when each row was last
+made active (``engine rollback`` returns to the most recently active other tag)."""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2))
 """Ordered (version, sql) pairs; append only, never edit a released one. Each runs in its own transaction."""
 
 LATEST_SCHEMA_VERSION = MIGRATIONS[-1][0]
