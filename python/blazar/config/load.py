@@ -25,6 +25,7 @@ from blazar.config.model import (
     DEFAULT_CHILD_HEADER_TIMEOUT_SECS,
     DEFAULT_CHILD_START_TIMEOUT_SECS,
     DEFAULT_CTX_SIZE,
+    DEFAULT_ENGINE_CHECK_SECS,
     DEFAULT_ENGINE_MODE,
     DEFAULT_GPU_LAYERS,
     DEFAULT_HOST,
@@ -237,6 +238,7 @@ _TOP_LEVEL: dict[str, _Check] = {
     "gpu_layers": lambda c, k, v: _int(c, k, v, -1),
     "queue_wait_secs": lambda c, k, v: _int(c, k, v, 0),
     "session_keep_secs": lambda c, k, v: _int(c, k, v, 0),
+    "engine_check_secs": lambda c, k, v: _int(c, k, v, 0),
     "audit": _bool,
 }
 
@@ -597,6 +599,11 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         "session_keep_secs",
         DEFAULT_SESSION_KEEP_SECS,
         "Seconds an idle x-blazar-session pin is kept; 0 = no sessions.",
+    ),
+    (
+        "engine_check_secs",
+        DEFAULT_ENGINE_CHECK_SECS,
+        "Seconds between background checks for newer engine releases (never installs); 0 = off.",
     ),
     ("audit", False, "Write one audit line per request to <data_dir>/audit/audit.log."),
 )

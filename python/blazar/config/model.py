@@ -22,6 +22,7 @@ DEFAULT_CHILD_START_TIMEOUT_SECS = 120
 DEFAULT_CHILD_HEADER_TIMEOUT_SECS = 120
 DEFAULT_QUEUE_WAIT_SECS = 30
 DEFAULT_SESSION_KEEP_SECS = 900
+DEFAULT_ENGINE_CHECK_SECS = 86400
 DEFAULT_STOP_GRACE_SECS = 10.0
 DEFAULT_ENGINE_MODE = "auto"
 DEFAULT_LOG_LEVEL = "info"
@@ -192,7 +193,8 @@ class Config:
     """Validated server configuration. Build it with ``load_config``; the defaults here are the embedded ones.
 
     ``idle_timeout_secs == 0`` never evicts; ``ctx_size == 0`` uses the model's trained context;
-    ``threads == 0`` and ``gpu_layers == -1`` leave the choice to the engine.
+    ``threads == 0`` and ``gpu_layers == -1`` leave the choice to the engine; ``engine_check_secs == 0`` turns
+    the background engine update check off.
     """
 
     host: str = DEFAULT_HOST
@@ -211,6 +213,7 @@ class Config:
     gpu_layers: int = DEFAULT_GPU_LAYERS
     queue_wait_secs: int = DEFAULT_QUEUE_WAIT_SECS
     session_keep_secs: int = DEFAULT_SESSION_KEEP_SECS
+    engine_check_secs: int = DEFAULT_ENGINE_CHECK_SECS
     audit: bool = False
     models: Mapping[str, ModelOverride] = field(default_factory=_no_models, hash=False)
     keys: tuple[KeyConfig, ...] = ()
