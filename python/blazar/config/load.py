@@ -22,16 +22,20 @@ import tomlkit
 import tomlkit.exceptions
 
 from blazar.config.model import (
+    CACHE_TYPES,
+    DEFAULT_CACHE_TYPE,
     DEFAULT_CHILD_HEADER_TIMEOUT_SECS,
     DEFAULT_CHILD_START_TIMEOUT_SECS,
     DEFAULT_CTX_SIZE,
     DEFAULT_ENGINE_CHECK_SECS,
     DEFAULT_ENGINE_MODE,
+    DEFAULT_FLASH_ATTN,
     DEFAULT_GPU_LAYERS,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_SECS,
     DEFAULT_KEY_WEIGHT,
     DEFAULT_LOG_LEVEL,
+    DEFAULT_MEMORY_HEADROOM_MIB,
     DEFAULT_PARALLEL,
     DEFAULT_PORT,
     DEFAULT_QUEUE_WAIT_SECS,
@@ -39,6 +43,7 @@ from blazar.config.model import (
     DEFAULT_STOP_GRACE_SECS,
     DEFAULT_THREADS,
     ENGINE_MODES,
+    FLASH_ATTN_MODES,
     KEY_NAME_PATTERN,
     LOG_LEVELS,
     MIN_SECRET_LEN,
@@ -240,6 +245,12 @@ _TOP_LEVEL: dict[str, _Check] = {
     "session_keep_secs": lambda c, k, v: _int(c, k, v, 0),
     "engine_check_secs": lambda c, k, v: _int(c, k, v, 0),
     "audit": _bool,
+    "cache_type_k": lambda c, k, v: _choice(c, k, v, CACHE_TYPES),
+    "cache_type_v": lambda c, k, v: _choice(c, k, v, CACHE_TYPES),
+    "flash_attn": lambda c, k, v: _choice(c, k, v, FLASH_ATTN_MODES),
+    "swa_full": _bool,
+    "lookup_cache": _bool,
+    "memory_headroom_mib": lambda c, k, v: _int(c, k, v, 0),
 }
 
 _MODEL_LEVEL: dict[str, _Check] = {
@@ -250,6 +261,14 @@ _MODEL_LEVEL: dict[str, _Check] = {
     "idle_timeout_secs": _TOP_LEVEL["idle_timeout_secs"],
     "extra_args": _strings,
     "engine": _string,
+    "cache_type_k": _TOP_LEVEL["cache_type_k"],
+    "cache_type_v": _TOP_LEVEL["cache_type_v"],
+    "flash_attn": _TOP_LEVEL["flash_attn"],
+    "swa_full": _bool,
+    "lookup_cache": _bool,
+    "chat_template": _string,
+    "chat_template_file": _path,
+    "mmproj": _path,
 }
 
 _TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models", "keys")
@@ -606,6 +625,28 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         "Seconds between background checks for newer engine releases (never installs); 0 = off.",
     ),
     ("audit", False, "Write one audit line per request to <data_dir>/audit/audit.log."),
+    (
+        "cache_type_k",
+        DEFAULT_CACHE_TYPE,
+        'KV cache type for K: "f16", "bf16", "f32", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl".',
+    ),
+    (
+        "cache_type_v",
+        DEFAULT_CACHE_TYPE,
+        'KV cache type for V (as cache_type_k); a quantized V cache needs flash_attn "auto" or "on".',
+    ),
+    ("flash_attn", DEFAULT_FLASH_ATTN, 'Flash attention: "auto", "on" or "off".'),
+    ("swa_full", False, "Keep a full-size KV cache for sliding-window layers (more memory)."),
+    (
+        "lookup_cache",
+        False,
+        "n-gram lookup decoding with a per-model cache file under <data_dir>/speccache/.",
+    ),
+    (
+        "memory_headroom_mib",
+        DEFAULT_MEMORY_HEADROOM_MIB,
+        "MiB left free on each device when the context size is fitted to free memory.",
+    ),
 )
 
 
@@ -638,6 +679,10 @@ def render_default_config() -> str:
     doc.add(tomlkit.comment("idle_timeout_secs = 600"))
     doc.add(tomlkit.comment('extra_args = ["--flash-attn"]'))
     doc.add(tomlkit.comment('engine = "llama-cpp"'))
+    doc.add(tomlkit.comment('cache_type_k = "q8_0"'))
+    doc.add(tomlkit.comment('cache_type_v = "q8_0"'))
+    doc.add(tomlkit.comment('chat_template = "chatml"  # or chat_template_file = "template.jinja"'))
+    doc.add(tomlkit.comment('mmproj = "mmproj-model-f16.gguf"  # default: a mmproj*.gguf next to the model'))
     doc.add(tomlkit.nl())
     doc.add(
         tomlkit.comment("API keys. With none the gateway is open to anyone who can reach it; with any, every")

@@ -30,9 +30,15 @@ DEFAULT_CTX_SIZE = 4096
 DEFAULT_PARALLEL = 1
 DEFAULT_THREADS = 0
 DEFAULT_GPU_LAYERS = -1
+DEFAULT_CACHE_TYPE = "f16"
+DEFAULT_FLASH_ATTN = "auto"
+DEFAULT_MEMORY_HEADROOM_MIB = 1024
 
 ENGINE_MODES: tuple[str, ...] = ("auto", "manual")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
+CACHE_TYPES: tuple[str, ...] = ("f16", "bf16", "f32", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
+"""KV cache element types llama-server accepts for ``--cache-type-k/-v``; quantized V needs flash attention."""
+FLASH_ATTN_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 DEFAULT_TAG = "latest"
 
@@ -173,7 +179,11 @@ class KeyConfig:
 
 @dataclass(frozen=True, slots=True)
 class ModelOverride:
-    """Per-model settings from a ``[models."name:tag"]`` table; ``None`` means use the top-level value."""
+    """Per-model settings from a ``[models."name:tag"]`` table; ``None`` means use the top-level value.
+
+    ``chat_template`` (a llama.cpp template name or inline Jinja), ``chat_template_file`` and ``mmproj`` exist
+    only here; unset, the model's own template is used and a sibling ``mmproj*.gguf`` is found automatically.
+    """
 
     ctx_size: int | None = None
     parallel: int | None = None
@@ -182,6 +192,14 @@ class ModelOverride:
     idle_timeout_secs: int | None = None
     extra_args: tuple[str, ...] = ()
     engine: str | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    flash_attn: str | None = None
+    swa_full: bool | None = None
+    lookup_cache: bool | None = None
+    chat_template: str | None = None
+    chat_template_file: Path | None = None
+    mmproj: Path | None = None
 
 
 def _no_models() -> Mapping[str, ModelOverride]:
@@ -194,7 +212,9 @@ class Config:
 
     ``idle_timeout_secs == 0`` never evicts; ``ctx_size == 0`` uses the model's trained context;
     ``threads == 0`` and ``gpu_layers == -1`` leave the choice to the engine; ``engine_check_secs == 0`` turns
-    the background engine update check off.
+    the background engine update check off. ``cache_type_k``/``cache_type_v``/``flash_attn``/``swa_full`` go to
+    the engine as they are; ``lookup_cache`` turns on llama-server's n-gram lookup decoding with a per-model
+    cache file; ``memory_headroom_mib`` is the memory the context fitting leaves free on each device.
     """
 
     host: str = DEFAULT_HOST
@@ -215,6 +235,12 @@ class Config:
     session_keep_secs: int = DEFAULT_SESSION_KEEP_SECS
     engine_check_secs: int = DEFAULT_ENGINE_CHECK_SECS
     audit: bool = False
+    cache_type_k: str = DEFAULT_CACHE_TYPE
+    cache_type_v: str = DEFAULT_CACHE_TYPE
+    flash_attn: str = DEFAULT_FLASH_ATTN
+    swa_full: bool = False
+    lookup_cache: bool = False
+    memory_headroom_mib: int = DEFAULT_MEMORY_HEADROOM_MIB
     models: Mapping[str, ModelOverride] = field(default_factory=_no_models, hash=False)
     keys: tuple[KeyConfig, ...] = ()
 
