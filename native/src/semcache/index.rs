@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use super::kernel::{dot_f32, scan, LANES};
+use super::kernel::{dot_f32, dot_i8, scan, LANES};
 
 /// Scale of the int8 codes: a unit vector's components lie in [-1, 1].
 const SCALE: f32 = 127.0;
@@ -47,10 +47,16 @@ impl fmt::Display for IndexError {
 
 #[derive(Default)]
 struct Partition {
-    codes: Vec<i8>,
+    /// int8 codes of the leading `split` dimensions, then of the rest, one matrix each, so the
+    /// first pass reads only the leading part.
+    head: Vec<i8>,
+    tail: Vec<i8>,
     vectors: Vec<f32>,
-    /// Per row: an upper bound of the L2 norm of (vector - codes / SCALE).
+    /// Per row: upper bounds of the quantisation error's L2 norm over the head and over all
+    /// dimensions, and the L2 norm of the vector's tail.
+    head_error: Vec<f32>,
     error: Vec<f32>,
+    tail_norm: Vec<f32>,
     expires: Vec<u64>,
     seqs: Vec<u64>,
     values: Vec<Box<[u8]>>,
@@ -62,34 +68,49 @@ impl Partition {
         self.seqs.len()
     }
 
-    fn remove(&mut self, seq: u64, dim: usize, padded: usize) {
+    fn remove(&mut self, seq: u64, dim: usize, split: usize, rest: usize) {
         let Some(slot) = self.slot_of.remove(&seq) else { return };
         let last = self.len() - 1;
         if slot != last {
-            self.codes.copy_within(last * padded..(last + 1) * padded, slot * padded);
+            self.head.copy_within(last * split..(last + 1) * split, slot * split);
+            self.tail.copy_within(last * rest..(last + 1) * rest, slot * rest);
             self.vectors.copy_within(last * dim..(last + 1) * dim, slot * dim);
             self.slot_of.insert(self.seqs[last], slot);
         }
-        self.codes.truncate(last * padded);
+        self.head.truncate(last * split);
+        self.tail.truncate(last * rest);
         self.vectors.truncate(last * dim);
+        self.head_error.swap_remove(slot);
         self.error.swap_remove(slot);
+        self.tail_norm.swap_remove(slot);
         self.expires.swap_remove(slot);
         self.seqs.swap_remove(slot);
         self.values.swap_remove(slot);
     }
 }
 
-/// A query prepared once: unit vector, its codes and its quantisation error.
+/// A unit vector's codes and the norms the pruning bounds need.
+struct Coded {
+    head: Vec<i8>,
+    tail: Vec<i8>,
+    head_code_norm: f32,
+    code_norm: f32,
+    head_error: f32,
+    error: f32,
+    tail_norm: f32,
+}
+
+/// A query prepared once: unit vector and its codes.
 pub struct Query {
     vector: Vec<f32>,
-    codes: Vec<i8>,
-    code_norm: f32,
-    error: f32,
+    coded: Coded,
 }
 
 pub struct Index {
     cfg: Config,
-    padded: usize,
+    /// Padded widths of the head and tail code matrices.
+    split: usize,
+    rest: usize,
     parts: HashMap<Arc<str>, Partition>,
     /// Every live entry in insertion order: (seq, inserted at, partition).
     fifo: VecDeque<(u64, u64, Arc<str>)>,
@@ -106,30 +127,47 @@ fn normalise(v: &[f32]) -> Option<Vec<f32>> {
     unit.iter().all(|x| x.is_finite()).then_some(unit)
 }
 
-/// Codes of a unit vector (padded with zeros to `padded`), their norm, and the quantisation
-/// error's norm (rounded up).
-fn quantise(unit: &[f32], padded: usize) -> (Vec<i8>, f32, f32) {
-    let mut codes = vec![0i8; padded];
-    let (mut err2, mut norm2) = (0f64, 0f64);
-    for (c, &x) in codes.iter_mut().zip(unit) {
+/// Rounds an error norm up, so float rounding cannot make a bound too tight.
+fn round_up(x: f64) -> f32 {
+    (x * (1.0 + 1e-6) + 1e-7) as f32
+}
+
+/// Codes of a unit vector, split at `split` and padded with zeros to `split + rest`.
+fn quantise(unit: &[f32], split: usize, rest: usize) -> Coded {
+    let mut codes = vec![0i8; split + rest];
+    let (mut err2, mut norm2, mut head_err2, mut head_norm2, mut tail2) = (0f64, 0f64, 0f64, 0f64, 0f64);
+    for (i, (c, &x)) in codes.iter_mut().zip(unit).enumerate() {
         let q = (x * SCALE).round().clamp(-127.0, 127.0);
         *c = q as i8;
         let back = f64::from(q) / f64::from(SCALE);
-        err2 += (f64::from(x) - back).powi(2);
+        let e = (f64::from(x) - back).powi(2);
+        err2 += e;
         norm2 += back * back;
+        if i < split {
+            head_err2 += e;
+            head_norm2 += back * back;
+        } else {
+            tail2 += f64::from(x) * f64::from(x);
+        }
     }
-    (codes, norm2.sqrt() as f32, (err2.sqrt() * (1.0 + 1e-6) + 1e-7) as f32)
+    let tail = codes.split_off(split);
+    Coded {
+        head: codes,
+        tail,
+        head_code_norm: head_norm2.sqrt() as f32,
+        code_norm: norm2.sqrt() as f32,
+        head_error: round_up(head_err2.sqrt()),
+        error: round_up(err2.sqrt()),
+        tail_norm: round_up(tail2.sqrt()),
+    }
 }
 
 impl Index {
     pub fn new(cfg: Config) -> Self {
-        Self {
-            padded: cfg.dim.div_ceil(LANES) * LANES,
-            cfg,
-            parts: HashMap::new(),
-            fifo: VecDeque::new(),
-            next_seq: 0,
-        }
+        let padded = cfg.dim.div_ceil(LANES) * LANES;
+        // Two passes only pay off on wide vectors: split them in half (on a lane boundary).
+        let split = if padded >= 4 * LANES { padded / 2 / LANES * LANES } else { padded };
+        Self { split, rest: padded - split, cfg, parts: HashMap::new(), fifo: VecDeque::new(), next_seq: 0 }
     }
 
     pub fn config(&self) -> &Config {
@@ -159,9 +197,9 @@ impl Index {
 
     fn evict_front(&mut self) {
         if let Some((seq, _, name)) = self.fifo.pop_front() {
-            let (dim, padded) = (self.cfg.dim, self.padded);
+            let (dim, split, rest) = (self.cfg.dim, self.split, self.rest);
             if let Some(part) = self.parts.get_mut(&name) {
-                part.remove(seq, dim, padded);
+                part.remove(seq, dim, split, rest);
                 if part.len() == 0 {
                     self.parts.remove(&name);
                 }
@@ -189,7 +227,7 @@ impl Index {
         while self.fifo.len() >= self.cfg.capacity {
             self.evict_front();
         }
-        let (codes, _, error) = quantise(&unit, self.padded);
+        let coded = quantise(&unit, self.split, self.rest);
         let name: Arc<str> = match self.parts.get_key_value(partition) {
             Some((name, _)) => name.clone(),
             None => Arc::from(partition),
@@ -199,9 +237,12 @@ impl Index {
         let expires = self.cfg.ttl_ns.map_or(u64::MAX, |ttl| now.saturating_add(ttl));
         let part = self.parts.entry(name.clone()).or_default();
         part.slot_of.insert(seq, part.len());
-        part.codes.extend_from_slice(&codes);
+        part.head.extend_from_slice(&coded.head);
+        part.tail.extend_from_slice(&coded.tail);
         part.vectors.extend_from_slice(&unit);
-        part.error.push(error);
+        part.head_error.push(coded.head_error);
+        part.error.push(coded.error);
+        part.tail_norm.push(coded.tail_norm);
         part.expires.push(expires);
         part.seqs.push(seq);
         part.values.push(value.into());
@@ -212,25 +253,41 @@ impl Index {
     /// Checks and prepares a query vector.
     pub fn prepare(&self, vector: &[f32]) -> Result<Query, IndexError> {
         let unit = self.check(vector)?;
-        let (codes, code_norm, error) = quantise(&unit, self.padded);
-        Ok(Query { vector: unit, codes, code_norm, error })
+        let coded = quantise(&unit, self.split, self.rest);
+        Ok(Query { vector: unit, coded })
     }
 
     /// The best live entry of `partition` whose cosine with the query is at least the
     /// threshold: (cosine, value).
+    ///
+    /// Exact, in three passes that each bound the cosine from above and drop rows that cannot
+    /// reach the threshold (or beat the best so far): the int8 codes of the leading dimensions
+    /// for every row (the only full scan, half the bytes of the int8 matrix), the remaining
+    /// codes for the survivors, then the f32 vectors. With q, x unit vectors, x~ the codes
+    /// / 127, h and t the head and tail dimensions:
+    /// `q.x = q_h.x_h + q_t.x_t <= q~_h.x~_h + |q~_h| err_h(x) + err_h(q) + |q_t| |x_t|`, and
+    /// over all dimensions `q.x <= q~.x~ + |q~| err(x) + err(q)`.
     pub fn lookup(&self, partition: &str, query: &Query, now: u64) -> Option<(f32, Vec<u8>)> {
         let part = self.parts.get(partition)?;
-        let mut approx = Vec::with_capacity(part.len());
-        scan(&part.codes, &query.codes, &mut approx);
+        let q = &query.coded;
+        let mut head_dots = Vec::with_capacity(part.len());
+        scan(&part.head, &q.head, &mut head_dots);
         let inv = 1.0 / (SCALE * SCALE);
         let threshold = self.cfg.threshold;
         let mut best: Option<(f32, usize)> = None;
-        let dim = self.cfg.dim;
-        for (row, &dot) in approx.iter().enumerate() {
-            // |q.x - q~.x~| <= |q~|.|x - x~| + |q - q~|.|x| = |q~|.err(x) + err(q), |x| = 1.
-            let bound = query.code_norm * part.error[row] + query.error + BOUND_SLACK;
+        let (dim, rest) = (self.cfg.dim, self.rest);
+        let head_slack = q.head_error + BOUND_SLACK;
+        let full_slack = q.error + BOUND_SLACK;
+        for (row, &head_dot) in head_dots.iter().enumerate() {
             let floor = best.map_or(threshold, |(s, _)| s.max(threshold));
-            if dot as f32 * inv + bound < floor || part.expires[row] <= now {
+            let head_bound = q.head_code_norm * part.head_error[row] + q.tail_norm * part.tail_norm[row];
+            if head_dot as f32 * inv + head_bound + head_slack < floor {
+                continue;
+            }
+            let dot = head_dot + dot_i8(&part.tail[row * rest..(row + 1) * rest], &q.tail);
+            if dot as f32 * inv + q.code_norm * part.error[row] + full_slack < floor
+                || part.expires[row] <= now
+            {
                 continue;
             }
             let exact = dot_f32(&part.vectors[row * dim..(row + 1) * dim], &query.vector);

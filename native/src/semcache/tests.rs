@@ -3,6 +3,7 @@
 //!
 //! Owns Rust-side coverage with a driven clock. It must not start Python.
 
+use super::kernel::{scan, scan_portable};
 use super::{Config, Index, IndexError};
 
 /// Deterministic pseudo-random floats (xorshift64*), no dependency needed.
@@ -28,23 +29,25 @@ fn cfg(dim: usize, capacity: usize, ttl_ns: Option<u64>, threshold: f32) -> Conf
 
 #[test]
 fn exact_top1_matches_brute_force_over_random_and_near_duplicate_vectors() {
-    let mut rng = Rng(7);
-    let dim = 48;
-    let mut index = Index::new(cfg(dim, 10_000, None, 0.5));
-    let base: Vec<Vec<f32>> = (0..40).map(|_| rng.vector(dim)).collect();
-    for i in 0..2000u32 {
-        // Clusters around the base vectors, so many rows sit near any query.
-        let b = &base[i as usize % base.len()];
-        let noise = 0.3 * (i % 7) as f32 / 7.0;
-        let v: Vec<f32> = b.iter().map(|x| x + noise * rng.next()).collect();
-        index.insert("p", &v, &i.to_le_bytes(), 0).unwrap();
-    }
-    for _ in 0..200 {
-        let b = &base[(rng.next().abs() * 39.0) as usize];
-        let q: Vec<f32> = b.iter().map(|x| x + 0.4 * rng.next()).collect();
-        let query = index.prepare(&q).unwrap();
-        let got = index.lookup("p", &query, 0).map(|(s, _)| s);
-        assert_eq!(got, index.brute_force("p", &query, 0));
+    // 48 dims: one pass; 160 and 384: the two-pass split (head 64 / tail 96, 192 / 192).
+    for (dim, rows) in [(48usize, 2000u32), (160, 1000), (384, 600)] {
+        let mut rng = Rng(7 + dim as u64);
+        let mut index = Index::new(cfg(dim, 10_000, None, 0.5));
+        let base: Vec<Vec<f32>> = (0..40).map(|_| rng.vector(dim)).collect();
+        for i in 0..rows {
+            // Clusters around the base vectors, so many rows sit near any query.
+            let b = &base[i as usize % base.len()];
+            let noise = 0.3 * (i % 7) as f32 / 7.0;
+            let v: Vec<f32> = b.iter().map(|x| x + noise * rng.next()).collect();
+            index.insert("p", &v, &i.to_le_bytes(), 0).unwrap();
+        }
+        for _ in 0..200 {
+            let b = &base[(rng.next().abs() * 39.0) as usize];
+            let q: Vec<f32> = b.iter().map(|x| x + 0.4 * rng.next()).collect();
+            let query = index.prepare(&q).unwrap();
+            let got = index.lookup("p", &query, 0).map(|(s, _)| s);
+            assert_eq!(got, index.brute_force("p", &query, 0), "dim {dim}");
+        }
     }
 }
 
@@ -105,4 +108,40 @@ fn bad_vectors_are_errors() {
     assert_eq!(index.insert("p", &[f32::NAN, 1.0, 0.0], b"", 0), Err(IndexError::NotNormalisable));
     assert!(index.prepare(&[f32::INFINITY, 0.0, 0.0]).is_err());
     assert!(index.is_empty(0));
+}
+
+#[test]
+fn best_kernel_equals_portable_kernel() {
+    let mut rng = Rng(11);
+    for dim in [32usize, 64, 96, 384] {
+        let codes: Vec<i8> = (0..dim * 37).map(|_| (rng.next() * 127.0).round() as i8).collect();
+        let query: Vec<i8> = (0..dim).map(|_| (rng.next() * 127.0).round() as i8).collect();
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        scan(&codes, &query, &mut fast);
+        scan_portable(&codes, &query, &mut slow);
+        assert_eq!(fast, slow, "dim {dim}");
+    }
+    let extreme = vec![127i8; 64];
+    let (mut fast, mut slow) = (Vec::new(), Vec::new());
+    scan(&extreme, &[-127i8; 64], &mut fast);
+    scan_portable(&extreme, &[-127i8; 64], &mut slow);
+    assert_eq!((fast, slow), (vec![-127 * 127 * 64], vec![-127 * 127 * 64]));
+}
+
+#[test]
+#[ignore = "timing probe, run by hand: cargo test --release -- --ignored kernel_timing --nocapture"]
+fn kernel_timing() {
+    let mut rng = Rng(5);
+    let dim = 384;
+    let codes: Vec<i8> = (0..dim * 100_000).map(|_| (rng.next() * 127.0).round() as i8).collect();
+    let query: Vec<i8> = (0..dim).map(|_| (rng.next() * 127.0).round() as i8).collect();
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        scan(&codes, &query, &mut out);
+        let fast = t.elapsed();
+        let t = std::time::Instant::now();
+        scan_portable(&codes, &query, &mut out);
+        println!("best {fast:?} portable {:?}", t.elapsed());
+    }
 }
