@@ -2,7 +2,7 @@
 
 import os
 from collections.abc import Sequence
-from typing import final
+from typing import Self, final
 
 __all__ = [
     "GgufArray",
@@ -72,7 +72,7 @@ class SseParser:
     across any chunk boundary, comments, ``event:``, multi-line ``data:``, a leading BOM).
     llama.cpp's ``error: ...`` line is reported as an event of type ``"error"``."""
 
-    def __init__(self, max_frame: int = 4194304) -> None: ...
+    def __new__(cls, max_frame: int = 4194304) -> Self: ...
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
         """``(event type, data)`` for each event ``chunk`` completes; the type is ``"message"``
         when the stream named none. Raises :class:`StreamError`."""
@@ -83,7 +83,7 @@ class SseParser:
 class NdjsonParser:
     """Incremental newline-delimited JSON splitter: lines (without CR/LF), blank lines skipped."""
 
-    def __init__(self, max_frame: int = 4194304) -> None: ...
+    def __new__(cls, max_frame: int = 4194304) -> Self: ...
     def feed(self, chunk: bytes) -> list[str]:
         """The lines ``chunk`` completes. Raises :class:`StreamError`."""
     def finish(self) -> list[str]:
@@ -106,8 +106,8 @@ class StreamTranslator:
     (Anthropic's ``message_start``); ``message_id`` defaults to a fresh ``msg_...`` id.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         dialect: str,
         model: str,
         *,
@@ -116,7 +116,7 @@ class StreamTranslator:
         message_id: str | None = None,
         prompt_tokens_hint: int = 0,
         start_ns: int | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def feed(self, chunk: bytes, now_ns: int | None = None) -> bytes:
         """Engine bytes in (any chunking), client bytes out (possibly empty). An empty chunk
         only checks the Anthropic keep-alive: call ``feed(b"")`` from a timer to get pings while
@@ -170,7 +170,7 @@ class SemanticIndex:
     a zero/NaN vector.
     """
 
-    def __init__(self, dim: int, capacity: int, ttl_secs: float, threshold: float = 0.9) -> None: ...
+    def __new__(cls, dim: int, capacity: int, ttl_secs: float, threshold: float = 0.9) -> Self: ...
     def insert(self, partition: str, vector: Sequence[float] | bytes, value: bytes) -> None: ...
     def lookup(self, partition: str, vector: Sequence[float] | bytes) -> tuple[float, bytes] | None:
         """``(cosine, value)`` of the best unexpired entry with cosine >= ``threshold``."""

@@ -11,7 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use super::{FrameError, DEFAULT_MAX_FRAME};
+use super::FrameError;
 
 create_exception!(
     blazar._native,
@@ -44,7 +44,7 @@ pub struct SseParser {
 #[pymethods]
 impl SseParser {
     #[new]
-    #[pyo3(signature = (max_frame = DEFAULT_MAX_FRAME as i64))]
+    #[pyo3(signature = (max_frame = 4194304))] // DEFAULT_MAX_FRAME, literal for the text signature
     fn new(max_frame: i64) -> PyResult<Self> {
         Ok(Self { inner: super::SseParser::new(frame_bound(max_frame)?) })
     }
@@ -76,7 +76,7 @@ pub struct NdjsonParser {
 #[pymethods]
 impl NdjsonParser {
     #[new]
-    #[pyo3(signature = (max_frame = DEFAULT_MAX_FRAME as i64))]
+    #[pyo3(signature = (max_frame = 4194304))] // DEFAULT_MAX_FRAME, literal for the text signature
     fn new(max_frame: i64) -> PyResult<Self> {
         Ok(Self { inner: super::NdjsonParser::new(frame_bound(max_frame)?) })
     }

@@ -161,3 +161,9 @@ fn ndjson_bound_and_utf8() {
     let mut parser = NdjsonParser::new(8);
     assert_eq!(parser.feed(b"ok\n\xC3\n", |_| {}), Err(FrameError::InvalidUtf8 { offset: 3 }));
 }
+
+#[test]
+fn python_default_bound_is_the_crate_default() {
+    // python.rs spells the default as a literal so Python's text signature shows it.
+    assert_eq!(super::DEFAULT_MAX_FRAME, 4_194_304);
+}
