@@ -1,0 +1,855 @@
+"""The gateway as a whole, in one run: direct to a fake upstream, a bare Python proxy, Blazar, LiteLLM proxy.
+
+Targets, all driven with the same requests by a separate load-generator process (``wrk``, installed with
+apt-get when missing and possible; else the aiohttp load generator in this file, ``--loadgen python``):
+
+  direct   the fake OpenAI upstream (``baselines/fake_upstream.py``: precomputed bytes on a raw asyncio server);
+  bare     ``baselines/bare_proxy.py`` (Granian RSGI + aiohttp, orjson per chunk, no features) -> upstream;
+  blazar   ``blazar serve`` with its full middleware (trace ids, 100 ``[[keys]]`` and auth, quotas, admission)
+           -> its own child, ``baselines/fake_engine.py`` (the same fake upstream, registered as the llama-cpp
+           engine binary, so the request takes Blazar's real path: catalog, supervisor, child key, proxy,
+           native translator);
+  litellm  LiteLLM proxy (``pip install 'litellm[proxy]'`` into its own venv under
+           ``~/.cache/blazar/bench-venvs/litellm``; ``--no-litellm`` skips it) -> upstream.
+
+Scenarios, each at every ``--concurrency`` (default 1, 16, 64):
+  whole    non-streamed chat completions;
+  stream   streamed chat completions, ``--chunks`` content events + finish + usage + [DONE], the upstream writing
+           one event per socket write (an engine emitting tokens as fast as it can);
+  burst    the same stream written by the upstream in one write (isolates the per-event cost).
+
+Per cell: requests/s, streamed events ("chunks") per second as the client receives them, p50/p99 latency
+(whole response), the added p50/p99 against direct in the same round, and the gateway process's CPU time
+(user + system, all its threads, via psutil) per request and per chunk; for Blazar the ``blazar serve`` process
+only, never its engine child; for LiteLLM the proxy process and its children. Every target runs in every
+round (``--repeat``), rounds interleaved, the target order rotated; figures are medians over rounds, ratios
+the median of per-round ratios. LiteLLM runs one round with a longer window (it is two orders slower).
+
+Also: the ``x-blazar-overhead-ms`` header Blazar returns (sequential requests, and under load at c=16), and
+with ``--profile DIR`` py-spy profiles of Blazar and the bare proxy under load (top functions printed).
+
+Usage:
+  python benches/bench_gateway.py                      # full run; --json FILE to keep the figures
+  python benches/bench_gateway.py --quick              # a few seconds, no LiteLLM: proves the script works
+  python benches/bench_gateway.py --profile /tmp/prof  # also py-spy (installed into this venv when missing)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import http.client
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+BASELINES = HERE / "baselines"
+FAKE_UPSTREAM = BASELINES / "fake_upstream.py"
+FAKE_ENGINE = BASELINES / "fake_engine.py"
+BARE_PROXY = BASELINES / "bare_proxy.py"
+
+N_KEYS = 100
+SCENARIOS = ("whole", "stream", "burst")
+TARGETS = ("direct", "bare", "blazar", "litellm")
+LITELLM_SPEC = "litellm[proxy]"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("BLAZAR_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "blazar"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def loadavg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Requests
+
+
+def request_body(model: str, stream: bool) -> bytes:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Tell me about foxes."}],
+        "max_tokens": 128,
+    }
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def scenario_body(scenario: str) -> bytes:
+    if scenario == "whole":
+        return request_body("bench", False)
+    return request_body("bench-burst" if scenario == "burst" else "bench", True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Processes under test
+
+
+@dataclass
+class Server:
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    headers: dict[str, str] = field(default_factory=dict)
+    include_children: bool = False
+    """Count the CPU of the process's children too (LiteLLM's workers); never for Blazar's engine child."""
+
+    def cpu_seconds(self) -> float:
+        p = psutil.Process(self.proc.pid)
+        procs = [p, *p.children(recursive=True)] if self.include_children else [p]
+        total = 0.0
+        for q in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = q.cpu_times()
+                total += t.user + t.system
+        return total
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def spawn(name: str, argv: list[str], tmp: Path, env: dict[str, str] | None = None) -> tuple[Any, Path]:
+    log_path = tmp / f"{name}.log"
+    with log_path.open("ab") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=f, stdin=subprocess.DEVNULL, env=env)
+    return proc, log_path
+
+
+def wait_http(server: Server, path: str, timeout: float) -> None:
+    host, port = server.url.removeprefix("http://").split(":")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise RuntimeError(f"{server.name} exited:\n{server.log_path.read_text()[-3000:]}")
+        try:
+            c = http.client.HTTPConnection(host, int(port), timeout=2)
+            c.request("GET", path)
+            if c.getresponse().status < 500:
+                c.close()
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(
+        f"{server.name} did not answer {path} within {timeout}s:\n{server.log_path.read_text()}"
+    )
+
+
+def start_upstream(tmp: Path, chunks: int, key_file: Path) -> Server:
+    port = free_port()
+    argv = [sys.executable, str(FAKE_UPSTREAM), "--port", str(port), "--api-key-file", str(key_file)]
+    proc, lp = spawn("upstream", [*argv, "--chunks", str(chunks)], tmp)
+    s = Server("direct", f"http://127.0.0.1:{port}", proc, lp)
+    s.headers = {"authorization": f"Bearer {key_file.read_text().strip()}"}
+    wait_http(s, "/health", 30)
+    return s
+
+
+def start_bare(tmp: Path, upstream: Server, key_file: Path) -> Server:
+    port = free_port()
+    argv = [sys.executable, str(BARE_PROXY), "--port", str(port), "--upstream", upstream.url]
+    proc, lp = spawn("bare", [*argv, "--api-key-file", str(key_file)], tmp)
+    s = Server("bare", f"http://127.0.0.1:{port}", proc, lp)
+    wait_http(s, "/health", 60)
+    return s
+
+
+def blazar_config(port: int, chunks: int, secrets_: list[str]) -> str:
+    """100 keys with limits that the benchmark never reaches (so every quota path runs and none rejects);
+    the benchmark's key is scoped to the two models. ``parallel`` is raised so admission never queues:
+    the fake engine has no slots, and the default of 1 would serialize every request."""
+    lines = [
+        'host = "127.0.0.1"',
+        f"port = {port}",
+        "parallel = 256",
+        "idle_timeout_secs = 0",
+        "",
+    ]
+    for name in ("bench", "bench-burst"):
+        lines += [f'[models."{name}:latest"]', f'extra_args = ["--chunks", "{chunks}"]', ""]
+    for i, secret in enumerate(secrets_):
+        lines += [
+            "[[keys]]",
+            f'name = "bench-{i:03d}"',
+            f'secret = "{secret}"',
+            f"weight = {1 + i % 4}",
+            "max_concurrent = 100000",
+            "rpm = 1000000000",
+            "tpm = 1000000000000",
+            "daily_tokens = 1000000000000000",
+        ]
+        if i % 2 == 0:
+            lines.append('models = ["bench", "bench-burst"]')
+        lines.append("")
+    return "\n".join(lines)
+
+
+def start_blazar(tmp: Path, model: Path, chunks: int) -> Server:
+    root = tmp / "blazar"
+    root.mkdir()
+    port = free_port()
+    keys = [f"sk-bench-{secrets.token_hex(16)}" for _ in range(N_KEYS)]
+    cfg = root / "config.toml"
+    cfg.write_text(blazar_config(port, chunks, keys))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
+    env.update(BLAZAR_CONFIG=str(cfg), BLAZAR_DATA_DIR=str(root / "data"))
+    # fake_engine.py's shebang is `/usr/bin/env python3`: let it find this interpreter (and its uvloop).
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    blazar = [sys.executable, "-m", "blazar"]
+    for args in (
+        ["engine", "add", "--kind", "llama-cpp", "--path", str(FAKE_ENGINE)],
+        ["import", str(model), "--name", "bench"],
+        ["import", str(model), "--name", "bench-burst"],
+    ):
+        r = subprocess.run([*blazar, *args], env=env, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"blazar {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    proc, lp = spawn("blazar", [*blazar, "serve"], tmp, env)
+    s = Server("blazar", f"http://127.0.0.1:{port}", proc, lp)
+    s.headers = {"authorization": f"Bearer {keys[N_KEYS // 2]}"}  # bench-050: scoped to the two models
+    wait_http(s, "/healthz", 60)
+    return s
+
+
+def ensure_litellm() -> Path:
+    """The LiteLLM venv's ``litellm`` script, creating the venv and installing LiteLLM when missing."""
+    venv = cache_dir() / "bench-venvs" / "litellm"
+    exe = venv / "bin" / "litellm"
+    if exe.is_file():
+        return exe
+    log(f"installing {LITELLM_SPEC} into {venv} (one time; minutes)")
+    if not (venv / "bin" / "python").is_file():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    r = subprocess.run([*pip, LITELLM_SPEC], capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0 or not exe.is_file():
+        raise RuntimeError(f"pip install {LITELLM_SPEC} failed:\n{(r.stdout + r.stderr)[-3000:]}")
+    return exe
+
+
+def start_litellm(tmp: Path, upstream: Server, key_file: Path) -> Server:
+    exe = ensure_litellm()
+    port = free_port()
+    master = f"sk-{secrets.token_hex(16)}"
+    upstream_key = key_file.read_text().strip()
+    models = "".join(
+        f"  - model_name: {name}\n"
+        f"    litellm_params:\n"
+        f"      model: openai/{name}\n"
+        f"      api_base: {upstream.url}/v1\n"
+        f"      api_key: {upstream_key}\n"
+        for name in ("bench", "bench-burst")
+    )
+    cfg = tmp / "litellm.yaml"
+    cfg.write_text(f"model_list:\n{models}general_settings:\n  master_key: {master}\n")
+    env = dict(os.environ)
+    # No network on the bench machine: use the bundled model-cost map; no telemetry.
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False", LITELLM_LOG="ERROR")
+    argv = [str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    proc, lp = spawn("litellm", argv, tmp, env)
+    s = Server("litellm", f"http://127.0.0.1:{port}", proc, lp, include_children=True)
+    s.headers = {"authorization": f"Bearer {master}"}
+    wait_http(s, "/health/liveliness", 180)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Probes: one request per scenario, checked; the x-blazar-overhead-ms header
+
+
+def one_request(server: Server, body: bytes) -> tuple[int, dict[str, str], bytes, float]:
+    host, port = server.url.removeprefix("http://").split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=120)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json", **server.headers})
+    r = c.getresponse()
+    data = r.read()
+    took = time.perf_counter() - t0
+    c.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, data, took
+
+
+def count_events(data: bytes) -> int:
+    return data.replace(b"\r\n", b"\n").count(b"\n\n")
+
+
+def probe(server: Server) -> dict[str, int]:
+    """Check every scenario answers 200 with the expected shape; return SSE events per streamed response."""
+    events = {}
+    for scenario in SCENARIOS:
+        status, _h, data, _t = one_request(server, scenario_body(scenario))
+        if status != 200:
+            raise RuntimeError(f"{server.name} {scenario}: HTTP {status}: {data[:500]!r}")
+        if scenario == "whole":
+            obj = json.loads(data)
+            assert obj["choices"][0]["message"]["content"], data[:300]
+            events[scenario] = 0
+        else:
+            assert data.rstrip().endswith(b"data: [DONE]"), data[-300:]
+            events[scenario] = count_events(data)
+    return events
+
+
+def overhead_header(server: Server, n_whole: int, n_stream: int) -> dict[str, Any]:
+    """``x-blazar-overhead-ms`` over sequential requests, next to the client's total time."""
+    out: dict[str, Any] = {}
+    for scenario, n in (("whole", n_whole), ("stream", n_stream)):
+        values, totals = [], []
+        for _ in range(n):
+            status, headers, _data, took = one_request(server, scenario_body(scenario))
+            assert status == 200
+            values.append(float(headers["x-blazar-overhead-ms"]))
+            totals.append(took * 1000)
+        out[scenario] = summarize_ms(values) | {"client_total_p50_ms": round(statistics.median(totals), 3)}
+    return out
+
+
+def summarize_ms(values: list[float]) -> dict[str, Any]:
+    values = sorted(values)
+    return {
+        "n": len(values),
+        "p50_ms": round(statistics.median(values), 3),
+        "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 3),
+        "max_ms": round(values[-1], 3),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Load generators
+
+
+WRK_LUA = """
+wrk.method = "POST"
+wrk.body = [[%(body)s]]
+%(headers)s
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRKJSON {"requests":%%d,"duration_s":%%.6f,"bytes":%%d,"connect":%%d,"read":%%d,' ..
+    '"write":%%d,"status":%%d,"timeout":%%d,"p50_us":%%d,"p99_us":%%d,"mean_us":%%.1f,"max_us":%%d}\\n',
+    summary.requests, summary.duration / 1e6, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.mean, latency.max))
+end
+"""
+
+
+def ensure_wrk() -> str | None:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return None
+    log("installing wrk with apt-get")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "install", "-y", "-q", "wrk"], ["apt-get", "update", "-q"]):
+        subprocess.run(cmd, env=env, capture_output=True, timeout=600)
+        if cmd[1] == "update":
+            subprocess.run(
+                ["apt-get", "install", "-y", "-q", "wrk"], env=env, capture_output=True, timeout=600
+            )
+        if shutil.which("wrk"):
+            return shutil.which("wrk")
+    return None
+
+
+def run_wrk(wrk: str, server: Server, body: bytes, conc: int, duration: float, tmp: Path) -> dict[str, Any]:
+    hdrs = {"Content-Type": "application/json", **server.headers}
+    script = tmp / "wrk.lua"
+    script.write_text(
+        WRK_LUA
+        % {
+            "body": body.decode(),
+            "headers": "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in hdrs.items()),
+        }
+    )
+    argv = [wrk, "-t1", f"-c{conc}", f"-d{max(1, round(duration))}s", "--timeout", "120s", "-s", str(script)]
+    r = subprocess.run([*argv, server.url + "/v1/chat/completions"], capture_output=True, text=True)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("WRKJSON ")), None)
+    if r.returncode != 0 or line is None:
+        raise RuntimeError(f"wrk failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    w = json.loads(line.removeprefix("WRKJSON "))
+    return {
+        "requests": w["requests"],
+        "seconds": w["duration_s"],
+        "errors": w["connect"] + w["read"] + w["write"] + w["status"] + w["timeout"],
+        "p50_ms": w["p50_us"] / 1000,
+        "p99_ms": w["p99_us"] / 1000,
+        "events": None,  # wrk sees whole responses; events = requests x events per response (probed)
+    }
+
+
+def run_pyload(
+    server: Server, body: bytes, conc: int, duration: float, capture: str | None
+) -> dict[str, Any]:
+    spec = {
+        "url": server.url + "/v1/chat/completions",
+        "body": body.decode(),
+        "headers": {"content-type": "application/json", **server.headers},
+        "conc": conc,
+        "duration": duration,
+        "capture": capture,
+    }
+    r = subprocess.run(
+        [sys.executable, __file__, "loadgen", json.dumps(spec)], capture_output=True, text=True, timeout=600
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"load generator failed:\n{r.stdout}\n{r.stderr}")
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+async def _pyload(spec: dict[str, Any]) -> dict[str, Any]:
+    """The aiohttp load generator (its own process): closed loop, ``conc`` connections, whole responses read,
+    SSE events counted as they arrive."""
+    import aiohttp
+
+    url, body, headers = spec["url"], spec["body"].encode(), spec["headers"]
+    capture = spec.get("capture")
+    latencies: list[float] = []
+    captured: list[float] = []
+    counts = {"requests": 0, "errors": 0, "events": 0}
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as session:
+        t_start = time.perf_counter()
+        deadline = t_start + spec["duration"]
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                t0 = time.perf_counter()
+                try:
+                    async with session.post(url, data=body, headers=headers) as resp:
+                        tail = b""
+                        async for data in resp.content.iter_any():
+                            buf = tail + data
+                            counts["events"] += buf.count(b"\n\n")
+                            tail = buf[-1:]
+                        if resp.status != 200:
+                            counts["errors"] += 1
+                        if capture and capture in resp.headers:
+                            captured.append(float(resp.headers[capture]))
+                except aiohttp.ClientError:
+                    counts["errors"] += 1
+                    continue
+                latencies.append(time.perf_counter() - t0)
+                counts["requests"] += 1
+
+        await asyncio.gather(*(worker() for _ in range(spec["conc"])))
+        seconds = time.perf_counter() - t_start
+    latencies.sort()
+    n = len(latencies)
+    out: dict[str, Any] = {
+        **counts,
+        "seconds": seconds,
+        "p50_ms": latencies[n // 2] * 1000 if n else None,
+        "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else None,
+    }
+    if capture:
+        out["captured"] = summarize_ms(captured) if captured else None
+    return out
+
+
+def loadgen_main(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    try:
+        import uvloop
+
+        result = uvloop.run(_pyload(spec))
+    except ImportError:
+        result = asyncio.run(_pyload(spec))
+    print(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Measuring
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    tmp: Path
+    wrk: str | None
+    servers: dict[str, Server]
+    events_per_response: dict[str, dict[str, int]]
+    cells: dict[tuple[str, str, int], list[dict[str, Any]]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+
+    def measure(self, target: str, scenario: str, conc: int, duration: float) -> dict[str, Any]:
+        server = self.servers[target]
+        body = scenario_body(scenario)
+        la = loadavg()
+        cpu0 = server.cpu_seconds()
+        if self.wrk:
+            r = run_wrk(self.wrk, server, body, conc, duration, self.tmp)
+        else:
+            r = run_pyload(server, body, conc, duration, None)
+        cpu = server.cpu_seconds() - cpu0
+        if not server.alive():
+            raise RuntimeError(f"{target} died:\n{server.log_path.read_text()[-3000:]}")
+        per_resp = self.events_per_response[target][scenario]
+        events = r["events"] if r["events"] is not None else r["requests"] * per_resp
+        if scenario == "whole":
+            events = 0
+        req = max(r["requests"], 1)
+        return {
+            "rps": r["requests"] / r["seconds"],
+            "events_per_s": events / r["seconds"],
+            "p50_ms": r["p50_ms"],
+            "p99_ms": r["p99_ms"],
+            "errors": r["errors"],
+            "requests": r["requests"],
+            "cpu_ms_per_req": cpu * 1000 / req,
+            "cpu_us_per_event": cpu * 1e6 / events if events else None,
+            "cpu_util": cpu / r["seconds"],
+            "load": la,
+        }
+
+    def run(self) -> None:
+        a = self.args
+        fast = [t for t in ("direct", "bare", "blazar") if t in self.servers]
+        for rep in range(a.repeat):
+            for scenario in a.scenarios:
+                for conc in a.concurrency:
+                    order = fast[rep % len(fast) :] + fast[: rep % len(fast)]
+                    for target in order:
+                        if rep == 0 and a.warmup > 0:
+                            self.measure(target, scenario, conc, a.warmup)
+                        cell = self.measure(target, scenario, conc, a.duration)
+                        self.cells[(target, scenario, conc)].append(cell)
+                        log(
+                            f"round {rep + 1}/{a.repeat} {scenario:<6} c={conc:<3} {target:<7}"
+                            f" {cell['rps']:>9,.0f} req/s {cell['events_per_s']:>10,.0f} ev/s"
+                            f" p50 {cell['p50_ms']:.3f} ms cpu {cell['cpu_ms_per_req']:.3f} ms/req"
+                            f" load {cell['load']}"
+                        )
+        if "litellm" in self.servers:
+            for scenario in a.scenarios:
+                for conc in a.concurrency:
+                    cell = self.measure("litellm", scenario, conc, a.litellm_duration)
+                    self.cells[("litellm", scenario, conc)].append(cell)
+                    log(
+                        f"litellm {scenario:<6} c={conc:<3} {cell['rps']:>9,.1f} req/s"
+                        f" {cell['events_per_s']:>10,.0f} ev/s p50 {cell['p50_ms']:.1f} ms errors {cell['errors']}"
+                    )
+
+
+def med(values: list[float | None]) -> float | None:
+    vs = [v for v in values if v is not None]
+    return statistics.median(vs) if vs else None
+
+
+def summarize(bench: Bench) -> dict[str, Any]:
+    a = bench.args
+    table: dict[str, Any] = {}
+    for (target, scenario, conc), cells in bench.cells.items():
+        row = {k: med([c[k] for c in cells]) for k in cells[0] if k != "errors"}
+        row["errors"] = sum(c["errors"] for c in cells)
+        row["rounds"] = len(cells)
+        direct = bench.cells.get(("direct", scenario, conc))
+        if direct and target != "direct":
+            paired = list(zip(cells, direct, strict=False))
+            row["added_p50_ms"] = med([c["p50_ms"] - d["p50_ms"] for c, d in paired])
+            row["added_p99_ms"] = med([c["p99_ms"] - d["p99_ms"] for c, d in paired])
+        table[f"{target}/{scenario}/{conc}"] = row
+
+    def ratio(num: str, den: str, scenario: str, conc: int, key: str) -> float | None:
+        n, d = bench.cells.get((num, scenario, conc)), bench.cells.get((den, scenario, conc))
+        if not n or not d:
+            return None
+        if len(n) == len(d):
+            return med([x[key] / y[key] if x[key] and y[key] else None for x, y in zip(n, d, strict=True)])
+        nm, dm = med([x[key] for x in n]), med([y[key] for y in d])
+        return nm / dm if nm and dm else None
+
+    targets: list[dict[str, Any]] = []
+    for conc in a.concurrency:
+        for scenario in ("stream", "burst"):
+            if scenario in a.scenarios:
+                r = ratio("blazar", "bare", scenario, conc, "cpu_us_per_event")
+                targets.append(
+                    {"what": f"Blazar CPU per chunk / bare ({scenario}, c={conc})", "value": r, "target": "<= 0.5",
+                     "met": r is not None and r <= 0.5}
+                )  # fmt: skip
+        if "whole" in a.scenarios:
+            r = ratio("blazar", "bare", "whole", conc, "rps")
+            targets.append(
+                {"what": f"Blazar req/s / bare (whole, c={conc})", "value": r, "target": ">= 0.8",
+                 "met": r is not None and r >= 0.8}
+            )  # fmt: skip
+        for scenario, key in (("whole", "rps"), ("stream", "events_per_s"), ("burst", "events_per_s")):
+            if scenario in a.scenarios and ("litellm", scenario, conc) in bench.cells:
+                r = ratio("blazar", "litellm", scenario, conc, key)
+                targets.append(
+                    {"what": f"Blazar / LiteLLM throughput ({scenario}, c={conc})", "value": r, "target": ">= 50",
+                     "met": r is not None and r >= 50}
+                )  # fmt: skip
+    if 1 in a.concurrency:
+        for scenario in a.scenarios:
+            row = table.get(f"blazar/{scenario}/1", {})
+            v = row.get("added_p50_ms")
+            targets.append(
+                {"what": f"Blazar added p50 latency, c=1 ({scenario}), ms", "value": v, "target": "< 0.5",
+                 "met": v is not None and v < 0.5}
+            )  # fmt: skip
+    return {"cells": table, "targets": targets}
+
+
+def print_tables(report: dict[str, Any]) -> None:
+    cells = report["cells"]
+    a = report["settings"]
+    print(
+        f"\nload average: start {report['load_start']}, end {report['load_end']}; loadgen {report['loadgen']}"
+    )
+    for scenario in a["scenarios"]:
+        print(f"\n### {scenario}\n")
+        print(
+            "| target | c | req/s | chunks/s | p50 ms | p99 ms | added p50 ms | added p99 ms"
+            " | CPU ms/req | CPU µs/chunk | errors |"
+        )
+        print("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
+        for conc in a["concurrency"]:
+            for target in TARGETS:
+                row = cells.get(f"{target}/{scenario}/{conc}")
+                if not row:
+                    continue
+
+                def f(v: float | None, fmt: str) -> str:
+                    return "-" if v is None else format(v, fmt)
+
+                print(
+                    f"| {target} | {conc} | {f(row['rps'], ',.0f')} | {f(row['events_per_s'] or None, ',.0f')}"
+                    f" | {f(row['p50_ms'], '.3f')} | {f(row['p99_ms'], '.3f')}"
+                    f" | {f(row.get('added_p50_ms'), '.3f')} | {f(row.get('added_p99_ms'), '.3f')}"
+                    f" | {f(row['cpu_ms_per_req'], '.3f')} | {f(row['cpu_us_per_event'], '.2f')}"
+                    f" | {row['errors']} |"
+                )
+    print("\n### targets\n")
+    print("| comparison | value | target | met |")
+    print("| --- | --: | --- | --- |")
+    for t in report["targets"]:
+        v = "-" if t["value"] is None else f"{t['value']:.3f}"
+        print(f"| {t['what']} | {v} | {t['target']} | {'yes' if t['met'] else 'NO'} |")
+    if report.get("overhead_header"):
+        print("\n### x-blazar-overhead-ms\n")
+        print(json.dumps(report["overhead_header"], indent=2))
+    if report.get("litellm_error"):
+        print(f"\nLiteLLM: {report['litellm_error']}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Profiling (py-spy)
+
+
+def ensure_pyspy() -> str:
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).is_file():
+        log("installing py-spy into this venv")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "py-spy"], check=True)
+    return exe
+
+
+def top_functions(raw: Path, n: int = 15) -> dict[str, list[tuple[str, float]]]:
+    """From py-spy's collapsed stacks: the functions with most samples on top (self) and anywhere (total)."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        c = int(count)
+        samples += c
+        frames = stack.split(";")
+        own[frames[-1]] += c
+        for fr in set(frames):
+            total[fr] += c
+    pct = 100.0 / max(samples, 1)
+    return {
+        "self": [(fr, round(c * pct, 1)) for fr, c in own.most_common(n)],
+        "total": [(fr, round(c * pct, 1)) for fr, c in total.most_common(n)],
+    }
+
+
+def profile(bench: Bench, out_dir: Path, seconds: int, native: bool) -> dict[str, Any]:
+    pyspy = ensure_pyspy()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Any] = {}
+    for target in ("blazar", "bare"):
+        server = bench.servers[target]
+        for scenario in ("whole", "stream"):
+            raw = out_dir / f"{target}-{scenario}.txt"
+            argv = [
+                pyspy,
+                "record",
+                "--pid",
+                str(server.proc.pid),
+                "--duration",
+                str(seconds),
+                "--rate",
+                "250",
+            ]
+            argv += ["--format", "raw", "--output", str(raw), "--nonblocking"]
+            if native:
+                argv.append("--native")
+            spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            time.sleep(1.0)
+            body = scenario_body(scenario)
+            if bench.wrk:
+                run_wrk(bench.wrk, server, body, 16, seconds + 1, bench.tmp)
+            else:
+                run_pyload(server, body, 16, seconds + 1, None)
+            _, err = spy.communicate(timeout=seconds + 60)
+            if spy.returncode != 0 or not raw.is_file():
+                found[f"{target}/{scenario}"] = {"error": err[-2000:]}
+                continue
+            found[f"{target}/{scenario}"] = top_functions(raw)
+            log(f"profile {target}/{scenario}: {raw}")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def default_model() -> Path:
+    manifest = cache_dir() / "assets.json"
+    if not manifest.is_file():
+        raise SystemExit(f"{manifest} is missing: run `make assets`, or pass --model FILE.gguf")
+    return Path(json.loads(manifest.read_text())["model"])
+
+
+@contextlib.contextmanager
+def servers_up(args: argparse.Namespace, tmp: Path, report: dict[str, Any]) -> Iterator[dict[str, Server]]:
+    key_file = tmp / "upstream.key"
+    key_file.write_text(secrets.token_urlsafe(24))
+    started: dict[str, Server] = {}
+    try:
+        started["direct"] = start_upstream(tmp, args.chunks, key_file)
+        started["bare"] = start_bare(tmp, started["direct"], key_file)
+        started["blazar"] = start_blazar(tmp, args.model, args.chunks)
+        if args.litellm:
+            try:
+                started["litellm"] = start_litellm(tmp, started["direct"], key_file)
+            except Exception as e:
+                report["litellm_error"] = f"{type(e).__name__}: {e}"[-4000:]
+                log(f"LiteLLM unavailable: {report['litellm_error']}")
+        yield started
+    finally:
+        for s in reversed(list(started.values())):
+            s.stop()
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "loadgen":
+        loadgen_main(sys.argv[2])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=None, help="a GGUF to import into Blazar (never loaded)")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    ap.add_argument("--duration", type=float, default=4.0, help="seconds per measurement")
+    ap.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per cell, first round only")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds (direct, bare, blazar each round)")
+    ap.add_argument("--chunks", type=int, default=100, help="content events per streamed response")
+    ap.add_argument("--loadgen", choices=("wrk", "python"), default="wrk")
+    ap.add_argument("--no-litellm", dest="litellm", action="store_false")
+    ap.add_argument("--litellm-duration", type=float, default=12.0)
+    ap.add_argument("--overhead-samples", type=int, default=300, help="sequential requests for the header")
+    ap.add_argument("--profile", type=Path, default=None, help="py-spy Blazar and the bare proxy into DIR")
+    ap.add_argument("--profile-seconds", type=int, default=8)
+    ap.add_argument("--profile-native", action="store_true", help="py-spy --native (Rust/C frames too)")
+    ap.add_argument("--quick", action="store_true", help="a few seconds, python load generator, no LiteLLM")
+    ap.add_argument("--json", type=Path, default=None, help="write the report here too")
+    args = ap.parse_args()
+    if args.quick:
+        args.concurrency, args.duration, args.warmup, args.repeat = [1, 4], 0.4, 0.0, 1
+        args.chunks, args.loadgen, args.litellm, args.overhead_samples = 10, "python", False, 10
+    if args.model is None:
+        args.model = default_model()
+
+    wrk = ensure_wrk() if args.loadgen == "wrk" else None
+    if args.loadgen == "wrk" and wrk is None:
+        log("wrk is not installed and could not be installed; using the python load generator")
+    report: dict[str, Any] = {
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "loadgen": "wrk -t1" if wrk else "python (aiohttp)",
+        "load_start": os.getloadavg(),
+        "settings": {
+            "concurrency": args.concurrency,
+            "scenarios": args.scenarios,
+            "duration_s": args.duration,
+            "repeat": args.repeat,
+            "chunks": args.chunks,
+            "keys": N_KEYS,
+        },
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="blazar-bench-gw-") as td,
+        servers_up(args, Path(td), report) as srv,
+    ):
+        tmp = Path(td)
+        events = {name: probe(s) for name, s in srv.items()}
+        report["events_per_response"] = events
+        log(f"servers up; SSE events per streamed response: {events}")
+        bench = Bench(args, tmp, wrk, srv, events)
+        report["overhead_header"] = {"sequential": overhead_header(srv["blazar"], args.overhead_samples, 100)}
+        bench.run()
+        loaded = run_pyload(
+            srv["blazar"], scenario_body("whole"), 16, max(args.duration, 0.5), "x-blazar-overhead-ms"
+        )
+        report["overhead_header"]["whole_c16_under_load"] = loaded.get("captured")
+        if args.profile:
+            report["profile"] = profile(bench, args.profile, args.profile_seconds, args.profile_native)
+        report.update(summarize(bench))
+    report["load_end"] = os.getloadavg()
+    print_tables(report)
+    if report.get("profile"):
+        print("\n### py-spy top functions (% of samples)\n")
+        print(json.dumps(report["profile"], indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
