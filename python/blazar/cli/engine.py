@@ -1,17 +1,36 @@
-"""`blazar engine ...`: build, register, list and activate engine binaries."""
+"""`blazar engine ...`: install, build, register, list, activate, roll back, prune, remove and check engines.
+
+Thin typer commands over ``blazar.engines``; every domain error is one red line (``handles_errors``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 
+from blazar.catalog import Catalog
 from blazar.cli.common import console, handles_errors, is_tty, opened
-from blazar.engines import build, registry
+from blazar.engines import build, check, installer, registry, removal
+from blazar.engines.download import Progress as DownloadProgress
+from blazar.engines.manifest import MANIFEST_ENV, load_manifest
 
-app = typer.Typer(help="Build, register and choose inference engines.", no_args_is_help=True)
+app = typer.Typer(help="Install, build, register and choose inference engines.", no_args_is_help=True)
+
+FORK_HELP = "Record it as a capability fork: it only serves architectures mainstream engines lack."
+ARCH_HELP = "An architecture this engine advertises (repeatable), e.g. --arch qwen3next."
+MANIFEST_HELP = "Engine manifest file or URL to use instead of the packaged one."
 
 
 @app.command("build")
@@ -24,6 +43,8 @@ def build_cmd(
         str | None, typer.Option(help="Build number to record; detected when omitted.")
     ] = None,
     jobs: Annotated[int | None, typer.Option(help="Parallel compile jobs (default: all cores).")] = None,
+    fork: Annotated[bool, typer.Option(help=FORK_HELP)] = False,
+    arch: Annotated[list[str] | None, typer.Option(help=ARCH_HELP)] = None,
 ) -> None:
     """Compile llama-server from source into the data dir, record it and make it active."""
     registry.check_kind(kind)
@@ -66,6 +87,8 @@ def build_cmd(
             source="build",
             version=result.version,
             accel=result.accel,
+            lane_class="fork" if fork else "mainstream",
+            architectures=tuple(arch) if arch else None,
         )
     console.print(f"built {row.kind} {row.tag}: {row.path} (active)", highlight=False)
 
@@ -77,10 +100,21 @@ def add_cmd(
     path: Annotated[Path, typer.Option(help="Path to an existing engine binary (for example llama-server).")],
     tag: Annotated[str, typer.Option(help="Tag to record it under.")] = "local",
     activate: Annotated[bool, typer.Option(help="Make it the active engine of its kind.")] = True,
+    fork: Annotated[bool, typer.Option(help=FORK_HELP)] = False,
+    arch: Annotated[list[str] | None, typer.Option(help=ARCH_HELP)] = None,
 ) -> None:
     """Register an engine binary you already have."""
     with opened() as (_cfg, _data, store):
-        row = registry.add(store, kind=kind, tag=tag, path=path, source="local", activate=activate)
+        row = registry.add(
+            store,
+            kind=kind,
+            tag=tag,
+            path=path,
+            source="local",
+            activate=activate,
+            lane_class="fork" if fork else "mainstream",
+            architectures=tuple(arch) if arch else None,
+        )
     console.print(
         f"added {row.kind} {row.tag}: {row.path}{' (active)' if row.active else ''}", highlight=False
     )
@@ -106,12 +140,135 @@ def ls_cmd() -> None:
         rows = registry.list_all(store)
     if not rows:
         console.print(
-            "no engines installed; build one with: blazar engine build --kind llama-cpp --source DIR"
+            "no engines installed; install one with: blazar engine install --kind llama-cpp"
+            " (or build one: blazar engine build --kind llama-cpp --source DIR)"
         )
         return
     for r in rows:
         mark = "*" if r.active else " "
+        fork = " fork" if r.lane_class == "fork" else ""
         console.print(
-            f"{mark} {r.kind:<10} {r.tag:<16} {r.version or '-':<10} {r.accel:<5} {r.source:<6} {r.path}",
+            f"{mark} {r.kind:<10} {r.tag:<16} {r.version or '-':<10} {r.accel:<5} {r.source:<7} {r.path}{fork}",
             highlight=False,
         )
+
+
+def _download_progress() -> tuple[Progress | None, DownloadProgress]:
+    if is_tty():
+        bar = Progress(
+            TextColumn("downloading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console
+        )
+        task = bar.add_task("download", total=None)
+
+        def on_bytes(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return bar, on_bytes
+    last = [-1]
+
+    def on_chunk(done: int, total: int | None) -> None:
+        if total:
+            tenth = done * 10 // total
+            if tenth != last[0]:
+                last[0] = tenth
+                print(f"downloading: {done}/{total} bytes ({tenth * 10}%)", flush=True)
+
+    return None, on_chunk
+
+
+@app.command("install")
+@handles_errors
+def install_cmd(
+    kind: Annotated[str, typer.Option(help="Engine kind to install (llama-cpp, sglang, mlx, ...).")],
+    version: Annotated[
+        str | None, typer.Option(help="Release to install (default: the manifest's newest).")
+    ] = None,
+    accel: Annotated[
+        str | None, typer.Option(help="Accelerator build: cpu, cuda, vulkan, metal (default: cpu).")
+    ] = None,
+    sha256: Annotated[
+        str | None,
+        typer.Option(help="Expected sha256 of the release archive, when the manifest does not record it."),
+    ] = None,
+    manifest: Annotated[str | None, typer.Option(help=MANIFEST_HELP, envvar=MANIFEST_ENV)] = None,
+    gate_timeout: Annotated[
+        float, typer.Option(help="Seconds the regression gate waits for /health.")
+    ] = 120.0,
+) -> None:
+    """Download an official release, verify its sha256, gate it (--version, /health, one generation) and activate it."""
+    with opened() as (_cfg, data, store):
+        m = load_manifest(manifest)
+        models = Catalog(store, data).list()
+        bar, on_bytes = _download_progress()
+        with bar if bar is not None else contextlib.nullcontext():
+            result = installer.install(
+                store, data, m, kind, version=version, accel=accel, sha256=sha256, models=models,
+                gate_timeout=gate_timeout, progress=on_bytes,
+            )  # fmt: skip
+    row = result.row
+    console.print(f"gate passed: {result.gate.summary()}", highlight=False)
+    prev = (
+        f" (previous: {result.previous.tag}; undo with: blazar engine rollback --kind {kind})"
+        if result.previous
+        else ""
+    )
+    console.print(f"installed {row.kind} {row.tag}: {row.path} (active){prev}", highlight=False)
+
+
+@app.command("rollback")
+@handles_errors
+def rollback_cmd(kind: Annotated[str, typer.Option(help="Engine kind to roll back.")]) -> None:
+    """Activate the previously active tag of a kind again."""
+    with opened() as (_cfg, _data, store):
+        before = registry.active(store, kind)
+        row = registry.rollback(store, kind)
+    was = f" (was {before.tag})" if before is not None else ""
+    console.print(f"{row.kind} {row.tag} is active again{was}", highlight=False)
+
+
+@app.command("rm")
+@handles_errors
+def rm_cmd(
+    kind: Annotated[str, typer.Option(help="Engine kind.")],
+    tag: Annotated[str, typer.Argument(help="Installed tag to remove.")],
+    force: Annotated[bool, typer.Option(help="Remove it even when it is the active engine.")] = False,
+) -> None:
+    """Remove an installed engine: its row, and its files when Blazar installed or built it."""
+    with opened() as (_cfg, data, store):
+        row = removal.remove(store, data, kind, tag, force=force)
+    kept = "" if removal.owned_dir(data, row) is not None else f" (its files at {row.path} were left alone)"
+    console.print(f"removed {row.kind} {row.tag}{kept}", highlight=False)
+
+
+@app.command("prune")
+@handles_errors
+def prune_cmd(
+    kind: Annotated[str | None, typer.Option(help="Only this kind (default: every kind).")] = None,
+    keep: Annotated[
+        int, typer.Option(help="Non-active tags to keep per kind, newest first (rollback targets).")
+    ] = 1,
+) -> None:
+    """Remove non-active engine tags, keeping the newest few of each kind."""
+    with opened() as (_cfg, data, store):
+        removed = removal.prune(store, data, kind=kind, keep=keep)
+    if not removed:
+        console.print("nothing to prune", highlight=False)
+    for row in removed:
+        console.print(f"removed {row.kind} {row.tag}", highlight=False)
+
+
+@app.command("check")
+@handles_errors
+def check_cmd(
+    kind: Annotated[
+        str | None, typer.Option(help="Only this kind (default: every kind in the manifest).")
+    ] = None,
+    manifest: Annotated[str | None, typer.Option(help=MANIFEST_HELP, envvar=MANIFEST_ENV)] = None,
+) -> None:
+    """Report engines with a newer release in the manifest; never installs anything."""
+    with opened() as (cfg, _data, store):
+        if kind is not None:
+            registry.check_kind(kind)
+        statuses = check.check_once(cfg, store, manifest=load_manifest(manifest), kind=kind)
+    for s in statuses:
+        console.print(s.line(), highlight=False)

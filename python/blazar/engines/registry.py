@@ -1,11 +1,14 @@
-"""The installed-engine registry over the ``engines`` table: add, list, activate, look up.
+"""The installed-engine registry over the ``engines`` table: add, list, activate, roll back, delete, look up.
 
-It owns the rows only; building binaries lives in ``build.py`` and routing in ``lanes.py``.
+It owns the rows only; building binaries lives in ``build.py``, installing in ``installer.py``, removing files in
+``removal.py`` and routing in ``lanes.py``. Each activation stamps ``activated_at``, which is what
+``rollback`` walks back through.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,13 +29,27 @@ class EngineRow:
     accel: str
     sha256: str | None
     active: bool
+    lane_class: str = "mainstream"
+    """``mainstream`` (official builds) or ``fork`` (a capability fork: only gets what mainstream lacks)."""
+    architectures: tuple[str, ...] | None = None
+    """Architectures this engine advertises (from the manifest or ``--arch``); ``None`` = not declared."""
+    activated_at: str | None = None
+    created_at: str | None = None
 
 
-_COLS = "kind, tag, version, path, source, accel, sha256, active"
+_COLS = "kind, tag, version, path, source, accel, sha256, active, lane_class, architectures_json, activated_at, created_at"
+LANE_CLASSES: tuple[str, ...] = ("mainstream", "fork")
+
+
+def _arches(raw: object) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    items = json.loads(str(raw))
+    return tuple(str(i) for i in items) if isinstance(items, list) else None
 
 
 def _row(r: tuple[object, ...]) -> EngineRow:
-    kind, tag, version, path, source, accel, sha, active = r
+    kind, tag, version, path, source, accel, sha, active, lane_class, arches, activated, created = r
     return EngineRow(
         kind=str(kind),
         tag=str(tag),
@@ -42,6 +59,10 @@ def _row(r: tuple[object, ...]) -> EngineRow:
         accel=str(accel),
         sha256=None if sha is None else str(sha),
         active=bool(active),
+        lane_class=str(lane_class),
+        architectures=_arches(arches),
+        activated_at=None if activated is None else str(activated),
+        created_at=None if created is None else str(created),
     )
 
 
@@ -69,9 +90,13 @@ def add(
     version: str | None = None,
     accel: str = "cpu",
     activate: bool = True,
+    lane_class: str = "mainstream",
+    architectures: tuple[str, ...] | None = None,
 ) -> EngineRow:
     """Record an engine binary (replacing a row with the same kind and tag) and optionally make it active."""
     check_kind(kind)
+    if lane_class not in LANE_CLASSES:
+        raise EngineError(f"lane class must be one of {', '.join(LANE_CLASSES)}, not '{lane_class}'")
     path = path.resolve()
     if not path.is_file():
         raise EngineError(f"engine binary {path} does not exist or is not a file")
@@ -84,9 +109,22 @@ def add(
         if activate:
             store.conn.execute("UPDATE engines SET active = 0 WHERE kind = ?", (kind,))
         store.conn.execute(
-            "INSERT INTO engines (kind, tag, version, path, source, accel, sha256, active, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (kind, tag, version, str(path), source, accel, digest, int(activate), now),
+            "INSERT INTO engines (kind, tag, version, path, source, accel, sha256, active, created_at,"
+            " lane_class, architectures_json, activated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                kind,
+                tag,
+                version,
+                str(path),
+                source,
+                accel,
+                digest,
+                int(activate),
+                now,
+                lane_class,
+                None if architectures is None else json.dumps(list(architectures)),
+                now if activate else None,
+            ),
         )
     found = get(store, kind, tag)
     assert found is not None
@@ -109,16 +147,58 @@ def active(store: Store, kind: str) -> EngineRow | None:
     return None
 
 
+def tags_of(store: Store, kind: str) -> list[str]:
+    return [e.tag for e in list_all(store) if e.kind == kind]
+
+
+def _no_such(store: Store, kind: str, tag: str) -> EngineError:
+    tags = tags_of(store, kind)
+    return EngineError(
+        f"no {kind} engine tagged '{tag}' (installed tags: {', '.join(tags) if tags else 'none'})"
+    )
+
+
 def use(store: Store, kind: str, tag: str) -> EngineRow:
+    """Make ``kind``/``tag`` the active engine of its kind and stamp the activation time."""
     check_kind(kind)
     if get(store, kind, tag) is None:
-        tags = [e.tag for e in list_all(store) if e.kind == kind]
-        raise EngineError(
-            f"no {kind} engine tagged '{tag}' (installed tags: {', '.join(tags) if tags else 'none'})"
-        )
+        raise _no_such(store, kind, tag)
+    now = datetime.now(UTC).isoformat()
     with store.transaction():
         store.conn.execute("UPDATE engines SET active = 0 WHERE kind = ?", (kind,))
-        store.conn.execute("UPDATE engines SET active = 1 WHERE kind = ? AND tag = ?", (kind, tag))
+        store.conn.execute(
+            "UPDATE engines SET active = 1, activated_at = ? WHERE kind = ? AND tag = ?", (now, kind, tag)
+        )
     row = get(store, kind, tag)
     assert row is not None
     return row
+
+
+def previous(store: Store, kind: str) -> EngineRow | None:
+    """The most recently active tag of ``kind`` other than the active one (what ``rollback`` returns to)."""
+    for r in store.conn.execute(
+        f"SELECT {_COLS} FROM engines WHERE kind = ? AND active = 0 AND activated_at IS NOT NULL"
+        " ORDER BY activated_at DESC, id DESC LIMIT 1",
+        (kind,),
+    ):
+        return _row(r)
+    return None
+
+
+def rollback(store: Store, kind: str) -> EngineRow:
+    """Activate the previously active tag of ``kind``; a second rollback returns to where the first started."""
+    check_kind(kind)
+    prev = previous(store, kind)
+    if prev is None:
+        tags = tags_of(store, kind)
+        raise EngineError(
+            f"no earlier active {kind} engine to roll back to (installed tags: {', '.join(tags) or 'none'});"
+            f" activate one with: blazar engine use --kind {kind} TAG"
+        )
+    return use(store, kind, prev.tag)
+
+
+def delete(store: Store, kind: str, tag: str) -> None:
+    """Delete one row (the files are ``removal.remove``'s business)."""
+    with store.transaction():
+        store.conn.execute("DELETE FROM engines WHERE kind = ? AND tag = ?", (kind, tag))
