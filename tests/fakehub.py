@@ -10,6 +10,7 @@ entry per GET), ``corrupt`` (serve flipped bytes under the true sha256), ``token
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import socket
@@ -28,6 +29,15 @@ import orjson
 COMMIT = "5f1e9c3b2a7d4e6f8091a2b3c4d5e6f708192a3b"
 
 
+@functools.cache
+def _file_sha256(path: Path, _mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
 @dataclass
 class Blob:
     source: bytes | Path
@@ -37,11 +47,7 @@ class Blob:
     def __post_init__(self) -> None:
         if isinstance(self.source, Path):
             self.size = self.source.stat().st_size
-            h = hashlib.sha256()
-            with self.source.open("rb") as f:
-                while block := f.read(8 << 20):
-                    h.update(block)
-            self.sha256 = h.hexdigest()
+            self.sha256 = _file_sha256(self.source, self.source.stat().st_mtime_ns)
         else:
             self.size = len(self.source)
             self.sha256 = hashlib.sha256(self.source).hexdigest()

@@ -1,15 +1,17 @@
 """The model catalog: the ``models`` table plus one directory entry per name under ``<data_dir>/models``.
 
 Each catalog name owns exactly one link to its weights (hard links share the data), so ``rm`` unlinks that
-name's entry only. It never starts engines or talks HTTP.
+name's entry only. A split GGUF (llama.cpp's ``-00001-of-0000N.gguf`` shards) is kept native: its shards are
+linked side by side under ``models/<name>/<tag>/`` with their own file names and the row points at the first
+shard, which is what engines load. It never starts engines or talks HTTP.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import shutil
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,6 +62,18 @@ def _row(r: tuple[object, ...]) -> ModelRow:
         has_chat_template=bool(tmpl),
         created_at=str(created),
     )
+
+
+_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def split_set(first: Path) -> list[Path] | None:
+    """The shard paths of the split GGUF whose first shard is ``first``, in order; None for any other file."""
+    m = _SHARD.match(first.name)
+    if m is None or int(m["no"]) != 1 or int(m["count"]) < 1:
+        return None
+    count = m["count"]
+    return [first.with_name(f"{m['prefix']}-{i:05d}-of-{count}.gguf") for i in range(1, int(count) + 1)]
 
 
 def read_header(path: Path) -> dict[str, object]:
@@ -155,7 +169,60 @@ class Catalog:
             raise
         return self.get(full)
 
-    def _insert(self, full: str, dest: Path, info: GgufSummary, header: dict[str, object]) -> None:
+    def import_split(self, shards: Sequence[Path], name: str) -> ModelRow:
+        """Add a split GGUF: every shard linked under ``models/<name>/<tag>/`` as itself; the row names shard 1.
+
+        ``size_bytes`` and ``parameter_count`` cover all shards; the metadata comes from the first.
+        """
+        paths = [p.expanduser().absolute() for p in shards]  # keep the names: symlinks may point at blobs
+        expected = split_set(paths[0]) if paths else None
+        if expected is None or [p.name for p in expected] != [p.name for p in paths]:
+            got = ", ".join(p.name for p in paths) or "nothing"
+            raise CatalogError(
+                f"not a complete split GGUF set (name-00001-of-0000N.gguf and the rest): {got}"
+            )
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise CatalogError(f"split GGUF shards missing: {', '.join(missing)}")
+        full = names.normalize(name)
+        if self.find(full) is not None:
+            raise CatalogError(
+                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick another name"
+            )
+        header = read_header(paths[0])
+        dest_dir = self._file_for(full, "")
+        linked: list[Path] = []
+        try:
+            for p in paths:
+                linked.append(dest_dir / p.name)
+                _link_or_copy(p, linked[-1], None)
+            params = sum(int(str(read_header(d).get("parameter_count") or 0)) for d in linked)
+            info = summarize({**header, "parameter_count": params})
+            self._insert(full, linked[0], info, header, size=sum(d.stat().st_size for d in linked))
+        except Exception:
+            for d in linked:
+                d.unlink(missing_ok=True)
+            self._prune(dest_dir)
+            raise
+        return self.get(full)
+
+    def _prune(self, directory: Path) -> None:
+        """Remove ``directory`` and its parents up to ``models/`` while they are empty."""
+        while directory != self.data.models and directory.is_relative_to(self.data.models):
+            try:
+                directory.rmdir()
+            except OSError:
+                return
+            directory = directory.parent
+
+    def _insert(
+        self,
+        full: str,
+        dest: Path,
+        info: GgufSummary,
+        header: dict[str, object],
+        size: int | None = None,
+    ) -> None:
         meta = header.get("metadata")
         small = (
             {
@@ -174,7 +241,7 @@ class Catalog:
                 (
                     full,
                     str(dest),
-                    dest.stat().st_size,
+                    dest.stat().st_size if size is None else size,
                     info.architecture,
                     info.parameter_count,
                     info.context_length,
@@ -188,6 +255,9 @@ class Catalog:
     def copy(self, src_name: str, dest_name: str) -> ModelRow:
         """A second name for the same weights, as a hard link (zero copy on one filesystem)."""
         src = self.get(src_name)
+        shards = split_set(src.path)
+        if shards is not None:
+            return self.import_split(shards, dest_name)
         full = names.normalize(dest_name)
         if self.find(full) is not None:
             raise CatalogError(f"model '{full}' already exists")
@@ -207,8 +277,7 @@ class Catalog:
             self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))
             self.store.conn.execute("DELETE FROM profiles WHERE model = ?", (row.name,))
         if row.path.is_relative_to(self.data.models):
-            row.path.unlink(missing_ok=True)
-            parent = row.path.parent
-            if parent != self.data.models and not any(parent.iterdir()):
-                shutil.rmtree(parent, ignore_errors=True)
+            for p in split_set(row.path) or [row.path]:
+                p.unlink(missing_ok=True)
+            self._prune(row.path.parent)
         return row
