@@ -9,6 +9,7 @@ installed and active until that last step, and stays available to ``engine rollb
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -117,10 +118,11 @@ def install(
         )
     model = gate_model(kind, models)
     root = kind_dir(data, kind)
-    root.mkdir(parents=True, exist_ok=True)
     with kind_lock(data, kind):
         sweep(data, kind)
         files = _fetch_all(data, asset, sha256, progress) if asset is not None else []
+        made_root = not root.exists()
+        root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{tag}-", dir=root))
         final = root / tag
         try:
@@ -151,6 +153,9 @@ def install(
             os.rename(staging, final)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
+            if made_root:
+                with contextlib.suppress(OSError):
+                    root.rmdir()
             raise
         previous = registry.active(store, kind)
         try:

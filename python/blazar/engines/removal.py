@@ -80,17 +80,18 @@ def owned_dir(data: DataDir, row: EngineRow) -> Path | None:
 
 
 def _users(data: DataDir, tag_dir: Path) -> list[int]:
-    """PIDs from ``run/*.pid`` whose process runs a program from ``tag_dir``."""
+    """PIDs from ``run/*.pid`` whose process runs a program from ``tag_dir`` (its executable or its argv[0])."""
     pids: list[int] = []
-    root = tag_dir.resolve()
+    roots = {tag_dir.resolve(), Path(os.path.abspath(tag_dir))}
     for pid_file in data.run.glob("*.pid") if data.run.is_dir() else []:
         try:
             pid = int(pid_file.read_text().strip())
             proc = psutil.Process(pid)
-            paths = [proc.exe(), *proc.cmdline()[:1]]
+            programs = [proc.exe(), *proc.cmdline()[:1]]
         except (ValueError, OSError, psutil.Error):
             continue
-        if any(p and Path(p).resolve().is_relative_to(root) for p in paths):
+        paths = {Path(os.path.abspath(p)) for p in programs if p}
+        if any(p.is_relative_to(r) for p in paths for r in roots):
             pids.append(pid)
     return pids
 
