@@ -5,7 +5,7 @@ Routes: ``GET /api/models/{repo}[/revision/{rev}]`` (``?blobs=true`` adds ``size
 ``X-Linked-Etag`` and ``X-Linked-Size``; other files are served in place), and ``/cdn/{repo}/{path}`` with
 ``Range``. Faults on demand: ``drops[path]`` (cut the connection after that many bytes of the file, one
 entry per GET), ``corrupt`` (serve flipped bytes under the true sha256), ``token`` (demand a Bearer token),
-``ignore_range``. Also a tiny GGUF writer for synthetic models.
+``ignore_range``, ``slow``. Also a tiny GGUF writer for synthetic models.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import random
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -76,6 +77,8 @@ class FakeHub:
     corrupt: set[str] = field(default_factory=set)
     token: str | None = None
     ignore_range: bool = False
+    slow: dict[str, float] = field(default_factory=dict)
+    """Seconds to wait before each MiB of that file: a slow link, so a test can leave mid-file."""
     blobs: bool = True
     requests: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
     """(method, path, range header, authorization header) per request."""
@@ -241,6 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
         cut = cuts.pop(0) if cuts else None
         at = start
         for chunk in blob.chunks(start, end):
+            time.sleep(self.fake.slow.get(file, 0.0))
             if file in self.fake.corrupt:
                 chunk = bytes(b ^ 0x5A for b in chunk)
             if cut is not None and at + len(chunk) >= cut:

@@ -135,7 +135,9 @@ def test_choosing_the_gguf() -> None:
 
 def test_choosing_teaches() -> None:
     many = _info(("m-Q8_0.gguf", 8_000_000_000), ("m-Q4_K_M.gguf", 5_000_000_000))
-    with pytest.raises(PullError, match=r"nope\.gguf is not in org/repo; its GGUF files: m-Q4_K_M\.gguf") as e:
+    with pytest.raises(
+        PullError, match=r"nope\.gguf is not in org/repo; its GGUF files: m-Q4_K_M\.gguf"
+    ) as e:
         _pick(many, "hf:org/repo:nope.gguf")
     assert "(5.00 GB)" in str(e.value) and "blazar pull hf:org/repo:<file>" in str(e.value)
     with pytest.raises(PullError, match="no IQ1_S GGUF in org/repo; its GGUF files"):

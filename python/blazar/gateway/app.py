@@ -22,7 +22,7 @@ from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects import openai as openai_dialect
 from blazar.dialects.canonical import DialectError
 from blazar.errors import BlazarError
-from blazar.gateway import admin, anthropic, ollama, ollama_admin, openai
+from blazar.gateway import admin, anthropic, ollama, ollama_admin, openai, pull
 from blazar.gateway.http import JSON_HEADERS, MAX_BODY_BYTES, HttpError, Request, accept_trace_id
 from blazar.gateway.tenancy import Gate
 from blazar.supervisor import Supervisor
@@ -75,6 +75,7 @@ ROUTES: dict[str, Route] = {
     "/api/generate": Route(_OLLAMA, {"POST": ollama.generate}),
     "/api/embed": Route(_OLLAMA, {"POST": ollama.embed}),
     "/api/embeddings": Route(_OLLAMA, {"POST": ollama.embeddings_legacy}),
+    "/api/pull": Route(_OLLAMA, {"POST": pull.pull}),
     "/api/keys": Route(_OPENAI, {"GET": admin.list_keys, "POST": admin.add_key, "DELETE": admin.remove_key}),
     "/api/keys/rotate": Route(_OPENAI, {"POST": admin.rotate_key}),
     "/api/session": Route(_OPENAI, {"GET": admin.sessions_list, "POST": admin.session_action}),

@@ -1,0 +1,66 @@
+"""Ollama's ``POST /api/pull``: a model from the Hugging Face Hub (or an alias) into the catalog.
+
+Streams Ollama's progress objects as NDJSON (``pulling manifest``, ``pulling <digest>`` with ``total`` and
+``completed``, ``verifying sha256 digest``, ``writing manifest``, ``success``); with ``"stream": false`` it
+answers one final object. A bad name is an HTTP error before the stream starts; a failure after it started
+is a final ``{"error": "..."}`` line. A client that goes away cancels the download (the next pull resumes it).
+The work itself is ``blazar.pull``; this module only speaks HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import orjson
+
+from blazar import pull as pulling
+from blazar.errors import BlazarError
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.supervisor import Supervisor
+
+log = logging.getLogger("blazar.gateway")
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+
+async def pull(sup: Supervisor, req: Request, proto: Any) -> Response | None:
+    body = req.json_object()
+    model = body.get("model", body.get("name"))
+    if not isinstance(model, str) or not model.strip():
+        raise HttpError(400, "'model' is required and must be a non-empty string")
+    if req.key is not None and not req.key.full_access:
+        raise HttpError(403, "pulling models needs a full-access key", "permission_error")
+    events = pulling.pull_events(sup.catalog, model)
+    if body.get("stream", True) is False:
+        try:
+            async for _ in events:
+                pass
+        finally:
+            await events.aclose()
+        return 200, JSON_HEADERS, orjson.dumps({"status": "success"})
+    first = await anext(events)  # a bad name raises here, as an HTTP error in Ollama's shape
+    req.mark_overhead()
+    transport = proto.response_stream(200, [*req.extra_headers, ("content-type", "application/x-ndjson")])
+    line = orjson.dumps(first.as_ollama()) + b"\n"
+    try:
+        while True:
+            try:
+                await transport.send_bytes(line)
+            except Exception as e:  # granian raises when the client has gone
+                log.info("pull client went away (%s); the download is cancelled and resumable", e)
+                return None
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                return None
+            except Exception as e:
+                if not isinstance(e, BlazarError):
+                    log.exception("pull of %s failed (trace %s)", model, req.trace_id)
+                with contextlib.suppress(Exception):
+                    await transport.send_bytes(orjson.dumps({"error": str(e)}) + b"\n")
+                return None
+            line = orjson.dumps(event.as_ollama()) + b"\n"
+    finally:
+        await events.aclose()
