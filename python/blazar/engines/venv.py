@@ -8,6 +8,7 @@ module owns creating the venv, the pip call and the launcher text; it never down
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -64,8 +65,15 @@ def create(tag_dir: Path, spec: VenvSpec, version: str, binary: str) -> Path:
     launcher_body = launcher_text(spec)
     log = tag_dir / "install.log"
     venv = tag_dir / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], log, "creating the venv")
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    python = str(venv / "bin" / "python")
+    if importlib.util.find_spec("pip") is not None:
+        # Blazar's own pip drives the new venv (pip --python): no ensurepip copy, which is slow and unused after.
+        _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], log, "creating the venv")
+        pip = [sys.executable, "-m", "pip", "--python", python]
+    else:
+        _run([sys.executable, "-m", "venv", str(venv)], log, "creating the venv")
+        pip = [python, "-m", "pip"]
+    pip += ["install", "--disable-pip-version-check", "--no-input"]
     _run(
         [*pip, *spec.pip_args, f"{spec.requirement}=={version}"],
         log,
