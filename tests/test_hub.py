@@ -59,6 +59,17 @@ def test_download_verified_and_renamed(hub: Hub, fake: FakeHub, tmp_path: Path) 
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
+def test_a_verified_leftover_is_reused_and_a_stale_one_replaced(
+    hub: Hub, fake: FakeHub, tmp_path: Path
+) -> None:
+    (tmp_path / FILE).write_bytes(DATA)
+    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).read_bytes() == DATA
+    assert fake.ranges(FILE) == []
+    (tmp_path / FILE).write_bytes(bytes(len(DATA)))  # same size, other bytes
+    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).read_bytes() == DATA
+    assert fake.ranges(FILE) == [None]
+
+
 def test_dropped_connections_resume_with_range(hub: Hub, fake: FakeHub, tmp_path: Path) -> None:
     fake.drops[FILE] = [1_000_000, 2_500_000]
     dest = hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE)

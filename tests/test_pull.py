@@ -69,6 +69,7 @@ def test_names_and_aliases() -> None:
     r = parse_ref("smollm2:135m")
     assert (r.repo_id, r.file, r.name, r.alias) == (SMOL_REPO, SMOL_FILE, "smollm2:135m", True)
     assert parse_ref("phi4-mini").name == "phi4-mini:latest"
+    assert parse_ref("SmolLM2:135M").name == "smollm2:135m"
     r = parse_ref("hf:org/repo")
     assert (r.repo_id, r.revision, r.file, r.quant, r.name) == (
         "org/repo",

@@ -275,12 +275,24 @@ class Hub:
         url = self.url(repo_id, f.path, revision)
         dest.parent.mkdir(parents=True, exist_ok=True)
         with _locked(dest.with_name(dest.name + ".lock"), f.path):
-            if dest.is_file() and f.size is not None and dest.stat().st_size == f.size:
-                return dest  # verified and renamed by an earlier call whose registration did not finish
+            if dest.is_file():  # left by an earlier call whose registration did not finish
+                if _matches(dest, f):
+                    return dest
+                dest.unlink()
             try:
                 return _Download(self, repo_id, url, f, dest, progress, cancel).run()
             except OSError as e:
                 raise HubError(f"cannot write {dest}: {e.strerror or e}", 507) from None
+
+
+def _matches(path: Path, f: HubFile) -> bool:
+    if f.size is None or f.sha256 is None or path.stat().st_size != f.size:
+        return False
+    h = hashlib.sha256()
+    with path.open("rb") as fi:
+        while block := fi.read(HASH_BLOCK):
+            h.update(block)
+    return h.hexdigest() == f.sha256
 
 
 @contextlib.contextmanager

@@ -145,10 +145,10 @@ def parse_ref(text: str) -> Ref:
                 rest = text[len(prefix) :]
     if rest is None:
         try:
-            key = names.normalize(text)
+            key = names.normalize(text).lower()
         except CatalogError:
             raise _unknown(text) from None
-        alias = ALIASES.get(key) or ALIASES.get(key.lower())
+        alias = ALIASES.get(key)
         if alias is None:
             raise _unknown(text)
         return Ref(alias.repo_id, "main", alias.file, None, key, alias=True)
