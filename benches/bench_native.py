@@ -40,9 +40,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from blazar import _native  # noqa: E402
 from tests.native.streams import DIALECTS, long_stream  # noqa: E402
 from tests.oracle import translate as oracle  # noqa: E402
+
+from blazar import _native  # noqa: E402
 
 
 def timed(fn: Callable[[], object]) -> float:
