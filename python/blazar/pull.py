@@ -322,7 +322,7 @@ def _progress(f: HubFile, emit: Emit) -> Callable[[int, int | None], None]:
     return report
 
 
-def register(catalog: Catalog, p: Plan, paths: Sequence[Path], name: str) -> ModelRow:
+def register(catalog: Catalog, paths: Sequence[Path], name: str) -> ModelRow:
     """Add the downloads to the catalog (hard links), then remove them from the download folder."""
     try:
         if len(paths) == 1:
@@ -368,7 +368,7 @@ def pull(
         if hub is None:
             client.close()
     say(Event("writing manifest"))
-    row = register(catalog, p, paths, target)
+    row = register(catalog, paths, target)
     say(Event("success"))
     return PullResult(row, p)
 
@@ -429,13 +429,13 @@ async def pull_events(
     try:
         while (event := await queue.get()) is not None:
             yield event
-        p, paths = await done
+        _plan, paths = await done
     finally:
         if not done.done():
             cancel.set()
             done.add_done_callback(_quietly)
     yield Event("writing manifest")
-    register(catalog, p, paths, target)
+    register(catalog, paths, target)
     yield Event("success")
 
 
