@@ -27,6 +27,8 @@ def setup_logging(level: str) -> None:
     )
     if level != "debug":
         logging.getLogger("blazar.access").setLevel(logging.WARNING)
+    # httpx logs every URL at INFO; signed download URLs and the like stay out of the daemon log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def serve(cfg: Config, config_path: Path) -> int:
