@@ -1,0 +1,70 @@
+"""`blazar engine install / ls / check / rollback / rm / prune` as a user runs them, in-process through typer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from blazar.cli.engine import app
+from tests.engines.conftest import FileServer, llama_lane, release, script_archive
+
+
+@pytest.fixture
+def cli(tmp_path: Path, file_server: FileServer, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("")
+    manifest = tmp_path / "manifest.json"
+    releases = [release(file_server, script_archive(file_server, v), v) for v in ("b1", "b2", "b3")]
+    manifest.write_text(json.dumps({"schema": 1, "lanes": {"llama-cpp": llama_lane(*releases)}}))
+    for name in ("BLAZAR_HOST", "BLAZAR_PORT", "BLAZAR_KEYS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BLAZAR_CONFIG", str(cfg))
+    monkeypatch.setenv("BLAZAR_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("BLAZAR_ENGINE_MANIFEST", str(manifest))
+    return CliRunner()
+
+
+def run(cli: CliRunner, *args: str, code: int = 0) -> str:
+    result = cli.invoke(app, list(args))
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    return " ".join(result.stdout.split()) if code == 0 else " ".join(result.stderr.split())
+
+
+def test_engine_lifecycle(cli: CliRunner, tmp_path: Path) -> None:
+    data = tmp_path / "data" / "engines" / "llama-cpp"
+    out = run(cli, "install", "--kind", "llama-cpp", "--version", "b1")
+    assert "gate passed: version: b1 (fake); no model of this lane in the catalog" in out
+    assert f"installed llama-cpp b1-cpu: {data / 'b1-cpu' / 'llama-b1' / 'llama-server'} (active)" in out
+    out = run(cli, "install", "--kind", "llama-cpp", "--version", "b2")
+    assert "(previous: b1-cpu; undo with: blazar engine rollback --kind llama-cpp)" in out
+    listing = [" ".join(line.split()) for line in cli.invoke(app, ["ls"]).stdout.splitlines()]
+    assert [line.split(" /")[0] for line in listing] == [
+        "llama-cpp b1-cpu b1 cpu install",
+        "* llama-cpp b2-cpu b2 cpu install",
+    ]
+    assert run(cli, "check") == (
+        "llama-cpp b2 (active b2-cpu); update available: b3: blazar engine install --kind llama-cpp --version b3"
+    )
+    assert run(cli, "rollback", "--kind", "llama-cpp") == "llama-cpp b1-cpu is active again (was b2-cpu)"
+    assert run(cli, "rm", "--kind", "llama-cpp", "b2-cpu") == "removed llama-cpp b2-cpu"
+    assert run(cli, "prune") == "nothing to prune"
+    assert sorted(p.name for p in data.iterdir()) == ["b1-cpu"]
+
+
+def test_errors_are_one_red_line(cli: CliRunner) -> None:
+    run(cli, "install", "--kind", "llama-cpp", "--version", "b1")
+    err = run(cli, "install", "--kind", "llama-cpp", "--version", "b1", code=1)
+    assert err == (
+        "error: llama-cpp b1-cpu is already installed; activate it with: blazar engine use --kind llama-cpp b1-cpu"
+        " (or remove it first: blazar engine rm --kind llama-cpp b1-cpu)"
+    )
+    assert "is the active llama-cpp engine; activate another first" in run(
+        cli, "rm", "--kind", "llama-cpp", "b1-cpu", code=1
+    )
+    assert "disagrees with the manifest's" in run(
+        cli, "install", "--kind", "llama-cpp", "--version", "b2", "--sha256", "a" * 64, code=1
+    )
+    assert "unknown engine kind 'vllm'" in run(cli, "check", "--kind", "vllm", code=1)
