@@ -1,29 +1,66 @@
-"""The launch-profile compiler: the argv that starts an engine child for one (model, engine).
+"""The launch-profile compiler: the argv that starts an engine child for one (model, engine), fitted to the machine.
 
-Pure: it reads the config, the model row and the engine row and returns a list of strings. Spawning is the
-supervisor's job. Only the llama-cpp lane has a compiler so far.
+It reads the config (defaults, then the model's ``[models."name:tag"]`` override), the model's GGUF metadata and a
+``Hardware`` snapshot, and returns a ``LaunchSpec``: an argv template with ``{port}`` and ``{api_key_file}``
+placeholders, the fitted context and the memory estimate behind it. Compiling has no side effects; ``prepare``
+does the few the engine needs before it starts (the slot save directory, an empty lookup cache file, a stale unix
+socket removed). Spawning is the supervisor's job. Only the llama-cpp lane has a compiler so far.
+
+Every flag used here was checked against ``llama-server --help`` of the build the tests run.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import shlex
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from blazar.catalog import ModelRow
+from blazar._native import GgufError, read_gguf_metadata
+from blazar.catalog import ModelRow, read_header
 from blazar.config import Config
 from blazar.engines.registry import EngineRow
-from blazar.errors import LaneError
+from blazar.errors import CatalogError, LaneError
+from blazar.fit import MIB, Fit, FitRequest, KvSettings, MemoryEstimate, ProfileUnfit, fit, kv_shape
+from blazar.hardware import Hardware, probe
+from blazar.paths import safe_component
+
+log = logging.getLogger("blazar.profile")
+
+PLACEHOLDERS = ("{port}", "{api_key_file}")
+_SHARD = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
-    """Everything the supervisor needs to start one child, except the port and key, which it picks."""
+    """Everything the supervisor needs to start one child, except the port and key, which it picks.
+
+    ``ctx_size`` is the engine's total context (cells), ``ctx_per_slot`` what one request can use; the paths are
+    the files ``prepare`` readies (None when unused); ``estimate`` is the memory estimate the context was fitted
+    with (None for lanes without one).
+    """
 
     argv_template: tuple[str, ...]
     ctx_size: int = 0
     health_path: str = "/health"
+    parallel: int = 1
+    slot_save_dir: Path | None = None
+    lookup_cache: Path | None = None
+    socket_path: Path | None = None
+    mmproj: Path | None = None
+    estimate: MemoryEstimate | None = None
+
+    @property
+    def ctx_per_slot(self) -> int:
+        return self.ctx_size // max(self.parallel, 1)
 
     def argv(self, *, port: int, api_key_file: Path) -> list[str]:
+        """The argv with the placeholders filled. It also runs ``prepare(self)`` (idempotent), so a spawn that
+        does not call ``prepare`` itself still finds the slot save directory and lookup cache in place."""
+        prepare(self)
         out = []
         for a in self.argv_template:
             if a == "{port}":
@@ -35,14 +72,160 @@ class LaunchSpec:
         return out
 
 
+def prepare(spec: LaunchSpec) -> None:
+    """Ready the files ``spec`` names, right before the child is spawned: the slot save directory, an empty
+    lookup cache file when there is none (llama-server aborts when ``--lookup-cache-dynamic`` names a missing
+    file), and a unix socket left by a dead child removed (only a socket, never another kind of file)."""
+    if spec.slot_save_dir is not None:
+        spec.slot_save_dir.mkdir(parents=True, exist_ok=True)
+    if spec.lookup_cache is not None:
+        spec.lookup_cache.parent.mkdir(parents=True, exist_ok=True)
+        spec.lookup_cache.touch(exist_ok=True)
+    if spec.socket_path is not None:
+        try:
+            if stat.S_ISSOCK(spec.socket_path.lstat().st_mode):
+                spec.socket_path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def shard_paths(path: Path) -> list[Path]:
+    """All shards of a split GGUF (``name-00001-of-00003.gguf``) that exist next to ``path``, else ``[path]``."""
+    m = _SHARD.match(path.name)
+    if m is None:
+        return [path]
+    n = int(m.group("n"))
+    found = [path.with_name(f"{m.group('stem')}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
+    return [p for p in found if p.is_file()] or [path]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _is_projector(path: Path) -> bool:
+    try:
+        md = read_gguf_metadata(str(path), 0).get("metadata")
+    except (GgufError, OSError):
+        return False
+    return isinstance(md, Mapping) and md.get("general.architecture") == "clip"
+
+
+def find_mmproj(model_path: Path) -> Path | None:
+    """A vision projector next to the model: the sibling ``mmproj*.gguf`` that is a clip GGUF (the one sharing the
+    model file's stem when there are several)."""
+    try:
+        candidates = sorted(model_path.parent.glob("mmproj*.gguf"))
+    except OSError:
+        return None
+    candidates = [c for c in candidates if c != model_path]
+    candidates.sort(key=lambda c: model_path.stem not in c.name)
+    return next((c for c in candidates if _is_projector(c)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """A model's effective launch settings: its override's values where set, else the top-level ones."""
+
+    ctx_size: int
+    parallel: int
+    threads: int
+    gpu_layers: int
+    cache_type_k: str
+    cache_type_v: str
+    flash_attn: str
+    swa_full: bool
+    lookup_cache: bool
+
+
+def model_settings(cfg: Config, model_name: str) -> ModelSettings:
+    ov = cfg.model_override(model_name)
+    return ModelSettings(
+        ctx_size=cfg.ctx_size if ov.ctx_size is None else ov.ctx_size,
+        parallel=cfg.parallel if ov.parallel is None else ov.parallel,
+        threads=cfg.threads if ov.threads is None else ov.threads,
+        gpu_layers=cfg.gpu_layers if ov.gpu_layers is None else ov.gpu_layers,
+        cache_type_k=ov.cache_type_k or cfg.cache_type_k,
+        cache_type_v=ov.cache_type_v or cfg.cache_type_v,
+        flash_attn=ov.flash_attn or cfg.flash_attn,
+        swa_full=cfg.swa_full if ov.swa_full is None else ov.swa_full,
+        lookup_cache=cfg.lookup_cache if ov.lookup_cache is None else ov.lookup_cache,
+    )
+
+
+def fit_model(
+    cfg: Config,
+    model: ModelRow,
+    *,
+    hardware: Hardware | None = None,
+    ctx_size: int | None = None,
+    mmproj: Path | None = None,
+) -> Fit:
+    """The memory fit for serving ``model`` with the config's settings (``ctx_size`` overrides the config's)."""
+    st = model_settings(cfg, model.name)
+    header = read_header(model.path)
+    md = header.get("metadata")
+    try:
+        shape = kv_shape(md if isinstance(md, Mapping) else {})
+    except ValueError as e:
+        raise CatalogError(f"model '{model.name}' ({model.path}): {e}") from None
+    req = FitRequest(
+        model=model.name,
+        shape=shape,
+        weights=sum(_size(p) for p in shard_paths(model.path)),
+        requested_ctx=st.ctx_size if ctx_size is None else ctx_size,
+        settings=KvSettings(
+            cache_type_k=st.cache_type_k,
+            cache_type_v=st.cache_type_v,
+            flash_attn=st.flash_attn,
+            swa_full=st.swa_full,
+            parallel=st.parallel,
+        ),
+        gpu_layers=st.gpu_layers,
+        mmproj=_size(mmproj) if mmproj is not None else 0,
+    )
+    return fit(req, hardware or probe(), headroom=cfg.memory_headroom_mib * MIB)
+
+
+def mmproj_for(cfg: Config, model: ModelRow) -> Path | None:
+    """The projector to load with ``model``: the override's ``mmproj`` (which must exist), else a sibling."""
+    ov = cfg.model_override(model.name)
+    if ov.mmproj is not None:
+        if not ov.mmproj.is_file():
+            raise LaneError(
+                f"model '{model.name}': mmproj {ov.mmproj} does not exist; fix or remove mmproj under "
+                f'[models."{model.name}"] in config.toml'
+            )
+        return ov.mmproj
+    return find_mmproj(model.path)
+
+
 def compile_llama_cpp(
-    cfg: Config, model: ModelRow, engine: EngineRow, *, embeddings: bool = False
+    cfg: Config,
+    model: ModelRow,
+    engine: EngineRow,
+    *,
+    embeddings: bool = False,
+    hardware: Hardware | None = None,
+    ctx_size: int | None = None,
 ) -> LaunchSpec:
     ov = cfg.model_override(model.name)
-    ctx = ov.ctx_size if ov.ctx_size is not None else cfg.ctx_size
-    parallel = ov.parallel if ov.parallel is not None else cfg.parallel
-    threads = ov.threads if ov.threads is not None else cfg.threads
-    ngl = ov.gpu_layers if ov.gpu_layers is not None else cfg.gpu_layers
+    st = model_settings(cfg, model.name)
+    mmproj = None if embeddings else mmproj_for(cfg, model)
+    est = fit_model(cfg, model, hardware=hardware, ctx_size=ctx_size, mmproj=mmproj).require()
+    if est.reduced:
+        log.warning(
+            "%s: context %d does not fit in free memory; using %d (%s)",
+            model.name,
+            est.requested_ctx,
+            est.ctx_size,
+            est.placement,
+        )
+    data = cfg.data_dir
+    slot_dir = data / "sessions" / safe_component(model.name)
     argv = [
         str(engine.path),
         "--model", str(model.path),
@@ -50,28 +233,84 @@ def compile_llama_cpp(
         "--host", "127.0.0.1",
         "--port", "{port}",
         "--api-key-file", "{api_key_file}",
-        "--ctx-size", str(ctx),
-        "--parallel", str(parallel),
+        "--ctx-size", str(est.ctx_size),
+        "--parallel", str(est.parallel),
+        "--cache-type-k", est.settings.cache_type_k,
+        "--cache-type-v", est.settings.cache_type_v,
+        "--flash-attn", est.settings.flash_attn,
         "--jinja",
         "--no-webui",
         "--metrics",
+        "--slot-save-path", str(slot_dir),
     ]  # fmt: skip
-    if threads > 0:
-        argv += ["--threads", str(threads)]
-    if ngl >= 0:
-        argv += ["--n-gpu-layers", str(ngl)]
+    if st.threads > 0:
+        argv += ["--threads", str(st.threads)]
+    if st.gpu_layers >= 0:
+        argv += ["--n-gpu-layers", str(st.gpu_layers)]
+    if est.settings.swa_full:
+        argv.append("--swa-full")
+    if ov.chat_template is not None:
+        argv += ["--chat-template", ov.chat_template]
+    if ov.chat_template_file is not None:
+        argv += ["--chat-template-file", str(ov.chat_template_file)]
+    if mmproj is not None:
+        argv += ["--mmproj", str(mmproj)]
+    lookup = None
+    if st.lookup_cache and not embeddings:
+        lookup = data / "speccache" / f"{safe_component(model.name)}.bin"
+        argv += ["--spec-type", "ngram-cache", "--lookup-cache-dynamic", str(lookup)]
     if embeddings:
         argv += ["--embeddings", "--pooling", "mean"]
     argv += list(ov.extra_args)
-    return LaunchSpec(argv_template=tuple(argv), ctx_size=ctx)
+    return LaunchSpec(
+        argv_template=tuple(argv),
+        ctx_size=est.ctx_size,
+        parallel=est.parallel,
+        slot_save_dir=slot_dir,
+        lookup_cache=lookup,
+        mmproj=mmproj,
+        estimate=est,
+    )
 
 
 def compile_profile(
-    cfg: Config, model: ModelRow, engine: EngineRow, *, embeddings: bool = False
+    cfg: Config,
+    model: ModelRow,
+    engine: EngineRow,
+    *,
+    embeddings: bool = False,
+    hardware: Hardware | None = None,
+    ctx_size: int | None = None,
 ) -> LaunchSpec:
+    """The launch spec for ``model`` on ``engine``; ``hardware`` defaults to probing the machine now and
+    ``ctx_size`` (e.g. Ollama's ``num_ctx``) replaces the configured context. Raises ``ProfileUnfit`` (503) when
+    the model cannot fit, ``LaneError`` for a lane without a compiler."""
     if engine.kind == "llama-cpp":
-        return compile_llama_cpp(cfg, model, engine, embeddings=embeddings)
+        return compile_llama_cpp(
+            cfg, model, engine, embeddings=embeddings, hardware=hardware, ctx_size=ctx_size
+        )
     raise LaneError(
         f"the {engine.kind} lane has no launch profile in this Blazar yet; serve '{model.name}' with"
         " llama-cpp: blazar engine use --kind llama-cpp TAG"
     )
+
+
+def render_command(spec: LaunchSpec) -> str:
+    """The argv as one shell line (placeholders left bare so they read as placeholders)."""
+    return " ".join(a if a in PLACEHOLDERS else shlex.quote(a) for a in spec.argv_template)
+
+
+__all__ = [
+    "LaunchSpec",
+    "ModelSettings",
+    "ProfileUnfit",
+    "compile_llama_cpp",
+    "compile_profile",
+    "find_mmproj",
+    "fit_model",
+    "mmproj_for",
+    "model_settings",
+    "prepare",
+    "render_command",
+    "shard_paths",
+]

@@ -1,4 +1,4 @@
-"""Catalog commands: `blazar import`, `ls`, `rm`, `cp`, `show`."""
+"""Catalog commands: `blazar import`, `ls`, `rm`, `cp`, `show` (`--profile`: the launch profile and its memory)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from blazar.catalog import Catalog
-from blazar.cli.common import console, handles_errors, is_tty, opened
+from blazar import hardware
+from blazar.catalog import Catalog, ModelRow
+from blazar.cli.common import config, console, fail, handles_errors, is_tty, opened
+from blazar.config import Config
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
+from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
-from blazar.gguf_info import human_params
+from blazar.gguf_info import GgufSummary, human_params
+from blazar.hardware import human_bytes
+from blazar.profile import compile_profile, fit_model, mmproj_for, render_command
 
 
 @handles_errors
@@ -74,11 +80,23 @@ def cp_cmd(
 @handles_errors
 def show_cmd(
     name: Annotated[str, typer.Argument(help="Model name[:tag], or a path to a GGUF file.")],
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile",
+            help="Also print the engine command line Blazar would run and its memory estimate, fitted to this "
+            "machine's free VRAM or RAM.",
+        ),
+    ] = False,
 ) -> None:
     """Print a model's architecture, parameters, context length, quantization and serving lane."""
     from blazar.catalog import inspect
 
     as_path = Path(name)
+    cfg = None
+    row: ModelRow | None = None
+    engine: EngineRow | None = None
+    lane_error: str | None = None
     if as_path.suffix == ".gguf" and as_path.exists():
         info = inspect(as_path)
         lane = None
@@ -87,9 +105,10 @@ def show_cmd(
             row = Catalog(store, data).get(name)
             info = inspect(row.path)
             try:
-                e = serving_lane(cfg, row, registry.list_all(store))
-                lane = f"{e.kind} {e.tag} ({e.path})"
+                engine = serving_lane(cfg, row, registry.list_all(store))
+                lane = f"{engine.kind} {engine.tag} ({engine.path})"
             except LaneError as err:
+                lane_error = str(err)
                 lane = f"unavailable: {err}"
     lines = [
         ("architecture", info.architecture or "-"),
@@ -107,3 +126,75 @@ def show_cmd(
         lines.append(("serving lane", lane))
     for k, v in lines:
         console.print(f"  {k:<17} {v}", highlight=False, soft_wrap=True)
+    if profile:
+        if row is None:
+            row = _path_row(as_path, info)
+        _print_profile(cfg or config(), row, engine, lane_error)
+
+
+def _path_row(path: Path, info: GgufSummary) -> ModelRow:
+    return ModelRow(
+        name=path.stem,
+        path=path.resolve(),
+        format="gguf",
+        size_bytes=path.stat().st_size,
+        architecture=info.architecture,
+        parameter_count=info.parameter_count,
+        context_length=info.context_length,
+        quantization=info.quantization,
+        has_chat_template=info.has_chat_template,
+        created_at="",
+    )
+
+
+_PLACEMENT = {"cpu": "RAM", "gpu": "GPU memory", "gpu+cpu": "GPU memory + RAM"}
+
+
+def _print_profile(cfg: Config, row: ModelRow, engine: EngineRow | None, lane_error: str | None) -> None:
+    """The compiled command line (with {port}/{api_key_file} placeholders) and the memory estimate."""
+    hw = hardware.probe()
+    result = fit_model(cfg, row, hardware=hw, mmproj=mmproj_for(cfg, row))
+    est = result.estimate
+    command: str
+    if result.refusal is not None:
+        command = "-"
+    elif engine is not None:
+        command = render_command(compile_profile(cfg, row, engine, hardware=hw))
+    else:
+        command = (
+            f"unavailable: {lane_error}" if lane_error else "import the model to compile its command line"
+        )
+    s = est.settings
+    where = _PLACEMENT[est.placement]
+    if est.placement != "cpu" and hw.gpus:
+        where += f" ({len(hw.gpus)} x {hw.gpus[0].name})"
+    ctx_note = f"requested {est.requested_ctx}, trained {est.trained_ctx}"
+    if result.refusal is None and est.reduced:
+        ctx_note += ", reduced to fit"
+    rows = [
+        ("command", command),
+        ("placement", where),
+        ("weights", human_bytes(est.weights)),
+        (
+            "kv cache",
+            f"{human_bytes(est.kv)} ({est.parallel} slot{'s' if est.parallel > 1 else ''} x "
+            f"{est.ctx_per_slot} tokens; K {s.cache_type_k}, V {s.cache_type_v}"
+            f"{', swa full' if s.swa_full else ''})",
+        ),
+        ("compute", f"{human_bytes(est.compute)} (allowance; flash attention {s.flash_attn})"),
+    ]
+    if est.mmproj:
+        rows.append(("mmproj", human_bytes(est.mmproj)))
+    rows += [
+        ("total", human_bytes(est.total)),
+        (
+            "available",
+            f"{human_bytes(est.available)} ({where} free after {human_bytes(est.headroom)} headroom)",
+        ),
+        ("fitted ctx", f"{est.ctx_size if result.refusal is None else '-'} ({ctx_note})"),
+    ]
+    console.print("profile", highlight=False)
+    for k, v in rows:
+        console.print(f"  {k:<17} {v}", highlight=False, soft_wrap=True)
+    if result.refusal is not None:
+        raise fail(escape(result.refusal))

@@ -1,0 +1,272 @@
+"""`blazar doctor`: what this machine and this Blazar look like, and every problem with its fix.
+
+It checks the config, the hardware (GPUs through NVML, else CPU and RAM), the engines installed and active, the
+models (file present, a serving lane, a launch profile that fits), the port, and the data dir's free disk. It
+only reads: it never creates the data dir, installs, or starts anything. Exit status 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import orjson
+import typer
+
+from blazar import hardware
+from blazar.catalog import Catalog, ModelRow
+from blazar.cli.common import console
+from blazar.config import Config, default_config_path, default_data_dir, load_config
+from blazar.engines import registry
+from blazar.engines.lanes import INSTALL_HINT, serving_lane
+from blazar.engines.registry import EngineRow
+from blazar.errors import BlazarError, ConfigError
+from blazar.hardware import Hardware, human_bytes
+from blazar.paths import DataDir
+from blazar.profile import fit_model, mmproj_for
+from blazar.store import Store
+
+DISK_FAIL_BYTES = 1 << 30
+DISK_WARN_BYTES = 5 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the report: ``status`` is "ok", "warn" or "fail"; ``fix`` says what to do about it."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+
+
+def check_config() -> tuple[Config, Check]:
+    path = default_config_path()
+    try:
+        cfg = load_config()
+    except ConfigError as e:
+        fallback = Config(data_dir=default_data_dir())
+        return fallback, Check(
+            "config",
+            "fail",
+            str(e),
+            f"edit {path} (or unset BLAZAR_CONFIG); the other checks below use the built-in defaults",
+        )
+    where = str(path) if path.is_file() else f"{path} absent: built-in defaults"
+    return cfg, Check("config", "ok", where)
+
+
+def check_hardware(hw: Hardware) -> Check:
+    ram = f"RAM {human_bytes(hw.ram_total)}, {human_bytes(hw.ram_available)} available"
+    cpu = f"CPU {hw.cpu_model} ({hw.cpu_cores} cores, {hw.cpu_threads} threads)"
+    if hw.gpus:
+        gpus = "; ".join(
+            f"GPU {g.index} {g.name} {human_bytes(g.total_bytes)}, {human_bytes(g.free_bytes)} free"
+            for g in hw.gpus
+        )
+        return Check("hardware", "ok", f"{gpus}; driver {hw.driver}; {cpu}; {ram}")
+    return Check("hardware", "ok", f"no NVIDIA GPU ({hw.gpu_note}); {cpu}; {ram}")
+
+
+def check_engines(engines: list[EngineRow]) -> list[Check]:
+    if not engines:
+        return [
+            Check(
+                "engines",
+                "fail",
+                "no engine is installed, so no model can be served",
+                INSTALL_HINT["llama-cpp"],
+            )
+        ]
+    out = []
+    by_kind: dict[str, list[EngineRow]] = {}
+    for e in engines:
+        by_kind.setdefault(e.kind, []).append(e)
+    for kind, rows in by_kind.items():
+        active = next((e for e in rows if e.active), None)
+        tags = ", ".join(f"{e.tag}{'*' if e.active else ''}" for e in rows)
+        if active is None:
+            out.append(
+                Check(
+                    f"engine {kind}",
+                    "warn",
+                    f"installed {tags}; none active",
+                    f"blazar engine use --kind {kind} TAG",
+                )
+            )
+        else:
+            out.append(
+                Check(f"engine {kind}", "ok", f"{active.tag} active ({active.path}); installed {tags}")
+            )
+        for e in rows:
+            if not e.path.is_file() or not os.access(e.path, os.X_OK):
+                out.append(
+                    Check(
+                        f"engine {kind} {e.tag}",
+                        "fail",
+                        f"binary {e.path} is missing or not executable",
+                        f"register a working binary: blazar engine add --kind {kind} --path BINARY",
+                    )
+                )
+    return out
+
+
+def check_models(cfg: Config, models: list[ModelRow], engines: list[EngineRow], hw: Hardware) -> list[Check]:
+    if not models:
+        return [Check("models", "warn", "the catalog is empty", "blazar import PATH")]
+    out = []
+    for m in models:
+        name = f"model {m.name}"
+        if not m.path.is_file():
+            out.append(
+                Check(
+                    name,
+                    "fail",
+                    f"weights file {m.path} is missing",
+                    f"blazar rm {m.name}, then import it again",
+                )
+            )
+            continue
+        try:
+            lane = serving_lane(cfg, m, engines)
+            lane_text = f"{lane.kind} {lane.tag}"
+        except BlazarError as e:
+            out.append(Check(name, "warn", str(e)))
+            continue
+        try:
+            result = fit_model(cfg, m, hardware=hw, mmproj=mmproj_for(cfg, m))
+        except BlazarError as e:
+            out.append(Check(name, "fail", str(e)))
+            continue
+        est = result.estimate
+        if result.refusal is not None:
+            out.append(
+                Check(name, "fail", result.refusal, f"blazar show {m.name} --profile shows the estimate")
+            )
+            continue
+        reduced = f", reduced from {est.requested_ctx} to fit" if est.reduced else ""
+        out.append(
+            Check(
+                name,
+                "ok",
+                f"{lane_text}; ctx {est.ctx_size}{reduced}; needs {human_bytes(est.total)} of "
+                f"{human_bytes(est.available)} ({est.placement})",
+            )
+        )
+    return out
+
+
+def _blazar_version_at(host: str, port: int) -> str | None:
+    """The version a Blazar answering /healthz on ``host:port`` reports, or None when something else is there."""
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    url = f"http://[{target}]:{port}/healthz" if ":" in target else f"http://{target}:{port}/healthz"
+    try:
+        r = httpx.get(url, timeout=2.0)
+        body = r.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    if r.status_code == 200 and isinstance(body, dict) and body.get("status") == "ok" and "version" in body:
+        return str(body["version"])
+    return None
+
+
+def check_port(cfg: Config) -> Check:
+    family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
+    fix = "stop that program, or choose another port: port = N in config.toml, or BLAZAR_PORT=N"
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((cfg.host, cfg.port))
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                return Check(
+                    "port",
+                    "fail",
+                    f"cannot bind {cfg.host}:{cfg.port}: {e.strerror}",
+                    "set host in config.toml (or BLAZAR_HOST) to an address of this machine",
+                )
+        else:
+            return Check("port", "ok", f"{cfg.host}:{cfg.port} is free")
+    version = _blazar_version_at(cfg.host, cfg.port)
+    if version is not None:
+        return Check("port", "ok", f"{cfg.host}:{cfg.port} is served by a running blazar {version}")
+    return Check("port", "fail", f"{cfg.host}:{cfg.port} is held by another program", fix)
+
+
+def check_disk(data_dir: Path) -> Check:
+    probe = data_dir
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        usage = shutil.disk_usage(probe)
+    except OSError as e:
+        return Check("disk", "fail", f"cannot read free space at {probe}: {e.strerror}")
+    detail = f"{human_bytes(usage.free)} free of {human_bytes(usage.total)} for the data dir {data_dir}"
+    fix = "free some space, or move data_dir (config.toml or BLAZAR_DATA_DIR) to a larger disk"
+    if usage.free < DISK_FAIL_BYTES:
+        return Check("disk", "fail", detail + " (under 1 GiB: models and logs cannot be written)", fix)
+    if usage.free < DISK_WARN_BYTES:
+        return Check("disk", "warn", detail + " (under 5 GiB: little room for models)", fix)
+    return Check("disk", "ok", detail)
+
+
+def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
+    cfg, cfg_check = check_config()
+    hw = hw or hardware.probe()
+    checks = [cfg_check, check_hardware(hw)]
+    engines: list[EngineRow] = []
+    models: list[ModelRow] = []
+    data = DataDir(cfg.data_dir)
+    if data.db.is_file():
+        try:
+            store = Store.open(data.db)
+        except BlazarError as e:
+            checks.append(Check("store", "fail", str(e), f"move {data.db} aside; blazar recreates it"))
+        else:
+            try:
+                engines = registry.list_all(store)
+                models = Catalog(store, data).list()
+            finally:
+                store.close()
+    checks += check_engines(engines)
+    checks += check_models(cfg, models, engines, hw)
+    checks.append(check_port(cfg))
+    checks.append(check_disk(cfg.data_dir))
+    return checks, hw
+
+
+_MARK = {"ok": "[green]ok[/green]  ", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
+
+
+def doctor_cmd(
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+) -> None:
+    """Check the config, hardware, engines, models, port and disk; exit 1 when something is wrong."""
+    checks, hw = run_checks()
+    failed = [c for c in checks if c.status == "fail"]
+    if json_out:
+        report = {"ok": not failed, "checks": [asdict(c) for c in checks], "hardware": hw.to_json()}
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            console.print(f"{_MARK[c.status]}  {c.name:<{width}}  ", end="", markup=True, highlight=False)
+            console.print(c.detail, markup=False, highlight=False, soft_wrap=True)
+            if c.fix:
+                console.print(
+                    f"{'':6}  {'':<{width}}  fix: {c.fix}", markup=False, highlight=False, soft_wrap=True
+                )
+        warned = sum(c.status == "warn" for c in checks)
+        if failed:
+            console.print(f"{len(failed)} problem{'s' if len(failed) > 1 else ''} found", highlight=False)
+        else:
+            console.print(f"no problems found{f' ({warned} warnings)' if warned else ''}", highlight=False)
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,258 @@
+"""The launch-profile compiler: the argv from config, overrides and GGUF metadata; ``prepare``; and the real
+llama-server starting with a compiled argv that turns on every optional flag."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from blazar.catalog import ModelRow
+from blazar.config import Config, load_config_text
+from blazar.engines.registry import EngineRow
+from blazar.errors import LaneError
+from blazar.fit import ProfileUnfit
+from blazar.hardware import Hardware
+from blazar.profile import (
+    LaunchSpec,
+    compile_profile,
+    find_mmproj,
+    prepare,
+    render_command,
+    shard_paths,
+)
+from tests.conftest import Assets, free_port
+
+GIB = 1 << 30
+ROOMY = Hardware((), None, "test", "test CPU", 2, 2, 16 * GIB, 16 * GIB)
+
+
+def write_gguf(path: Path, kv: dict[str, str | int]) -> Path:
+    """A minimal GGUF v3 file with string/uint32 metadata and no tensors."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)))
+    for key, value in kv.items():
+        k = key.encode()
+        out += struct.pack("<Q", len(k)) + k
+        if isinstance(value, str):
+            v = value.encode()
+            out += struct.pack("<IQ", 8, len(v)) + v
+        else:
+            out += struct.pack("<II", 4, value)
+    path.write_bytes(bytes(out))
+    return path
+
+
+def cfg_from(tmp_path: Path, text: str = "") -> Config:
+    return load_config_text(
+        f'data_dir = "{tmp_path / "data"}"\n' + text, tmp_path / "config.toml", env={"HOME": str(tmp_path)}
+    )
+
+
+def row(path: Path, name: str = "smollm2:latest") -> ModelRow:
+    return ModelRow(name, path, "gguf", path.stat().st_size, "llama", 0, 8192, "Q4_1", True, "")
+
+
+ENGINE = EngineRow("llama-cpp", "local", None, Path("/opt/llama-server"), "local", "cpu", None, True)
+
+
+def flag(argv: tuple[str, ...] | list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_defaults(tmp_path: Path, model_file: Path) -> None:
+    spec = compile_profile(cfg_from(tmp_path), row(model_file), ENGINE, hardware=ROOMY)
+    a = spec.argv_template
+    assert a[0] == "/opt/llama-server"
+    assert flag(a, "--model") == str(model_file) and flag(a, "--alias") == "smollm2:latest"
+    assert (flag(a, "--port"), flag(a, "--api-key-file")) == ("{port}", "{api_key_file}")
+    assert (flag(a, "--ctx-size"), flag(a, "--parallel")) == ("4096", "1")
+    assert (flag(a, "--cache-type-k"), flag(a, "--cache-type-v"), flag(a, "--flash-attn")) == (
+        "f16",
+        "f16",
+        "auto",
+    )
+    assert {"--jinja", "--no-webui", "--metrics"} <= set(a)
+    assert flag(a, "--slot-save-path") == str(tmp_path / "data" / "sessions" / "smollm2--latest")
+    for absent in (
+        "--threads",
+        "--n-gpu-layers",
+        "--swa-full",
+        "--mmproj",
+        "--lookup-cache-dynamic",
+        "--embeddings",
+    ):
+        assert absent not in a
+    assert (spec.ctx_size, spec.parallel, spec.ctx_per_slot) == (4096, 1, 4096)
+    assert spec.estimate is not None and spec.estimate.kv == 90 << 20
+    assert (
+        spec.lookup_cache is None and spec.slot_save_dir == tmp_path / "data" / "sessions" / "smollm2--latest"
+    )
+    argv = spec.argv(port=1234, api_key_file=tmp_path / "k")
+    assert flag(argv, "--port") == "1234" and flag(argv, "--api-key-file") == str(tmp_path / "k")
+    line = render_command(spec)
+    assert "--port {port} --api-key-file {api_key_file}" in line and line.startswith(
+        "/opt/llama-server --model "
+    )
+
+
+def test_overrides_win_over_defaults(tmp_path: Path, model_file: Path) -> None:
+    cfg = cfg_from(
+        tmp_path,
+        'ctx_size = 2048\nthreads = 4\ncache_type_k = "q8_0"\nlookup_cache = true\n'
+        '[models.smollm2]\nctx_size = 0\nparallel = 2\ngpu_layers = 0\ncache_type_v = "q4_0"\nflash_attn = "on"\n'
+        'swa_full = true\nchat_template = "chatml"\nchat_template_file = "t.jinja"\nextra_args = ["--top-k", "5"]\n',
+    )
+    spec = compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY)
+    a = spec.argv_template
+    assert (flag(a, "--ctx-size"), flag(a, "--parallel"), spec.ctx_per_slot) == ("8192", "2", 4096)
+    assert (flag(a, "--threads"), flag(a, "--n-gpu-layers")) == ("4", "0")
+    assert (flag(a, "--cache-type-k"), flag(a, "--cache-type-v"), flag(a, "--flash-attn")) == (
+        "q8_0",
+        "q4_0",
+        "on",
+    )
+    assert "--swa-full" in a
+    assert (flag(a, "--chat-template"), flag(a, "--chat-template-file")) == (
+        "chatml",
+        str(tmp_path / "t.jinja"),
+    )
+    lookup = tmp_path / "data" / "speccache" / "smollm2--latest.bin"
+    assert flag(a, "--spec-type") == "ngram-cache" and flag(a, "--lookup-cache-dynamic") == str(lookup)
+    assert spec.lookup_cache == lookup
+    assert a[-2:] == ("--top-k", "5")
+    # other models keep the top-level values
+    other = compile_profile(cfg, row(model_file, "other:latest"), ENGINE, hardware=ROOMY).argv_template
+    assert (flag(other, "--ctx-size"), flag(other, "--parallel"), flag(other, "--cache-type-v")) == (
+        "2048",
+        "1",
+        "f16",
+    )
+    # an explicit ctx (Ollama's num_ctx) replaces the configured one
+    assert compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY, ctx_size=1024).ctx_size == 1024
+
+
+def test_embeddings_profile(tmp_path: Path, model_file: Path) -> None:
+    cfg = cfg_from(tmp_path, "lookup_cache = true\n")
+    a = compile_profile(cfg, row(model_file), ENGINE, embeddings=True, hardware=ROOMY).argv_template
+    assert a[-3:] == ("--embeddings", "--pooling", "mean") and "--lookup-cache-dynamic" not in a
+
+
+def test_the_context_is_fitted_or_refused(tmp_path: Path, model_file: Path) -> None:
+    small = Hardware((), None, "test", "test CPU", 2, 2, 200 << 20, 160 << 20)
+    cfg = cfg_from(tmp_path, "ctx_size = 8192\nmemory_headroom_mib = 0\n")
+    spec = compile_profile(cfg, row(model_file), ENGINE, hardware=small)
+    assert spec.estimate is not None and spec.estimate.reduced
+    assert 256 <= spec.ctx_size < 8192 and spec.ctx_size % 256 == 0
+    assert flag(spec.argv_template, "--ctx-size") == str(spec.ctx_size)
+    tiny = Hardware((), None, "test", "test CPU", 2, 2, 100 << 20, 100 << 20)
+    with pytest.raises(ProfileUnfit) as exc:
+        compile_profile(cfg, row(model_file), ENGINE, hardware=tiny)
+    assert isinstance(exc.value, LaneError) and exc.value.status == 503
+    assert "does not fit in memory" in str(exc.value) and "cache_type_k" in str(exc.value)
+
+
+def test_other_lanes_have_no_compiler(tmp_path: Path, model_file: Path) -> None:
+    other = EngineRow("mistralrs", "t", None, Path("/x"), "local", "cpu", None, True)
+    with pytest.raises(LaneError, match="no launch profile"):
+        compile_profile(cfg_from(tmp_path), row(model_file), other, hardware=ROOMY)
+
+
+def test_mmproj_sibling_and_override(tmp_path: Path, model_file: Path) -> None:
+    d = tmp_path / "m"
+    d.mkdir()
+    model = d / "vision.gguf"
+    model.symlink_to(model_file)
+    assert find_mmproj(model) is None
+    write_gguf(d / "mmproj-other.gguf", {"general.architecture": "llama"})  # not a projector
+    (d / "mmproj-junk.gguf").write_bytes(b"not a gguf")
+    assert find_mmproj(model) is None
+    a = write_gguf(d / "mmproj-a.gguf", {"general.architecture": "clip"})
+    b = write_gguf(d / "mmproj-vision-f16.gguf", {"general.architecture": "clip"})
+    assert find_mmproj(model) == b  # the one named after the model wins
+    b.unlink()
+    assert find_mmproj(model) == a
+    spec = compile_profile(cfg_from(tmp_path), row(model), ENGINE, hardware=ROOMY)
+    assert flag(spec.argv_template, "--mmproj") == str(a) and spec.mmproj == a
+    assert spec.estimate is not None and spec.estimate.mmproj == a.stat().st_size
+    # embeddings never load the projector
+    assert (
+        "--mmproj"
+        not in compile_profile(cfg_from(tmp_path), row(model), ENGINE, embeddings=True).argv_template
+    )
+    cfg = cfg_from(tmp_path, '[models.smollm2]\nmmproj = "elsewhere.gguf"\n')
+    with pytest.raises(LaneError, match=r"mmproj .*elsewhere\.gguf does not exist"):
+        compile_profile(cfg, row(model), ENGINE, hardware=ROOMY)
+    write_gguf(tmp_path / "elsewhere.gguf", {"general.architecture": "clip"})
+    spec = compile_profile(cfg, row(model), ENGINE, hardware=ROOMY)
+    assert flag(spec.argv_template, "--mmproj") == str(tmp_path / "elsewhere.gguf")
+
+
+def test_shards(tmp_path: Path) -> None:
+    one = tmp_path / "big-00001-of-00003.gguf"
+    for i in (1, 2, 3):
+        (tmp_path / f"big-0000{i}-of-00003.gguf").write_bytes(b"x")
+    assert shard_paths(one) == [tmp_path / f"big-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert shard_paths(tmp_path / "plain.gguf") == [tmp_path / "plain.gguf"]
+
+
+def test_prepare(tmp_path: Path) -> None:
+    lookup = tmp_path / "speccache" / "m.bin"
+    sock_path = tmp_path / "run" / "m.sock"
+    sock_path.parent.mkdir()
+    spec = LaunchSpec(
+        ("x",), slot_save_dir=tmp_path / "sessions" / "m", lookup_cache=lookup, socket_path=sock_path
+    )
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock_path))  # a socket left behind by a dead child
+    prepare(spec)
+    assert spec.slot_save_dir is not None and spec.slot_save_dir.is_dir()
+    assert lookup.is_file() and lookup.stat().st_size == 0
+    assert not sock_path.exists()
+    lookup.write_bytes(b"learned")
+    sock_path.write_text("not a socket")
+    prepare(spec)  # idempotent: keeps what the cache learned, never removes a file that is not a socket
+    assert lookup.read_bytes() == b"learned" and sock_path.read_text() == "not a socket"
+    prepare(LaunchSpec(("x",)))
+
+
+def test_real_engine_accepts_a_full_profile(tmp_path: Path, assets: Assets) -> None:
+    """Every optional flag on: the real llama-server starts, which also shows ``prepare`` made the lookup cache
+    file (llama-server aborts without it) and the slot save directory (it refuses a missing one)."""
+    cfg = cfg_from(
+        tmp_path,
+        'ctx_size = 1024\nparallel = 2\nthreads = 1\ngpu_layers = 0\ncache_type_k = "q8_0"\ncache_type_v = "q8_0"\n'
+        'flash_attn = "on"\nswa_full = true\nlookup_cache = true\n[models.smollm2]\nchat_template = "chatml"\n',
+    )
+    engine = EngineRow("llama-cpp", "local", None, assets.llama_server, "local", "cpu", None, True)
+    spec = compile_profile(cfg, row(assets.model), engine)
+    assert spec.lookup_cache is not None and not spec.lookup_cache.exists()
+    key = tmp_path / "key"
+    key.write_text("secret-key-for-the-test")
+    port = free_port()
+    argv = spec.argv(port=port, api_key_file=key)
+    assert spec.lookup_cache.is_file()
+    log = tmp_path / "engine.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        status = 0
+        while time.monotonic() < deadline and status != 200:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert status == 200, log.read_text()[-3000:]
+        props = httpx.get(
+            f"http://127.0.0.1:{port}/props", headers={"Authorization": "Bearer secret-key-for-the-test"}
+        ).json()
+        assert props["total_slots"] == 2
+    finally:
+        proc.kill()
+        proc.wait()
