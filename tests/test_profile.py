@@ -17,7 +17,7 @@ from blazar.config import Config, load_config_text
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
 from blazar.fit import ProfileUnfit
-from blazar.hardware import Hardware
+from blazar.hardware import Gpu, Hardware
 from blazar.profile import (
     LaunchSpec,
     compile_profile,
@@ -77,6 +77,7 @@ def test_defaults(tmp_path: Path, model_file: Path) -> None:
         "auto",
     )
     assert {"--jinja", "--no-webui", "--metrics"} <= set(a)
+    assert flag(a, "--fit") == "off"  # RAM only: llama.cpp's own device fitting has nothing to do
     assert flag(a, "--slot-save-path") == str(tmp_path / "data" / "sessions" / "smollm2--latest")
     for absent in (
         "--threads",
@@ -134,6 +135,13 @@ def test_overrides_win_over_defaults(tmp_path: Path, model_file: Path) -> None:
     )
     # an explicit ctx (Ollama's num_ctx) replaces the configured one
     assert compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY, ctx_size=1024).ctx_size == 1024
+
+
+def test_on_a_gpu_llama_cpp_places_the_layers(tmp_path: Path, model_file: Path) -> None:
+    gpu = Hardware((Gpu(0, "Test GPU", 8 * GIB, 8 * GIB),), "1.0", "", "test CPU", 2, 2, 16 * GIB, 16 * GIB)
+    spec = compile_profile(cfg_from(tmp_path), row(model_file), ENGINE, hardware=gpu)
+    assert "--fit" not in spec.argv_template and "--n-gpu-layers" not in spec.argv_template
+    assert spec.estimate is not None and spec.estimate.placement == "gpu"
 
 
 def test_embeddings_profile(tmp_path: Path, model_file: Path) -> None:

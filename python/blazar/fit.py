@@ -224,11 +224,11 @@ def kv_bytes(shape: KvShape, ctx: int, s: KvSettings) -> int:
 
 def compute_bytes(shape: KvShape, ctx: int, s: KvSettings, *, on_gpu: bool) -> int:
     """An allowance for llama.cpp's compute buffer: activations for one micro-batch (plus the logits on a GPU),
-    and without flash attention the f32 KQ matrix over a stream's cells."""
+    the f16 attention mask over a stream's cells, and without flash attention the f32 KQ matrix too."""
+    cells = effective_ctx(ctx, s.parallel) // max(s.parallel, 1)
     per_token = 4 * (shape.n_embd + shape.n_ff) + (shape.n_vocab if on_gpu else 0)
-    total = N_UBATCH * 4 * per_token
+    total = N_UBATCH * 4 * per_token + N_UBATCH * cells * 2
     if s.flash_attn == "off":
-        cells = effective_ctx(ctx, s.parallel) // max(s.parallel, 1)
         total += N_UBATCH * shape.n_head * cells * 4
     return total
 

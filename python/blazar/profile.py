@@ -247,6 +247,8 @@ def compile_llama_cpp(
         argv += ["--threads", str(st.threads)]
     if st.gpu_layers >= 0:
         argv += ["--n-gpu-layers", str(st.gpu_layers)]
+    if est.placement == "cpu":
+        argv += ["--fit", "off"]  # nothing for llama.cpp's own device fitting to do; it costs startup time
     if est.settings.swa_full:
         argv.append("--swa-full")
     if ov.chat_template is not None:
