@@ -18,6 +18,8 @@ import atheris
 with atheris.instrument_imports():
     from tests.oracle import frames as oracle
 
+import contextlib
+
 from blazar import _native
 
 DIALECTS = ("openai", "ollama_chat", "ollama_generate", "anthropic")
@@ -52,10 +54,8 @@ def sse(data: bytes) -> None:
 
 
 def gguf(data: bytes) -> None:
-    try:
+    with contextlib.suppress(_native.GgufError):
         _native.parse_gguf_metadata(data, max_array_len=64)
-    except _native.GgufError:
-        pass
 
 
 TARGETS = {"sse": sse, "gguf": gguf}

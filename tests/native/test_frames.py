@@ -3,6 +3,7 @@ events and the same errors for any input cut anywhere, plus the documented edge 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -28,7 +29,7 @@ def run_sse(parser: Parser, pieces: Sequence[bytes]) -> tuple[list[tuple[str, st
 
 def cut(data: bytes, points: Sequence[int]) -> list[bytes]:
     edges = [0, *sorted(points), len(data)]
-    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 # Bytes that exercise every branch: fields, separators, line ends, BOM, multibyte UTF-8,
@@ -59,7 +60,9 @@ sse_bytes = st.lists(st.sampled_from(SSE_ALPHABET), max_size=60).map(b"".join) |
 
 
 @settings(max_examples=400, deadline=None)
-@given(data=sse_bytes, points=st.lists(st.integers(0, 400), max_size=8), bound=st.sampled_from([8, 32, 4 << 20]))
+@given(
+    data=sse_bytes, points=st.lists(st.integers(0, 400), max_size=8), bound=st.sampled_from([8, 32, 4 << 20])
+)
 def test_sse_matches_oracle_for_any_input_and_cuts(data: bytes, points: list[int], bound: int) -> None:
     pieces = cut(data, [p for p in points if p <= len(data)])
     native = run_sse(_native.SseParser(bound), pieces)
@@ -93,7 +96,9 @@ def test_sse_edge_cases() -> None:
         _native.SseParser(0)
 
 
-def run_ndjson(parser: _native.NdjsonParser | oracle.NdjsonParser, pieces: Sequence[bytes]) -> tuple[list[str], str | None]:
+def run_ndjson(
+    parser: _native.NdjsonParser | oracle.NdjsonParser, pieces: Sequence[bytes]
+) -> tuple[list[str], str | None]:
     lines: list[str] = []
     try:
         for piece in pieces:
@@ -104,16 +109,18 @@ def run_ndjson(parser: _native.NdjsonParser | oracle.NdjsonParser, pieces: Seque
     return lines, None
 
 
-ndjson_bytes = (
-    st.lists(st.sampled_from([b'{"a":1}', b"\n", b"\r", b" ", b"\x0b", b"\x0c", "é".encode(), b"\xff", b"x"]), max_size=40).map(
-        b"".join
-    )
-    | st.binary(max_size=120)
-)
+ndjson_bytes = st.lists(
+    st.sampled_from([b'{"a":1}', b"\n", b"\r", b" ", b"\x0b", b"\x0c", "é".encode(), b"\xff", b"x"]),
+    max_size=40,
+).map(b"".join) | st.binary(max_size=120)
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=ndjson_bytes, points=st.lists(st.integers(0, 200), max_size=6), bound=st.sampled_from([4, 16, 4 << 20]))
+@given(
+    data=ndjson_bytes,
+    points=st.lists(st.integers(0, 200), max_size=6),
+    bound=st.sampled_from([4, 16, 4 << 20]),
+)
 def test_ndjson_matches_oracle(data: bytes, points: list[int], bound: int) -> None:
     pieces = cut(data, [p for p in points if p <= len(data)])
     native = run_ndjson(_native.NdjsonParser(bound), pieces)

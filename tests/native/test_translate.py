@@ -4,6 +4,7 @@ and the ends a real engine rarely shows (errors, truncation, framing errors, pin
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -33,7 +34,7 @@ def run(
 
 def cut(data: bytes, points: Sequence[int]) -> list[bytes]:
     edges = [0, *sorted(points), len(data)]
-    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 def sse_events(body: bytes) -> list[tuple[str, str]]:
@@ -447,3 +448,116 @@ def test_mangled_streams_match_oracle(case: Case, dialect: str, data: st.DataObj
     points = data.draw(st.lists(st.integers(0, len(body)), max_size=10))
     native, ref = both(dialect, cut(body, points))
     assert native == ref
+
+
+# ---- synthetic streams: shapes the recordings lack (reasoning, interleaving, odd fragments) ---
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "delta": delta or {}}
+    if finish is not None:
+        choice["finish_reason"] = finish
+    return b"data: " + json.dumps({"choices": [choice], "model": "engine", **extra}).encode() + b"\n\n"
+
+
+THINKING_STREAM = (
+    chunk({"role": "assistant", "content": None})
+    + chunk({"reasoning_content": "Let me think "})
+    + chunk({"reasoning_content": 'about "it".'})
+    + chunk({"content": "Answer: 42 ✓"})
+    + chunk(
+        {
+            "tool_calls": [
+                {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]
+        }
+    )
+    + chunk(finish="tool_calls")
+    + b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4}}\n\n'
+    + b"data: [DONE]\n\n"
+)
+
+
+def test_reasoning_becomes_thinking() -> None:
+    out, tr = run(_native.StreamTranslator, "anthropic", [THINKING_STREAM])
+    events = anthropic_events(out)
+    starts = [d["content_block"] for n, d in events if n == "content_block_start"]
+    assert [b["type"] for b in starts] == ["thinking", "text", "tool_use"]
+    thinking = "".join(
+        d["delta"]["thinking"] for n, d in events if d.get("delta", {}).get("type") == "thinking_delta"
+    )
+    assert thinking == 'Let me think about "it".' == tr.summary()["reasoning"]
+    out, _ = run(_native.StreamTranslator, "ollama_chat", [THINKING_STREAM])
+    lines = ollama_lines(out)
+    assert "".join(x["message"].get("thinking", "") for x in lines) == thinking
+    body = json.dumps(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "A", "reasoning_content": "R"},
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2},
+        }
+    ).encode()
+    msg = json.loads(_native.translate_whole("anthropic", MODEL, body, message_id=MESSAGE_ID)[0])
+    assert msg["content"] == [
+        {"type": "thinking", "thinking": "R", "signature": ""},
+        {"type": "text", "text": "A"},
+    ]
+    gen = json.loads(_native.translate_whole("ollama_generate", MODEL, body)[0])
+    assert (gen["response"], gen["thinking"]) == ("A", "R")
+
+
+fragment = st.fixed_dictionaries(
+    {},
+    optional={
+        "index": st.integers(0, 2),
+        "id": st.sampled_from(["a", "b", "c"]),
+        "type": st.sampled_from(["function", "custom"]),
+        "function": st.fixed_dictionaries(
+            {},
+            optional={
+                "name": st.sampled_from(["f", "g", ""]),
+                "arguments": st.sampled_from(["", "{", '"x": ', "1", "}", "{}", ' {"a": [1, "b c"]} ']),
+            },
+        ),
+    },
+)
+synthetic_event = st.one_of(
+    st.text(max_size=6).map(lambda t: chunk({"content": t})),
+    st.text(max_size=6).map(lambda t: chunk({"reasoning_content": t})),
+    st.lists(fragment, min_size=1, max_size=2).map(lambda fs: chunk({"tool_calls": fs})),
+    st.sampled_from(["stop", "length", "tool_calls", "content_filter"]).map(lambda f: chunk(finish=f)),
+    st.just(chunk(finish="stop", choices_extra=1)),
+    st.just(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":"END"}]}\n\n'),
+    st.just(b'data: {"choices":[{"index":1,"delta":{"content":"other"}}]}\n\n'),
+    st.just(b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":8}}\n\n'),
+    st.just(b'data: {"error":{"message":"boom","type":"invalid_request_error","code":400}}\n\n'),
+    st.just(b'error: {"code":503,"message":"Loading model","type":"unavailable_error"}\n\n'),
+    st.just(b"data: not json\n\n"),
+    st.just(b"data: [1, 2]\n\n"),
+    st.just(b": comment\n\n"),
+    st.just(b"data: [DONE]\n\n"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(synthetic_event, max_size=12),
+    dialect=st.sampled_from(DIALECTS),
+    data=st.data(),
+    include_usage=st.booleans(),
+)
+def test_synthetic_streams_match_oracle(
+    events: list[bytes], dialect: str, data: st.DataObject, include_usage: bool
+) -> None:
+    body = b"".join(events)
+    points = data.draw(st.lists(st.integers(0, len(body)), max_size=6))
+    step = data.draw(st.sampled_from([0, 7_000_000_000]))
+    native, ref = both(dialect, cut(body, points), include_usage=include_usage, step_ns=step)
+    assert native == ref
+    if step == 0:
+        assert native == run(_native.StreamTranslator, dialect, [body], include_usage=include_usage)[0]

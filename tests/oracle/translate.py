@@ -102,7 +102,9 @@ class ToolMerger:
             if call.id is None:
                 call.id = call_id
             elif call.id != call_id:
-                errors.append(f"tool call {index} has conflicting ids '{call.id}' and '{call_id}'; kept the first")
+                errors.append(
+                    f"tool call {index} has conflicting ids '{call.id}' and '{call_id}'; kept the first"
+                )
         kind = frag.get("type")
         if kind is not None and kind != "function":
             errors.append(f"tool call {index} has type '{kind}', expected 'function'")
@@ -239,7 +241,9 @@ class Collector:
             "usage": None
             if self.usage is None
             else {"prompt_tokens": self.usage[0], "completion_tokens": self.usage[1]},
-            "ttft_ms": None if self.first_token_ns is None else max(self.first_token_ns - self.start_ns, 0) / 1e6,
+            "ttft_ms": None
+            if self.first_token_ns is None
+            else max(self.first_token_ns - self.start_ns, 0) / 1e6,
             "tpot_ms": _stats(self.gaps),
             "chunks": self.chunks,
             "errors": list(self.errors),
@@ -271,7 +275,9 @@ class EngineError:
             return cls(body_raw)
         if isinstance(body, dict):
             message, kind = body.get("message"), body.get("type")
-            if not (message is None or isinstance(message, str)) or not (kind is None or isinstance(kind, str)):
+            if not (message is None or isinstance(message, str)) or not (
+                kind is None or isinstance(kind, str)
+            ):
                 return cls(body_raw)
             code_span = _value_span(body_raw, "code")
             code = "null" if code_span is None else body_raw[code_span[0] : code_span[1]]
@@ -354,7 +360,9 @@ def _ollama_body(generate: bool, content: str, thinking: str, calls: list[ToolCa
     return out + "}"
 
 
-def ollama_delta(generate: bool, model: str, now: int, content: str, thinking: str, calls: list[ToolCall]) -> str:
+def ollama_delta(
+    generate: bool, model: str, now: int, content: str, thinking: str, calls: list[ToolCall]
+) -> str:
     return (
         f'{{"model":{model},"created_at":{rfc3339(now)},'
         + _ollama_body(generate, content, thinking, calls)
@@ -422,9 +430,7 @@ def _tool_id(call: ToolCall, message_id: str) -> str:
 
 
 def _tool_use_block(call: ToolCall, message_id: str, input_json: str) -> str:
-    return (
-        f'{{"type":"tool_use","id":{js(_tool_id(call, message_id))},"name":{js(call.name)},"input":{input_json}}}'
-    )
+    return f'{{"type":"tool_use","id":{js(_tool_id(call, message_id))},"name":{js(call.name)},"input":{input_json}}}'
 
 
 def _usage(input_tokens: int, output_tokens: int) -> str:
@@ -446,6 +452,8 @@ def _stop(col: Collector) -> tuple[str, str | None]:
 
 def anthropic_whole(message_id: str, model: str, col: Collector, hint: int) -> str:
     blocks = []
+    if col.reasoning:
+        blocks.append(f'{{"type":"thinking","thinking":{js(col.reasoning)},"signature":""}}')
     if col.text:
         blocks.append(f'{{"type":"text","text":{js(col.text)}}}')
     blocks += [_tool_use_block(c, message_id, c.arguments_object()) for c in col.tools.calls]
@@ -495,8 +503,15 @@ class AnthropicStream:
 
     def _delta(self, delta: str) -> str:
         return _event(
-            "content_block_delta", f'{{"type":"content_block_delta","index":{self.next_index},"delta":{delta}}}'
+            "content_block_delta",
+            f'{{"type":"content_block_delta","index":{self.next_index},"delta":{delta}}}',
         )
+
+    def thinking(self, thinking: str) -> str:
+        out = ""
+        if self.open != ("thinking", 0):
+            out += self._open(("thinking", 0), '{"type":"thinking","thinking":"","signature":""}')
+        return out + self._delta(f'{{"type":"thinking_delta","thinking":{js(thinking)}}}')
 
     def text(self, text: str) -> str:
         out = ""
@@ -657,6 +672,8 @@ class StreamTranslator:
                 self._flush_ollama_tools(now)
         else:
             self._start_anthropic(now)
+            if thinking:
+                self.out.append(self.anthropic.thinking(thinking))
             if content:
                 self.out.append(self.anthropic.text(content))
             self.out.append(self.anthropic.tools(self.col.tools.calls, slots, self.message_id))

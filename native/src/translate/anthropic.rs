@@ -1,7 +1,7 @@
 //! Anthropic client dialect (Messages API): SSE events for streams, a message object for bodies.
 //!
 //! Owns the event sequence `message_start`, `ping`, `content_block_start` / `content_block_delta`
-//! (`text_delta`, `input_json_delta`) / `content_block_stop`, `message_delta`, `message_stop` and
+//! (`thinking_delta`, `text_delta`, `input_json_delta`) / `content_block_stop`, `message_delta`, `message_stop` and
 //! `error`; the block bookkeeping (one text block or tool_use block open at a time, indices in
 //! order); the stop reason mapping; and the whole message object. It must not parse engine bytes.
 
@@ -127,12 +127,21 @@ pub fn whole(out: &mut Vec<u8>, message_id: &str, model: &[u8], col: &Collector,
     message_head(out, message_id, model);
     out.push(b'[');
     let mut first = true;
+    if !col.reasoning.is_empty() {
+        out.extend_from_slice(b"{\"type\":\"thinking\",");
+        key(out, "thinking");
+        write_str(out, &col.reasoning);
+        out.extend_from_slice(b",\"signature\":\"\"}");
+        first = false;
+    }
     if !col.text.is_empty() {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
         out.extend_from_slice(b"{\"type\":\"text\",");
         key(out, "text");
         write_str(out, &col.text);
         out.push(b'}');
-        first = false;
     }
     for call in &col.tools.calls {
         if !std::mem::take(&mut first) {
@@ -151,6 +160,7 @@ pub fn whole(out: &mut Vec<u8>, message_id: &str, model: &[u8], col: &Collector,
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Block {
+    Thinking,
     Text,
     Tool(usize),
 }
@@ -219,6 +229,21 @@ impl Stream {
         out.extend_from_slice(b"{\"type\":\"text_delta\",");
         key(out, "text");
         write_str(out, text);
+        out.extend_from_slice(b"}}\n\n");
+    }
+
+    /// A `thinking_delta` (the engine's `reasoning_content`), opening a thinking block first
+    /// when needed. Its `signature` is empty: no one signs a local model's reasoning.
+    pub fn thinking(&mut self, out: &mut Vec<u8>, thinking: &str) {
+        if self.open != Some(Block::Thinking) {
+            self.open_block(out, Block::Thinking, |out| {
+                out.extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}")
+            });
+        }
+        self.delta_head(out);
+        out.extend_from_slice(b"{\"type\":\"thinking_delta\",");
+        key(out, "thinking");
+        write_str(out, thinking);
         out.extend_from_slice(b"}}\n\n");
     }
 

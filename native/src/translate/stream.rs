@@ -229,6 +229,9 @@ impl State {
             }
             Dialect::Anthropic => {
                 self.start_anthropic(now);
+                if !thinking.is_empty() {
+                    self.anthropic.thinking(&mut self.out, thinking);
+                }
                 if !content.is_empty() {
                     self.anthropic.text(&mut self.out, content);
                 }
