@@ -6,7 +6,8 @@
             Python oracle ``tests/oracle/translate.py`` (same bytes out), per client dialect.
             Target: at least 10x.
   gguf      metadata of the SmolLM2-135M GGUF file: ``blazar._native.read_gguf_metadata``
-            against ``gguf.GGUFReader`` from PyPI (installed into this venv if missing); the
+            against ``gguf.GGUFReader`` from PyPI (installed into this venv if missing, as is
+            numpy for the semantic bench); the
             native call also with ``max_array_len`` large enough to materialise the whole
             tokenizer, as GGUFReader does. Target: at least 20x.
   semantic  top-1 cosine over 100,000 x 384 float32 vectors: ``SemanticIndex.lookup`` against
@@ -93,12 +94,13 @@ def bench_stream(repeat: int) -> dict[str, Any]:
     return results
 
 
-def gguf_module() -> Any:
+def ensure(module: str) -> Any:
+    """Imports ``module``, installing the PyPI package of that name into this venv if missing."""
     try:
-        return importlib.import_module("gguf")
+        return importlib.import_module(module)
     except ImportError:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "gguf"], check=True)
-        return importlib.import_module("gguf")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", module], check=True)
+        return importlib.import_module(module)
 
 
 def model_path() -> Path:
@@ -107,7 +109,7 @@ def model_path() -> Path:
 
 
 def bench_gguf(repeat: int) -> dict[str, Any]:
-    gguf = gguf_module()
+    gguf = ensure("gguf")
     path = model_path()
 
     def baseline() -> object:
@@ -125,8 +127,7 @@ def bench_gguf(repeat: int) -> dict[str, Any]:
 
 
 def bench_semantic(repeat: int, n: int = 100_000, dim: int = 384, queries: int = 50) -> dict[str, Any]:
-    import numpy as np
-
+    np = ensure("numpy")
     rng = np.random.default_rng(42)
     matrix = rng.standard_normal((n, dim), dtype=np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
