@@ -1,7 +1,7 @@
 """Prompt preflight: refuse, before dispatch, a request whose prompt cannot fit a slot's context.
 
 The token count is estimated without a tokenizer, as a lower bound: UTF-8 bytes / 8, with long runs of one repeated
-character (which tokenizers pack tightly) counted at 1/64. A request is refused only when even that lower bound
+character (which tokenizers pack tightly) counted at 1/128. A request is refused only when even that lower bound
 leaves no room in the slot, so a prompt that actually fits is never refused; the engine still enforces the exact
 limit for prompts in between. ``max_tokens`` never causes a refusal (clients routinely ask for more than a small
 context holds and the engine stops at the context's end); it only shapes the message.
@@ -22,8 +22,8 @@ from blazar.errors import BlazarError
 
 BYTES_PER_TOKEN_MAX = 8
 """No mainstream tokenizer averages more than this many bytes per token on ordinary text."""
-RUN_BYTES_PER_TOKEN_MAX = 64
-"""Runs of one repeated character (indentation, rules of '=') can pack this many per token."""
+RUN_BYTES_PER_TOKEN_MAX = 128
+"""Runs of one repeated character (indentation, rules of '=') pack densely: SmolLM2 holds 60 spaces in one token."""
 _RUN = re.compile(r"(.)\1{15,}", re.DOTALL)
 
 
