@@ -57,7 +57,7 @@ def row(path: Path, name: str = "smollm2:latest") -> ModelRow:
     return ModelRow(name, path, "gguf", path.stat().st_size, "llama", 0, 8192, "Q4_1", True, "")
 
 
-ENGINE = EngineRow("llama-cpp", "local", None, Path("/opt/llama-server"), "local", "cpu", None, True)
+ENGINE = EngineRow("llama-cpp", "local", None, Path("engines/llama-server"), "local", "cpu", None, True)
 
 
 def flag(argv: tuple[str, ...] | list[str], name: str) -> str | None:
@@ -67,7 +67,7 @@ def flag(argv: tuple[str, ...] | list[str], name: str) -> str | None:
 def test_defaults(tmp_path: Path, model_file: Path) -> None:
     spec = compile_profile(cfg_from(tmp_path), row(model_file), ENGINE, hardware=ROOMY)
     a = spec.argv_template
-    assert a[0] == "/opt/llama-server"
+    assert a[0] == "engines/llama-server"
     assert flag(a, "--model") == str(model_file) and flag(a, "--alias") == "smollm2:latest"
     assert (flag(a, "--port"), flag(a, "--api-key-file")) == ("{port}", "{api_key_file}")
     assert (flag(a, "--ctx-size"), flag(a, "--parallel")) == ("4096", "1")
@@ -97,7 +97,7 @@ def test_defaults(tmp_path: Path, model_file: Path) -> None:
     assert flag(argv, "--port") == "1234" and flag(argv, "--api-key-file") == str(tmp_path / "k")
     line = render_command(spec)
     assert "--port {port} --api-key-file {api_key_file}" in line and line.startswith(
-        "/opt/llama-server --model "
+        "engines/llama-server --model "
     )
 
 
