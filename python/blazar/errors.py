@@ -7,8 +7,12 @@ BlazarError                 base; ``str(e)`` is one teaching line (what happened
 │   └── ModelNotFound       a request or command names a model that is not in the catalog (404)
 ├── EngineError             engine build/registration problems
 │   └── LaneError           no engine can serve the model; the message names the install command.
-│                           Its text is the same bytes in the CLI and in API bodies.
-└── ChildError              a spawned engine failed to start or died (502)
+│       │                   Its text is the same bytes in the CLI and in API bodies.
+│       └── ProfileUnfit    (fit.py) the model cannot fit this machine; names the levers (503)
+├── ChildError              a spawned engine failed to start or died (502)
+├── PromptTooLong           (preflight.py) the prompt cannot fit the context; names the levers (400)
+├── KeysError, QuotaError   (keys.py, quotas.py) 401 / 403 / 429 with retry-after
+└── AllSlotsBusy            (admission.py) 503 all_slots_busy after the bounded wait
 
 ``GgufError`` (a ValueError) comes from the native parser and is converted to CatalogError at the catalog edge.
 """

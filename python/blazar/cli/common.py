@@ -13,6 +13,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from blazar.config import Config, load_config
 from blazar.errors import BlazarError
@@ -27,7 +28,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -18,6 +18,7 @@ from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, render_engine
 from blazar.gateway import proxy
 from blazar.gateway.http import Request
+from blazar.preflight import check_request_fits
 from blazar.supervisor import Child, Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -86,6 +87,7 @@ async def _dispatch(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape, key: str, slots: int
 ) -> Response | None:
     child, load_ns = await ready_child(sup, req, canon)
+    check_request_fits(canon, child.spec.ctx_per_slot)
     path, body = render_engine(canon)
     slot = req.gate.session_slot(req, key, slots)
     if slot is not None:

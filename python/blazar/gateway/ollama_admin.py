@@ -16,6 +16,7 @@ from blazar import names
 from blazar.catalog import ModelRow, read_header
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gguf_info import human_params
+from blazar.profile import model_settings
 from blazar.supervisor import State, Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -107,8 +108,7 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
         k: (v if isinstance(v, str | int | float | bool | list) else None) for k, v in md.items()
     }
     model_info["general.parameter_count"] = header.get("parameter_count")
-    ov = sup.cfg.model_override(m.name)
-    ctx = ov.ctx_size if ov.ctx_size is not None else sup.cfg.ctx_size
+    ctx = model_settings(sup.cfg, m.name).ctx_size
     params = [f"num_ctx {ctx or m.context_length}"]
     caps = ["completion"]
     if isinstance(template, str) and "tools" in template:

@@ -17,6 +17,7 @@ from granian.constants import HTTPModes, Interfaces
 from granian.server.embed import Server
 
 from blazar.config import Config
+from blazar.engines.check import check_loop
 from blazar.gateway.app import App
 from blazar.gateway.tenancy import Gate
 from blazar.supervisor import Supervisor
@@ -68,10 +69,12 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    checker = loop.create_task(check_loop(cfg, sup.store, logging.getLogger("blazar.engines")))
     try:
         print(f"blazar listening on http://{cfg.host}:{cfg.port}", file=sys.stderr, flush=True)
         await server.serve()
     finally:
+        checker.cancel()
         await sup.stop_all()
         await gate.close()
         for sig in (signal.SIGINT, signal.SIGTERM):

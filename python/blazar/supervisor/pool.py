@@ -75,7 +75,8 @@ class Supervisor:
                 await child.stop(grace=self.cfg.stop_grace_secs)
                 self.children.pop(key, None)
             engine = serving_lane(self.cfg, model, registry.list_all(self.store))
-            spec = compile_profile(self.cfg, model, engine, embeddings=embeddings)
+            # Compiling reads the GGUF header and probes the GPU: off the event loop.
+            spec = await asyncio.to_thread(compile_profile, self.cfg, model, engine, embeddings=embeddings)
             child = Child(key, model.name, spec, self.data)
             ov = self.cfg.model_override(model.name)
             if ov.idle_timeout_secs is not None:
