@@ -120,12 +120,26 @@ def test_unknown_route_and_method(daemon: Daemon) -> None:
 
 
 def test_engine_error_is_passed_with_its_status(daemon: Daemon) -> None:
-    # A prompt longer than the engine's context (4096 tokens here) is refused by llama-server itself.
-    body = {"model": "smollm2", "messages": [{"role": "user", "content": "hello " * 6000}], "max_tokens": 8}
+    # Digits tokenize densely: this passes Blazar's conservative preflight (a lower bound of bytes/8) but is
+    # longer than the engine's 4096-token context, so llama-server itself refuses it.
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "7 " * 8000}], "max_tokens": 8}
     r = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 400, r.text
     assert r.headers["x-blazar-error-source"] == "engine"
     assert "context" in r.json()["error"]["message"]
+
+
+def test_prompt_that_cannot_fit_is_refused_before_dispatch(daemon: Daemon) -> None:
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "hello there " * 4000}],
+        "max_tokens": 8,
+    }
+    r = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 400, r.text
+    assert r.headers["x-blazar-error-source"] == "blazar"
+    message = r.json()["error"]["message"]
+    assert "ctx_size" in message and "cache_type" in message
 
 
 def test_shutdown_leaves_no_child(daemon_factory: object) -> None:
