@@ -9,6 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from blazar.cli.engine import app
+from blazar.engines import registry
+from blazar.store import Store
 from tests.engines.conftest import FileServer, llama_lane, release, script_archive
 
 
@@ -68,3 +70,30 @@ def test_errors_are_one_red_line(cli: CliRunner) -> None:
         cli, "install", "--kind", "llama-cpp", "--version", "b2", "--sha256", "a" * 64, code=1
     )
     assert "unknown engine kind 'vllm'" in run(cli, "check", "--kind", "vllm", code=1)
+
+
+def test_add_a_capability_fork(cli: CliRunner, tmp_path: Path) -> None:
+    binary = tmp_path / "ik-llama-server"
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    args = [
+        "add",
+        "--kind",
+        "llama-cpp",
+        "--path",
+        str(binary),
+        "--tag",
+        "ik",
+        "--fork",
+        "--arch",
+        "qwen3next",
+    ]
+    assert run(cli, *args, "--no-activate") == f"added llama-cpp ik: {binary}"
+    assert run(cli, "ls").endswith(f"{binary} fork")
+    with Store.open(tmp_path / "data" / "blazar.db") as store:
+        row = registry.get(store, "llama-cpp", "ik")
+    assert row is not None and (row.lane_class, row.architectures, row.active) == (
+        "fork",
+        ("qwen3next",),
+        False,
+    )

@@ -212,3 +212,30 @@ def test_gate_model_is_the_smallest_loadable(tmp_path: Path) -> None:
     assert gate_model("mlx", rows) is None
     small.unlink()
     assert gate_model("mistralrs", rows) == big
+
+
+def test_extras_unpack_beside_the_binary(
+    tmp_path: Path, file_server: FileServer, store: Store, data: DataDir
+) -> None:
+    """A CUDA build ships its runtime libraries as a second archive; both land in the one tag dir."""
+    main = script_archive(file_server, "b8")
+    extra = make_archive(
+        file_server.root / "cudart-llama-b8-bin-ubuntu-cuda-12.8-x64.tar.gz",
+        "llama-b8",
+        {"libcudart.so.12": b"\0"},
+    )
+    asset = {
+        "platform": PLATFORM,
+        "accel": "cuda",
+        "url": file_server.url(main.name),
+        "sha256": sha256_of(main),
+        "extras": [{"url": file_server.url(extra.name), "sha256": sha256_of(extra)}],
+    }
+    m = write_manifest(tmp_path / "m.json", {"llama-cpp": llama_lane({"version": "b8", "assets": [asset]})})
+    row = install(store, data, m, "llama-cpp", platform=PLATFORM, accel="cuda").row
+    assert row.tag == "b8-cuda" and row.accel == "cuda"
+    assert sorted(p.name for p in row.path.parent.iterdir()) == [
+        "libcudart.so.12",
+        "libfake.so",
+        "llama-server",
+    ]
