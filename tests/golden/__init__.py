@@ -1,0 +1,1 @@
+"""Golden files: recorded requests, engine replies and client bytes per dialect (see README.md)."""
