@@ -137,6 +137,7 @@ def test_failing_gate_changes_nothing(
     assert message.endswith("nothing was installed; llama-cpp b1-cpu stays active")
     assert ("exited 1" in message) if script is BAD_VERSION_SCRIPT else ("did not answer" in message)
     assert snapshot(store, data) == before
+    assert not list((data.engines / ".downloads").iterdir()), "an archive that failed its gate is not kept"
 
 
 def test_size_cap_refuses_before_writing(

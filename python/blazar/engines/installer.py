@@ -153,6 +153,8 @@ def install(
             os.rename(staging, final)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
+            for _dl, path in files:
+                path.unlink(missing_ok=True)  # verified but unusable: do not keep it around
             if made_root:
                 with contextlib.suppress(OSError):
                     root.rmdir()
