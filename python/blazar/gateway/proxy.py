@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import aiohttp
+from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar._native import StreamError
 from blazar.gateway.http import HttpError
@@ -126,8 +127,11 @@ async def forward_stream(
                 await _send_quietly(transport, translator.abort(err.message))
             except StreamError as e:
                 await _send_quietly(transport, translator.abort(f"engine sent a malformed stream: {e}"))
-            except Exception as e:  # the client went away: granian raises on send
-                log.debug("client disconnected mid-stream: %s", e)
+            except ProtocolClosed:  # the client went away: granian raises on send
+                log.info("client disconnected mid-stream from %s", child.model)
+            except Exception:
+                log.exception("stream relay for '%s' failed", child.model)
+                await _send_quietly(transport, translator.abort("blazar failed while relaying the stream"))
         finally:
             resp.release()
 
