@@ -1,0 +1,282 @@
+"""`blazar run MODEL [PROMPT]`: a terminal chat with a model through the running daemon, like `ollama run`.
+
+It speaks the daemon's Ollama API: ``POST /api/chat`` with ``stream: true``, printing each NDJSON object's
+``message.content`` as it arrives and keeping the conversation as the ``messages`` it sends next time. With a
+PROMPT (or text piped on stdin) it answers once and exits; otherwise it is a REPL: ``\"\"\"`` starts and ends a
+multi-line message, ``/clear`` forgets the conversation, ``/bye`` (or Ctrl-D) exits, ``/?`` lists the commands,
+and Ctrl-C stops a generation without leaving.
+
+It owns the terminal loop only: it never starts the daemon or an engine (the daemon starts the engine on the first
+request) and never reads the data dir. Failures are one red line and exit 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TextIO
+
+import httpx
+import orjson
+import typer
+
+from blazar.cli.common import config, err_console, handles_errors
+from blazar.errors import BlazarError
+
+HELP = """Available commands:
+  /clear          Forget the conversation so far
+  /bye            Exit (Ctrl-D too)
+  /?, /help       Show this help
+
+Use \"\"\" to begin and end a multi-line message.
+Ctrl-C stops an answer in progress; the question and the partial answer are dropped."""
+
+MULTI = '"""'
+
+
+class RunError(BlazarError):
+    """The daemon refused a request or cannot be reached; the message is one line for the terminal."""
+
+
+@dataclass
+class Chat:
+    """One conversation with one model over the daemon's /api/chat stream."""
+
+    client: httpx.Client
+    model: str
+    options: dict[str, Any] = field(default_factory=dict)
+    keep_alive: str | None = None
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    def ask(self, text: str, out: TextIO) -> str:
+        """Send ``text`` as the next user turn, write the answer to ``out`` as it streams, and return it.
+
+        The turn and the answer join the conversation only when the answer completes: an error or Ctrl-C
+        (KeyboardInterrupt, re-raised) leaves the conversation as it was.
+        """
+        turn = {"role": "user", "content": text}
+        body: dict[str, Any] = {"model": self.model, "messages": [*self.messages, turn], "stream": True}
+        if self.options:
+            body["options"] = self.options
+        if self.keep_alive is not None:
+            body["keep_alive"] = self.keep_alive
+        pieces: list[str] = []
+        with self.client.stream("POST", "/api/chat", content=orjson.dumps(body)) as resp:
+            if resp.status_code >= 400:
+                raise RunError(_error_text(resp.read(), resp.status_code))
+            for line in resp.iter_lines():
+                if not line.strip():
+                    continue
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    raise RunError(f"the daemon sent a line that is not JSON: {line[:200]!r}") from None
+                if not isinstance(obj, dict):
+                    continue
+                if obj.get("error"):
+                    raise RunError(str(obj["error"]))
+                msg = obj.get("message")
+                piece = msg.get("content") if isinstance(msg, dict) else None
+                if isinstance(piece, str) and piece:
+                    pieces.append(piece)
+                    out.write(piece)
+                    out.flush()
+                if obj.get("done"):
+                    break
+        answer = "".join(pieces)
+        self.messages += [turn, {"role": "assistant", "content": answer}]
+        return answer
+
+
+def _error_text(data: bytes, status: int) -> str:
+    """The message of an error body in any of the daemon's dialects, else the status."""
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        body = None
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        err = err.get("message")
+    if isinstance(err, str) and err:
+        return err
+    text = data.decode(errors="replace").strip()
+    return text[:300] if text else f"the daemon answered HTTP {status}"
+
+
+def _base_url(host: str, port: int) -> str:
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def _unreachable(url: str, exc: httpx.TransportError) -> RunError:
+    why = "connection refused" if isinstance(exc, httpx.ConnectError) else type(exc).__name__
+    return RunError(f"cannot reach the Blazar daemon at {url} ({why}); start it with: blazar serve")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The REPL
+
+
+def read_message(read: Callable[[str], str]) -> str:
+    """One message from ``read`` (``input``-like, raising EOFError at the end): a line, or the lines between
+    an opening and a closing ``\"\"\"`` joined with newlines. EOFError inside a block ends the block."""
+    line = read(">>> ")
+    if not line.lstrip().startswith(MULTI):
+        return line
+    rest = line.lstrip()[len(MULTI) :]
+    if rest.rstrip().endswith(MULTI):
+        return rest.rstrip()[: -len(MULTI)]
+    lines = [rest]
+    while True:
+        try:
+            line = read("... ")
+        except EOFError:
+            break
+        if line.rstrip().endswith(MULTI):
+            lines.append(line.rstrip()[: -len(MULTI)])
+            break
+        lines.append(line)
+    return "\n".join(lines).strip("\n")
+
+
+def _read_line(prompt: str) -> str:
+    """``input`` for a stdin that is not a terminal: no prompt is written, EOFError at the end."""
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line.rstrip("\r\n")
+
+
+def repl(chat: Chat, read: Callable[[str], str], out: TextIO, tty: bool) -> None:
+    """Read messages and answer them until /bye or end of input."""
+    if tty:
+        out.write('Send a message (/? for help, """ for several lines)\n')
+    while True:
+        try:
+            text = read_message(read)
+        except EOFError:
+            if tty:
+                out.write("\n")
+            return
+        except KeyboardInterrupt:
+            out.write("\nUse Ctrl + d or /bye to exit.\n")
+            continue
+        command = text.strip()
+        if not command:
+            continue
+        if command.startswith("/") and MULTI not in text:
+            word = command.split()[0]
+            if word in ("/bye", "/exit"):
+                return
+            if word == "/clear":
+                chat.messages.clear()
+                out.write("Cleared the conversation.\n")
+            elif word in ("/?", "/help"):
+                out.write(HELP + "\n")
+            else:
+                out.write(f"Unknown command '{word}'. Type /? for help\n")
+            continue
+        try:
+            chat.ask(text, out)
+            out.write("\n\n")
+        except KeyboardInterrupt:
+            out.write("\n[interrupted]\n\n")
+        except RunError as e:
+            out.write("\n")
+            err_console.print(f"[red]error:[/red] {e}", markup=True, highlight=False, soft_wrap=True)
+        out.flush()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command
+
+
+@handles_errors
+def run_cmd(
+    model: Annotated[
+        str, typer.Argument(help="Model to chat with, as `blazar ls` names it (name or name:tag).")
+    ],
+    prompt: Annotated[
+        list[str] | None,
+        typer.Argument(help="Ask this once, print the answer and exit. Without it: an interactive chat."),
+    ] = None,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="Chat (the REPL) even when stdin is not a terminal: each stdin line is a message.",
+        ),
+    ] = False,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Stop each answer after this many tokens (Ollama num_predict).", min=1)
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature; 0 is greedy.", min=0)
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed, for repeatable answers.")] = None,
+    keepalive: Annotated[
+        str | None,
+        typer.Option(help='How long the model stays loaded after the chat: seconds or a duration ("5m").'),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Daemon address (default: from the config).", envvar="BLAZAR_HOST")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Daemon port (default: from the config).", envvar="BLAZAR_PORT")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            help="API key, when the daemon requires one.", envvar="BLAZAR_API_KEY", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Chat with a model through the running daemon (`blazar serve`), like `ollama run`.
+
+    With PROMPT, or text piped on stdin: print the answer and exit.
+
+    Otherwise chat: \"\"\" begins and ends a multi-line message, /clear forgets the conversation, /bye or Ctrl-D exits, Ctrl-C stops an answer.
+    """
+    if host is None or port is None:
+        cfg = config()
+        host = cfg.host if host is None else host
+        port = cfg.port if port is None else port
+    url = _base_url(host, port)
+    options: dict[str, Any] = {}
+    if max_tokens is not None:
+        options["num_predict"] = max_tokens
+    if temperature is not None:
+        options["temperature"] = temperature
+    if seed is not None:
+        options["seed"] = seed
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    text = " ".join(prompt or [])
+    if not interactive and not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        text = f"{piped.rstrip()}\n\n{text}" if text and piped.strip() else (text or piped.strip())
+        if not text:
+            raise RunError("nothing to ask: give a PROMPT or pipe text on stdin")
+    timeout = httpx.Timeout(10.0, read=None)
+    with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
+        chat = Chat(client, model, options, keepalive)
+        try:
+            if text and not interactive:
+                chat.ask(text, sys.stdout)
+                sys.stdout.write("\n")
+                return
+            if text:
+                chat.ask(text, sys.stdout)
+                sys.stdout.write("\n\n")
+            tty = sys.stdin.isatty()
+            if tty:
+                import readline  # noqa: F401  (line editing and history for input())
+            repl(chat, input if tty else _read_line, sys.stdout, tty)
+        except httpx.TransportError as e:
+            raise _unreachable(url, e) from None
