@@ -127,21 +127,3 @@ fn best_kernel_equals_portable_kernel() {
     scan_portable(&extreme, &[-127i8; 64], &mut slow);
     assert_eq!((fast, slow), (vec![-127 * 127 * 64], vec![-127 * 127 * 64]));
 }
-
-#[test]
-#[ignore = "timing probe, run by hand: cargo test --release -- --ignored kernel_timing --nocapture"]
-fn kernel_timing() {
-    let mut rng = Rng(5);
-    let dim = 384;
-    let codes: Vec<i8> = (0..dim * 100_000).map(|_| (rng.next() * 127.0).round() as i8).collect();
-    let query: Vec<i8> = (0..dim).map(|_| (rng.next() * 127.0).round() as i8).collect();
-    let mut out = Vec::new();
-    for _ in 0..3 {
-        let t = std::time::Instant::now();
-        scan(&codes, &query, &mut out);
-        let fast = t.elapsed();
-        let t = std::time::Instant::now();
-        scan_portable(&codes, &query, &mut out);
-        println!("best {fast:?} portable {:?}", t.elapsed());
-    }
-}

@@ -81,6 +81,21 @@ pub struct Choice<'a> {
     /// vLLM writes it, `stopping_word` as llama.cpp's native endpoint does).
     #[serde(default, borrow, alias = "stopping_word")]
     pub stop_reason: Option<StopWord<'a>>,
+    /// A text completion's (`/v1/completions`) output; read as the message content.
+    #[serde(default, borrow)]
+    pub text: Option<Text<'a>>,
+}
+
+impl<'a> Choice<'a> {
+    /// Text completions carry `text` where chat carries a message: fold it into `delta` so every
+    /// writer reads one shape.
+    pub fn fold_text(&mut self) {
+        if self.delta.is_none() && self.message.is_none() {
+            if let Some(text) = self.text.take() {
+                self.delta = Some(Message { content: Some(text), ..Message::default() });
+            }
+        }
+    }
 }
 
 /// A stop word; engines that report a stop token id instead give no word.

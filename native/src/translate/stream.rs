@@ -69,7 +69,11 @@ pub(super) fn parse_object<'a>(text: &'a str) -> Result<Completion<'a>, String> 
     if !text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('{') {
         return Err("not a JSON object".to_owned());
     }
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    let mut completion: Completion<'a> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    for choice in completion.choices.iter_mut().flatten() {
+        choice.fold_text();
+    }
+    Ok(completion)
 }
 
 pub(super) fn first_message<'c, 'a>(chunk: &'c Completion<'a>) -> Option<&'c Message<'a>> {

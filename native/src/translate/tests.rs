@@ -302,3 +302,26 @@ fn randomized_mangled_streams_are_cut_invariant() {
         assert_eq!(run(dialect, &pieces).0, whole, "round {round}");
     }
 }
+
+#[test]
+fn text_completions_read_as_content() {
+    let stream: &[u8] = b"data: {\"choices\":[{\"index\":0,\"text\":\" there\",\"finish_reason\":null}],\"object\":\"text_completion\"}\n\n\
+data: {\"choices\":[{\"index\":0,\"text\":\" was\",\"finish_reason\":\"length\"}],\"object\":\"text_completion\"}\n\n\
+data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2}}\n\n\
+data: [DONE]\n\n";
+    let (out, tr) = run(Dialect::OllamaGenerate, &[stream]);
+    assert!(text(&out).contains("\"response\":\" there\""), "{}", text(&out));
+    assert_eq!(tr.summary().text, " there was");
+    let body = b"{\"choices\":[{\"index\":0,\"text\":\" there was\",\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2}}";
+    let opts = WholeOptions {
+        dialect: Dialect::OllamaGenerate,
+        model: "m".to_owned(),
+        load_duration_ns: 0,
+        message_id: None,
+        total_duration_ns: 0,
+        now_ns: 0,
+    };
+    let (whole, summary) = translate_whole(&opts, body).unwrap();
+    assert!(text(&whole).contains("\"response\":\" there was\""), "{}", text(&whole));
+    assert_eq!(summary.text, " there was");
+}

@@ -15,8 +15,8 @@ import orjson
 
 from blazar import names
 from blazar._native import StreamTranslator, translate_whole
-from blazar.dialects.canonical import CanonicalRequest, render_engine
-from blazar.gateway import proxy
+from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
+from blazar.gateway import forced_tools, proxy
 from blazar.gateway.http import Request
 from blazar.preflight import check_request_fits
 from blazar.supervisor import Child, Supervisor
@@ -93,8 +93,11 @@ async def _dispatch(
     if slot is not None:
         body["id_slot"] = slot
         body.setdefault("cache_prompt", True)
-    engine_body = orjson.dumps(body)
     try:
+        schema = forced_tool_schema(canon) if forced_tools.wants_forcing(canon) else None
+        if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
+            return await _forced_tool_call(sup, req, canon, shape, child, body, schema, load_ns)
+        engine_body = orjson.dumps(body)
         if canon.stream:
             translator = StreamTranslator(
                 shape.translator, canon.model, include_usage=canon.include_usage, load_duration_ns=load_ns
@@ -119,6 +122,39 @@ async def _dispatch(
         return 200, [("content-type", "application/json")], out
     finally:
         await after(sup, child, canon)
+
+
+async def _forced_tool_call(
+    sup: Supervisor,
+    req: Request,
+    canon: CanonicalRequest,
+    shape: Shape,
+    child: Child,
+    body: dict[str, Any],
+    schema: dict[str, Any],
+    load_ns: int,
+) -> Response:
+    """A forced tool call on a model whose template cannot emit one: constrained JSON, rendered as a call."""
+    t0 = time.perf_counter()
+    constrained = orjson.dumps(forced_tools.constrained_body(body, schema))
+    _s, data, _c = await proxy.forward_whole(sup, child, "/v1/chat/completions", constrained)
+    req.engine_s += time.perf_counter() - t0
+    completion = forced_tools.synthetic_completion(data)
+    if canon.stream:
+        tr = StreamTranslator(
+            shape.translator, canon.model, include_usage=canon.include_usage, load_duration_ns=load_ns
+        )
+        out = tr.feed(forced_tools.as_stream(completion)) + tr.finish()
+        req.summary = tr.summary()
+        return 200, [("content-type", shape.stream_type), ("cache-control", "no-cache")], out
+    out, req.summary = translate_whole(
+        shape.translator,
+        canon.model,
+        orjson.dumps(completion),
+        load_duration_ns=load_ns,
+        total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
+    )
+    return 200, [("content-type", "application/json")], out
 
 
 async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:

@@ -91,6 +91,22 @@ async def forward_whole(sup: Supervisor, child: Child, path: str, body: bytes) -
     return resp.status, data, resp.headers.get("content-type", "application/json")
 
 
+async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, bytes, str]:
+    """A GET to the child (``/props`` and the like): (status, body, content-type); non-2xx is an HttpError."""
+    try:
+        async with sup.http.get(
+            child.base_url + path,
+            headers={"authorization": f"Bearer {child.api_key}"},
+            timeout=aiohttp.ClientTimeout(total=float(sup.cfg.child_header_timeout_secs)),
+        ) as resp:
+            data = await resp.read()
+    except (aiohttp.ClientError, OSError) as e:
+        raise await _engine_failed(sup, child, e) from None
+    if resp.status >= 400:
+        raise _engine_error(resp.status, data)
+    return resp.status, data, resp.headers.get("content-type", "application/json")
+
+
 async def forward_stream(
     sup: Supervisor,
     child: Child,

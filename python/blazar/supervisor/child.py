@@ -67,6 +67,7 @@ class Child:
         self.started_at = 0.0
         self.load_seconds = 0.0
         self.ctx_size = spec.ctx_size
+        self.tool_calls_supported: bool | None = None  # from the engine's /props, asked on first need
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
 
     @property

@@ -1,0 +1,97 @@
+"""Forced tool calls on any model: when a client forces a tool and the engine's chat template cannot emit tool
+calls, the generation is constrained with a JSON schema built from the tools and the result is returned as a
+well-formed tool call in the caller's dialect, streamed or not.
+
+It owns the engine-capability probe (llama-server's ``/props`` ``chat_template_caps``, cached per child), the
+constrained engine request, and the synthetic OpenAI completion that the native translators then render. The
+work is constant per request: the engine is asked for the whole (short) JSON once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import orjson
+
+from blazar.dialects.canonical import CanonicalRequest
+from blazar.gateway import proxy
+from blazar.gateway.http import HttpError
+from blazar.supervisor import Child, Supervisor
+
+
+async def template_emits_tool_calls(sup: Supervisor, child: Child) -> bool:
+    """Whether the child's chat template can produce tool calls (asked once per child, from ``/props``)."""
+    if child.tool_calls_supported is None:
+        _s, data, _c = await proxy.get_whole(sup, child, "/props")
+        caps = orjson.loads(data).get("chat_template_caps") or {}
+        child.tool_calls_supported = bool(caps.get("supports_tool_calls"))
+    return child.tool_calls_supported
+
+
+def constrained_body(body: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The engine request without tools, its output constrained to ``{"name", "arguments"}`` of a forced tool."""
+    out = {
+        k: v
+        for k, v in body.items()
+        if k not in ("tools", "tool_choice", "stream_options", "response_format")
+    }
+    out["stream"] = False
+    out["response_format"] = {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
+    return out
+
+
+def synthetic_completion(engine_body: bytes) -> dict[str, Any]:
+    """The engine's constrained JSON answer turned into an OpenAI chat.completion carrying one tool call."""
+    try:
+        data = orjson.loads(engine_body)
+        content = data["choices"][0]["message"]["content"]
+        call = orjson.loads(content)
+        name, arguments = call["name"], call["arguments"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        raise HttpError(
+            502, "the engine's constrained tool-call output was not the JSON it was asked for", "engine_error"
+        ) from None
+    return {
+        "id": data.get("id") or f"chatcmpl-{os.urandom(8).hex()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": data.get("model", ""),
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{os.urandom(12).hex()}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": data.get("usage") or {},
+    }
+
+
+def as_stream(completion: dict[str, Any]) -> bytes:
+    """The same completion as the engine would have streamed it: a tool-call delta, the finish, usage, [DONE]."""
+    msg = completion["choices"][0]["message"]
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    call = msg["tool_calls"][0]
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
+                                                     "tool_calls": [{"index": 0, **call}]}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {**head, "choices": [], "usage": completion["usage"]},
+    ]  # fmt: skip
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def wants_forcing(canon: CanonicalRequest) -> bool:
+    return bool(canon.tools) and (canon.tool_choice == "required" or isinstance(canon.tool_choice, dict))

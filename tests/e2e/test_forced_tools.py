@@ -1,0 +1,73 @@
+"""End to end: a forced tool call on SmolLM2, whose chat template cannot emit tool calls, comes back as a
+well-formed tool call in each dialect, streamed and not."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import openai
+import pytest
+
+from tests.conftest import Daemon
+
+pytestmark = pytest.mark.e2e
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_openai_required_and_named(daemon: Daemon) -> None:
+    c = openai.OpenAI(base_url=daemon.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    tools = [{"type": "function", "function": WEATHER}]
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        r = c.chat.completions.create(
+            model="smollm2", messages=ASK, tools=tools, tool_choice=choice, max_tokens=60
+        )
+        assert r.choices[0].finish_reason == "tool_calls"
+        [call] = r.choices[0].message.tool_calls or []
+        assert call.function.name == "get_weather" and call.id
+        assert isinstance(json.loads(call.function.arguments)["city"], str)
+    stream = c.chat.completions.create(
+        model="smollm2", messages=ASK, tools=tools, tool_choice="required", max_tokens=60, stream=True
+    )
+    name, args, finish = "", "", None
+    for chunk in stream:
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                name += tc.function.name or "" if tc.function else ""
+                args += tc.function.arguments or "" if tc.function else ""
+            finish = ch.finish_reason or finish
+    assert name == "get_weather" and finish == "tool_calls"
+    assert isinstance(json.loads(args)["city"], str)
+
+
+def test_anthropic_any_and_tool(daemon: Daemon) -> None:
+    c = anthropic.Anthropic(base_url=daemon.url, api_key="x", max_retries=0, timeout=120)
+    tools = [
+        {
+            "name": WEATHER["name"],
+            "description": WEATHER["description"],
+            "input_schema": WEATHER["parameters"],
+        }
+    ]
+    for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
+        r = c.messages.create(model="smollm2", max_tokens=60, messages=ASK, tools=tools, tool_choice=choice)
+        assert r.stop_reason == "tool_use"
+        [block] = [b for b in r.content if b.type == "tool_use"]
+        assert block.name == "get_weather" and isinstance(block.input, dict) and "city" in block.input
+    with c.messages.stream(
+        model="smollm2", max_tokens=60, messages=ASK, tools=tools, tool_choice={"type": "any"}
+    ) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use"
+    [block] = [b for b in final.content if b.type == "tool_use"]
+    assert block.name == "get_weather" and "city" in block.input
