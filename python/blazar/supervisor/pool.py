@@ -14,16 +14,28 @@ from collections.abc import Iterable, Iterator
 
 import aiohttp
 
-from blazar.catalog import Catalog
+from blazar.catalog import Catalog, ModelRow
 from blazar.config import Config
 from blazar.engines import registry
-from blazar.engines.lanes import serving_lane
+from blazar.engines.lanes import classify_unknown_arch, reroute_once, serving_lane
+from blazar.engines.manifest import Manifest, load_manifest
+from blazar.engines.registry import EngineRow
+from blazar.errors import ChildError, LaneError
 from blazar.paths import DataDir
 from blazar.profile import compile_profile
 from blazar.store import Store
-from blazar.supervisor.child import Child, State
+from blazar.supervisor.child import Child, State, log_tail
 
 log = logging.getLogger("blazar.supervisor")
+
+
+def _manifest() -> Manifest | None:
+    """The engine manifest, for re-routing; a broken manifest must not hide the engine's own failure."""
+    try:
+        return load_manifest()
+    except Exception:
+        log.exception("could not load the engine manifest while re-routing")
+        return None
 
 
 def idle_victims(children: Iterable[Child], now: float, default_timeout: float) -> list[Child]:
@@ -74,19 +86,30 @@ class Supervisor:
                 log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
                 await child.stop(grace=self.cfg.stop_grace_secs)
                 self.children.pop(key, None)
-            engine = serving_lane(self.cfg, model, registry.list_all(self.store))
-            # Compiling reads the GGUF header and probes the GPU: off the event loop.
-            spec = await asyncio.to_thread(compile_profile, self.cfg, model, engine, embeddings=embeddings)
-            child = Child(key, model.name, spec, self.data)
-            ov = self.cfg.model_override(model.name)
-            if ov.idle_timeout_secs is not None:
-                child.keep_alive = float(ov.idle_timeout_secs)
-            self.children[key] = child
+            engines = registry.list_all(self.store)
+            engine = serving_lane(self.cfg, model, engines)
             try:
-                await child.start(self.http, float(self.cfg.child_start_timeout_secs))
-            except BaseException:
-                self.children.pop(key, None)
-                raise
+                child = await self._spawn(key, model, engine, embeddings)
+            except ChildError:
+                # An engine that died on an architecture it does not know is re-routed exactly once.
+                arch = classify_unknown_arch(log_tail(self.data.log_file(key), lines=200))
+                if arch is None:
+                    raise
+                nxt = reroute_once(model, engine, engines, arch, manifest=_manifest())
+                if isinstance(nxt, LaneError):
+                    raise nxt from None
+                log.warning("engine %s %s does not know '%s'; re-routing %s to %s %s",
+                            engine.kind, engine.tag, arch, key, nxt.kind, nxt.tag)  # fmt: skip
+                try:
+                    child = await self._spawn(key, model, nxt, embeddings)
+                except ChildError:
+                    again = classify_unknown_arch(log_tail(self.data.log_file(key), lines=200))
+                    if again is None:
+                        raise
+                    final = reroute_once(
+                        model, nxt, engines, again, manifest=_manifest(), already_rerouted=True
+                    )
+                    raise (final if isinstance(final, LaneError) else LaneError(str(final))) from None
             log.info(
                 "engine for %s ready on port %d (pid %s) in %.2fs",
                 key,
@@ -95,6 +118,21 @@ class Supervisor:
                 child.load_seconds,
             )
             return child
+
+    async def _spawn(self, key: str, model: ModelRow, engine: EngineRow, embeddings: bool) -> Child:
+        # Compiling reads the GGUF header and probes the GPU: off the event loop.
+        spec = await asyncio.to_thread(compile_profile, self.cfg, model, engine, embeddings=embeddings)
+        child = Child(key, model.name, spec, self.data)
+        ov = self.cfg.model_override(model.name)
+        if ov.idle_timeout_secs is not None:
+            child.keep_alive = float(ov.idle_timeout_secs)
+        self.children[key] = child
+        try:
+            await child.start(self.http, float(self.cfg.child_start_timeout_secs))
+        except BaseException:
+            self.children.pop(key, None)
+            raise
+        return child
 
     @contextlib.contextmanager
     def lease(self, child: Child) -> Iterator[Child]:
