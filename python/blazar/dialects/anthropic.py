@@ -23,6 +23,7 @@ from blazar.dialects.canonical import (
     image_data_uri,
     is_int,
     is_number,
+    json_object,
     parse_duration,
     shown,
 )
@@ -60,7 +61,7 @@ _ASSISTANT_BLOCKS = ("text", "tool_use", "thinking", "redacted_thinking")
 
 def parse_messages(body: Any) -> CanonicalRequest:
     """A /v1/messages body as a canonical chat request; DialectError 400 (Anthropic wording) when malformed."""
-    body = _object(body)
+    body = json_object(body)
     if body.get("max_tokens") is None:
         raise DialectError(400, "max_tokens: Field required")
     max_tokens = body["max_tokens"]
@@ -102,7 +103,7 @@ def parse_messages(body: Any) -> CanonicalRequest:
 
 def parse_count_tokens(body: Any) -> CanonicalRequest:
     """A /v1/messages/count_tokens body (the Messages shape without max_tokens) as a canonical chat request."""
-    body = _object(body)
+    body = json_object(body)
     return _parse(body, _SHARED_KEYS)
 
 
@@ -125,12 +126,6 @@ class _State:
     notes: list[str] = field(default_factory=list)
     tool_names: dict[str, str] = field(default_factory=dict)
     cache_control: bool = False
-
-
-def _object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise DialectError(400, f"the request body must be a JSON object, got {shown(body)}")
-    return body
 
 
 def _parse(body: dict[str, Any], known: set[str]) -> CanonicalRequest:

@@ -407,3 +407,10 @@ def arguments_json(value: Any, where: str) -> str:
         if isinstance(parsed, dict):
             return value
     raise DialectError(400, f"'{where}' must be a JSON object of argument values, got {shown(value)}")
+
+
+def json_object(body: Any) -> dict[str, Any]:
+    """The request body as a JSON object, or the teaching 400 every dialect gives."""
+    if not isinstance(body, dict):
+        raise DialectError(400, f"the request body must be a JSON object, got {shown(body)}")
+    return body

@@ -22,6 +22,7 @@ from blazar.dialects.canonical import (
     function_tools,
     image_data_uri,
     is_number,
+    json_object,
     parse_duration,
     shown,
     stop_list,
@@ -74,7 +75,7 @@ _EMBEDDINGS_KEYS = {"model", "prompt", "options", "keep_alive"}
 
 def parse_chat(body: Any) -> CanonicalRequest:
     """An /api/chat body as a canonical chat request; empty ``messages`` only loads the model."""
-    body = _object(body)
+    body = json_object(body)
     req = CanonicalRequest(model=_model(body), kind="chat")
     req.messages = _messages(body.get("messages"))
     req.load_only = not req.messages
@@ -86,7 +87,7 @@ def parse_chat(body: Any) -> CanonicalRequest:
 def parse_generate(body: Any) -> CanonicalRequest:
     """An /api/generate body: a chat of one user message (after ``system``) unless ``raw`` is true or a ``suffix``
     is given, which make it a completion with the prompt verbatim. An empty prompt only loads the model."""
-    body = _object(body)
+    body = json_object(body)
     model = _model(body)
     prompt = _str_field(body, "prompt")
     system = _str_field(body, "system")
@@ -131,7 +132,7 @@ def parse_generate(body: Any) -> CanonicalRequest:
 
 def parse_embed(body: Any) -> CanonicalRequest:
     """An /api/embed body (``input`` a string or an array of strings); no input only loads the model."""
-    body = _object(body)
+    body = json_object(body)
     req = CanonicalRequest(model=_model(body), kind="embedding")
     inp = body.get("input")
     if isinstance(inp, list):
@@ -164,7 +165,7 @@ def parse_embed(body: Any) -> CanonicalRequest:
 
 def parse_embeddings_legacy(body: Any) -> CanonicalRequest:
     """A legacy /api/embeddings body (``prompt``, one string); an empty prompt only loads the model."""
-    body = _object(body)
+    body = json_object(body)
     req = CanonicalRequest(model=_model(body), kind="embedding")
     prompt = _str_field(body, "prompt")
     req.input = prompt
@@ -181,12 +182,6 @@ def render_error(status: int, message: str) -> bytes:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Shared top-level fields
-
-
-def _object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise DialectError(400, f"the request body must be a JSON object, got {shown(body)}")
-    return body
 
 
 def _model(body: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from blazar.dialects.canonical import (
     function_tools,
     is_int,
     is_number,
+    json_object,
     parse_duration,
     shown,
     stop_list,
@@ -94,7 +95,7 @@ _EMBEDDING_OWN = {"model", "input", "keep_alive"}
 
 def parse_chat(body: Any) -> CanonicalRequest:
     """A /v1/chat/completions body as a canonical chat request; DialectError 400 on anything malformed."""
-    body = _object(body)
+    body = json_object(body)
     for legacy, modern in (("functions", "tools"), ("function_call", "tool_choice")):
         if body.get(legacy) is not None:
             raise DialectError(
@@ -122,7 +123,7 @@ def parse_chat(body: Any) -> CanonicalRequest:
 
 def parse_completion(body: Any) -> CanonicalRequest:
     """A /v1/completions body as a canonical completion request (``suffix`` makes it fill-in-the-middle)."""
-    body = _object(body)
+    body = json_object(body)
     prompt = body.get("prompt")
     if not _is_prompt(prompt):
         raise DialectError(
@@ -168,7 +169,7 @@ def parse_completion(body: Any) -> CanonicalRequest:
 
 def parse_embedding(body: Any) -> CanonicalRequest:
     """A /v1/embeddings body as a canonical embedding request."""
-    body = _object(body)
+    body = json_object(body)
     inp = body.get("input")
     if not _is_prompt(inp) or inp == [] or inp == "":
         raise DialectError(
@@ -202,12 +203,6 @@ def render_error(status: int, message: str, kind: str | None = None) -> bytes:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Top-level fields
-
-
-def _object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise DialectError(400, f"the request body must be a JSON object, got {shown(body)}")
-    return body
 
 
 def _model(body: dict[str, Any]) -> str:
