@@ -15,18 +15,22 @@ apt-get when missing and possible; else the aiohttp load generator in this file,
 Scenarios, each at every ``--concurrency`` (default 1, 16, 64):
   whole    non-streamed chat completions;
   stream   streamed chat completions, ``--chunks`` content events + finish + usage + [DONE], the upstream writing
-           one event per socket write (an engine emitting tokens as fast as it can);
-  burst    the same stream written by the upstream in one write (isolates the per-event cost).
+           one event per socket write as fast as it can (how many events one proxy read holds then depends on
+           how fast the proxy itself is);
+  tokens   the same stream paced at one event per 5 ms per stream (a 200 tokens/s engine): each event reaches
+           the proxy alone, so this is the per-read cost;
+  burst    the same stream written by the upstream in one write: the per-event cost, reads batched.
 
 Per cell: requests/s, streamed events ("chunks") per second as the client receives them, p50/p99 latency
 (whole response), the added p50/p99 against direct in the same round, and the gateway process's CPU time
-(user + system, all its threads, via psutil) per request and per chunk; for Blazar the ``blazar serve`` process
+(all its threads, from /proc schedstat) per request and per chunk; for Blazar the ``blazar serve`` process
 only, never its engine child; for LiteLLM the proxy process and its children. Every target runs in every
 round (``--repeat``), rounds interleaved, the target order rotated; figures are medians over rounds, ratios
 the median of per-round ratios. LiteLLM runs one round with a longer window (it is two orders slower).
 
 Also: the ``x-blazar-overhead-ms`` header Blazar returns (sequential requests, and under load at c=16), and
-with ``--profile DIR`` py-spy profiles of Blazar and the bare proxy under load (top functions printed).
+with ``--profile DIR`` py-spy profiles of Blazar and the bare proxy under load at c=16 (top functions printed)
+and, where ``perf`` can read syscall tracepoints, syscalls and context switches per request.
 
 Usage:
   python benches/bench_gateway.py                      # full run; --json FILE to keep the figures
@@ -68,7 +72,8 @@ FAKE_ENGINE = BASELINES / "fake_engine.py"
 BARE_PROXY = BASELINES / "bare_proxy.py"
 
 N_KEYS = 100
-SCENARIOS = ("whole", "stream", "burst")
+SCENARIOS = ("whole", "stream", "tokens", "burst")
+MODELS = {"whole": "bench", "stream": "bench", "tokens": "bench-tokens", "burst": "bench-burst"}
 TARGETS = ("direct", "bare", "blazar", "litellm")
 LITELLM_SPEC = "litellm[proxy]"
 
@@ -109,9 +114,7 @@ def request_body(model: str, stream: bool) -> bytes:
 
 
 def scenario_body(scenario: str) -> bytes:
-    if scenario == "whole":
-        return request_body("bench", False)
-    return request_body("bench-burst" if scenario == "burst" else "bench", True)
+    return request_body(MODELS[scenario], scenario != "whole")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -128,15 +131,42 @@ class Server:
     include_children: bool = False
     """Count the CPU of the process's children too (LiteLLM's workers); never for Blazar's engine child."""
 
-    def cpu_seconds(self) -> float:
+    def pids(self) -> list[int]:
         p = psutil.Process(self.proc.pid)
-        procs = [p, *p.children(recursive=True)] if self.include_children else [p]
-        total = 0.0
-        for q in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                t = q.cpu_times()
-                total += t.user + t.system
-        return total
+        if not self.include_children:
+            return [p.pid]
+        return [p.pid, *(c.pid for c in p.children(recursive=True))]
+
+    def cpu_snapshot(self) -> dict[tuple[int, int], float]:
+        """CPU seconds per thread of the process (and of its children for LiteLLM), from
+        ``/proc/PID/task/TID/schedstat`` (nanoseconds; psutil's process times tick at 10 ms, too coarse for a
+        few token-paced streams). Falls back to psutil's process times where /proc has no schedstat."""
+        snap: dict[tuple[int, int], float] = {}
+        for pid in self.pids():
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                tasks = []
+            for tid in tasks:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        snap[(pid, int(tid))] = int(f.read().split()[0]) / 1e9
+                except (OSError, ValueError, IndexError):
+                    continue
+            if not tasks:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    t = psutil.Process(pid).cpu_times()
+                    snap[(pid, 0)] = t.user + t.system
+        return snap
+
+    @staticmethod
+    def cpu_between(before: dict[tuple[int, int], float], after: dict[tuple[int, int], float]) -> float:
+        """CPU seconds between two snapshots: threads present in both, plus threads born in between (a thread
+        that ended in between is lost; the servers here keep theirs)."""
+        return sum(t - before.get(k, 0.0) for k, t in after.items())
+
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu_snapshot().values())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -199,7 +229,7 @@ def start_bare(tmp: Path, upstream: Server, key_file: Path) -> Server:
 
 def blazar_config(port: int, chunks: int, secrets_: list[str]) -> str:
     """100 keys with limits that the benchmark never reaches (so every quota path runs and none rejects);
-    the benchmark's key is scoped to the two models. ``parallel`` is raised so admission never queues:
+    the benchmark's key is scoped to the bench models. ``parallel`` is raised so admission never queues:
     the fake engine has no slots, and the default of 1 would serialize every request."""
     lines = [
         'host = "127.0.0.1"',
@@ -208,7 +238,7 @@ def blazar_config(port: int, chunks: int, secrets_: list[str]) -> str:
         "idle_timeout_secs = 0",
         "",
     ]
-    for name in ("bench", "bench-burst"):
+    for name in sorted(set(MODELS.values())):
         lines += [f'[models."{name}:latest"]', f'extra_args = ["--chunks", "{chunks}"]', ""]
     for i, secret in enumerate(secrets_):
         lines += [
@@ -222,7 +252,7 @@ def blazar_config(port: int, chunks: int, secrets_: list[str]) -> str:
             "daily_tokens = 1000000000000000",
         ]
         if i % 2 == 0:
-            lines.append('models = ["bench", "bench-burst"]')
+            lines.append(f"models = {json.dumps(sorted(set(MODELS.values())))}")
         lines.append("")
     return "\n".join(lines)
 
@@ -241,15 +271,14 @@ def start_blazar(tmp: Path, model: Path, chunks: int) -> Server:
     blazar = [sys.executable, "-m", "blazar"]
     for args in (
         ["engine", "add", "--kind", "llama-cpp", "--path", str(FAKE_ENGINE)],
-        ["import", str(model), "--name", "bench"],
-        ["import", str(model), "--name", "bench-burst"],
+        *(["import", str(model), "--name", name] for name in sorted(set(MODELS.values()))),
     ):
         r = subprocess.run([*blazar, *args], env=env, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"blazar {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
     proc, lp = spawn("blazar", [*blazar, "serve"], tmp, env)
     s = Server("blazar", f"http://127.0.0.1:{port}", proc, lp)
-    s.headers = {"authorization": f"Bearer {keys[N_KEYS // 2]}"}  # bench-050: scoped to the two models
+    s.headers = {"authorization": f"Bearer {keys[N_KEYS // 2]}"}  # bench-050: scoped to the bench models
     wait_http(s, "/healthz", 60)
     return s
 
@@ -281,7 +310,7 @@ def start_litellm(tmp: Path, upstream: Server, key_file: Path) -> Server:
         f"      model: openai/{name}\n"
         f"      api_base: {upstream.url}/v1\n"
         f"      api_key: {upstream_key}\n"
-        for name in ("bench", "bench-burst")
+        for name in sorted(set(MODELS.values()))
     )
     cfg = tmp / "litellm.yaml"
     cfg.write_text(f"model_list:\n{models}general_settings:\n  master_key: {master}\n")
@@ -526,12 +555,12 @@ class Bench:
         server = self.servers[target]
         body = scenario_body(scenario)
         la = loadavg()
-        cpu0 = server.cpu_seconds()
+        cpu0 = server.cpu_snapshot()
         if self.wrk:
             r = run_wrk(self.wrk, server, body, conc, duration, self.tmp)
         else:
             r = run_pyload(server, body, conc, duration, None)
-        cpu = server.cpu_seconds() - cpu0
+        cpu = server.cpu_between(cpu0, server.cpu_snapshot())
         if not server.alive():
             raise RuntimeError(f"{target} died:\n{server.log_path.read_text()[-3000:]}")
         per_resp = self.events_per_response[target][scenario]
@@ -620,7 +649,7 @@ def summarize(bench: Bench) -> dict[str, Any]:
 
     targets: list[dict[str, Any]] = []
     for conc in a.concurrency:
-        for scenario in ("stream", "burst"):
+        for scenario in ("stream", "tokens", "burst"):
             if scenario in a.scenarios:
                 r = ratio("blazar", "bare", scenario, conc, "cpu_us_per_event")
                 targets.append(
@@ -640,7 +669,12 @@ def summarize(bench: Bench) -> dict[str, Any]:
                 {"what": f"Blazar req/s / bare (whole, c={conc})", "value": r, "target": ">= 0.8",
                  "met": r is not None and r >= 0.8}
             )  # fmt: skip
-        for scenario, key in (("whole", "rps"), ("stream", "events_per_s"), ("burst", "events_per_s")):
+        for scenario, key in (
+            ("whole", "rps"),
+            ("stream", "events_per_s"),
+            ("tokens", "events_per_s"),
+            ("burst", "events_per_s"),
+        ):
             if scenario in a.scenarios and ("litellm", scenario, conc) in bench.cells:
                 r = ratio("blazar", "litellm", scenario, conc, key)
                 targets.append(
@@ -730,11 +764,70 @@ def top_functions(raw: Path, n: int = 15) -> dict[str, list[tuple[str, float]]]:
         for fr in set(frames):
             total[fr] += c
     pct = 100.0 / max(samples, 1)
+    root = max(total.values(), default=0)  # the loop's frames, under every sample of the main thread
     return {
         "samples": [("all", float(samples))],
         "self": [(fr, round(c * pct, 1)) for fr, c in own.most_common(n)],
-        "total": [(fr, round(c * pct, 1)) for fr, c in total.most_common(4 * n) if c * pct < 90][:n],
+        "total": [(fr, round(c * pct, 1)) for fr, c in total.most_common(8 * n) if c < 0.95 * root][:n],
     }
+
+
+PERF_EVENTS = (
+    "context-switches",
+    *(
+        f"syscalls:sys_enter_{name}"
+        for name in (
+            "read",
+            "recvfrom",
+            "write",
+            "writev",
+            "epoll_wait",
+            "futex",
+            "fcntl",
+            "getpid",
+            "waitid",
+        )
+    ),
+)
+
+
+def syscalls_per_request(bench: Bench, seconds: int) -> dict[str, Any]:
+    """``perf stat`` on the gateway process under load at c=16: syscalls and context switches per request."""
+    perf = shutil.which("perf")
+    if perf is None or bench.wrk is None:
+        return {"error": "needs perf and wrk"}
+    found: dict[str, Any] = {}
+    for target in ("blazar", "bare"):
+        server = bench.servers[target]
+        for scenario in bench.args.scenarios:
+            out = bench.tmp / f"perf-{target}-{scenario}.csv"
+            argv = [
+                perf,
+                "stat",
+                "-x",
+                ",",
+                "-o",
+                str(out),
+                "-e",
+                ",".join(PERF_EVENTS),
+                "-p",
+                str(server.proc.pid),
+            ]
+            stat = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            r = run_wrk(bench.wrk, server, scenario_body(scenario), 16, seconds, bench.tmp)
+            stat.send_signal(signal.SIGINT)
+            _, err = stat.communicate(timeout=30)
+            counts = {}
+            for line in out.read_text().splitlines() if out.is_file() else []:
+                parts = line.split(",")
+                if len(parts) > 3 and parts[0].strip().isdigit():
+                    counts[parts[2].removeprefix("syscalls:sys_enter_")] = round(
+                        int(parts[0]) / r["requests"], 2
+                    )
+            found[f"{target}/{scenario}"] = counts or {"error": err[-500:]}
+            log(f"perf {target}/{scenario}: {counts}")
+    return found
 
 
 def profile(bench: Bench, out_dir: Path, seconds: int, native: bool) -> dict[str, Any]:
@@ -743,7 +836,7 @@ def profile(bench: Bench, out_dir: Path, seconds: int, native: bool) -> dict[str
     found: dict[str, Any] = {}
     for target in ("blazar", "bare"):
         server = bench.servers[target]
-        for scenario in ("whole", "stream"):
+        for scenario in bench.args.scenarios:
             raw = out_dir / f"{target}-{scenario}.txt"
             argv = [
                 pyspy,
@@ -771,6 +864,7 @@ def profile(bench: Bench, out_dir: Path, seconds: int, native: bool) -> dict[str
                 continue
             found[f"{target}/{scenario}"] = top_functions(raw)
             log(f"profile {target}/{scenario}: {raw}")
+    found["syscalls_per_request_c16"] = syscalls_per_request(bench, 4)
     return found
 
 

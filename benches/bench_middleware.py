@@ -47,7 +47,6 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -104,12 +103,13 @@ class Scope:
 class Proto:
     """Records the response; ``await proto()`` gives the request body."""
 
-    __slots__ = ("body", "n", "status")
+    __slots__ = ("bad", "body", "n", "status")
 
     def __init__(self, body: bytes = b"") -> None:
         self.body = body
         self.status = 0
         self.n = 0
+        self.bad = 0
 
     async def __call__(self) -> bytes:
         return self.body
@@ -117,14 +117,17 @@ class Proto:
     def response_bytes(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self.status = status
         self.n += 1
+        self.bad += status != 200
 
     def response_empty(self, status: int, headers: list[tuple[str, str]]) -> None:
         self.status = status
         self.n += 1
+        self.bad += status != 200
 
     def response_str(self, status: int, headers: list[tuple[str, str]], body: str) -> None:
         self.status = status
         self.n += 1
+        self.bad += status != 200
 
 
 RsgiCall = Callable[[Any, Any], Awaitable[None]]
@@ -169,10 +172,16 @@ CHAT_REQUEST = orjson.dumps(
 
 
 def stub_engine(app: Any) -> None:
-    """Replace the engine I/O of ``app`` (this process only): a ready child, precomputed engine bytes."""
+    """Replace the engine I/O of ``app`` (this process only): a ready child (a real ``Child`` object that was
+    never spawned), precomputed engine bytes."""
     from blazar.gateway import proxy
+    from blazar.profile import LaunchSpec
+    from blazar.supervisor import Child
+    from blazar.supervisor.child import State
 
-    child = SimpleNamespace(inflight=0, key="bench:latest", model="bench:latest", keep_alive=None)
+    spec = LaunchSpec(argv_template=("fake-engine",), ctx_size=8192 * 64, parallel=64)
+    child = Child("bench:latest", "bench:latest", spec, app.sup.data)
+    child.state = State.READY
 
     async def ensure_ready(model_name: str, *, embeddings: bool = False) -> Any:
         return child
@@ -237,7 +246,10 @@ async def per_request_us(call: RsgiCall, scope: Any, proto: Proto, n: int) -> fl
     t0 = time.process_time()
     for _ in range(n):
         await call(scope, proto)
-    return (time.process_time() - t0) / n * 1e6
+    took = (time.process_time() - t0) / n * 1e6
+    if proto.bad or proto.n != n:
+        raise RuntimeError(f"{proto.bad} of {n} requests were not answered 200 (last status {proto.status})")
+    return took
 
 
 async def in_process(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -401,9 +413,9 @@ def through_http(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 order = [blazar, bare] if r % 2 == 0 else [bare, blazar]
                 for srv in order:
                     srv.headers = auth if (srv is blazar and path == "/v1/models") else {}
-                    cpu0 = srv.cpu_seconds()
+                    cpu0 = srv.cpu_snapshot()
                     res = get_load(wrk, srv, path, args.http_seconds, root)
-                    cpu = srv.cpu_seconds() - cpu0
+                    cpu = srv.cpu_between(cpu0, srv.cpu_snapshot())
                     rows[srv.name].append(
                         {
                             "p50_us": res["p50_ms"] * 1000,

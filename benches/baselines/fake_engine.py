@@ -6,7 +6,7 @@ supervises it like the real engine: it passes ``--host``, ``--port`` and ``--api
 requests without ``Authorization: Bearer <key>`` get 401, ``/health`` is open) and the rest of llama-server's
 flags (``--model``, ``--ctx-size``, ``--parallel``, ...), which are ignored; the model file is never opened.
 Extra flags can come from the model's ``extra_args`` in Blazar's config: ``--chunks N``, ``--stream-mode``,
-``--gap-ms``. Needs only the standard library (uses uvloop when it is importable).
+``--gap-ms``, ``--token-gap-ms``. Needs only the standard library (uses uvloop when it is importable).
 """
 
 from __future__ import annotations

@@ -17,8 +17,11 @@ Stream pacing (``--stream-mode``):
          after ``--gap-ms``: what an engine emitting tokens as fast as it can looks like. Under load a reader
          still gets several events per read.
   burst  the whole stream in one write: isolates a proxy's per-event cost from its per-read cost.
-A request whose ``model`` contains ``burst`` (``"model": "bench-burst"``) is answered in burst mode whatever
-the flag says, so one server (or one Blazar child per model name) can serve both.
+  tokens one event per write every ``--token-gap-ms`` (default 5 ms, 200 tokens/s per stream): a token-paced
+         engine, where each event reaches the proxy alone (unless the proxy falls behind).
+A request whose ``model`` contains ``burst`` (``"model": "bench-burst"``) is answered in burst mode and one whose
+``model`` contains ``tokens`` in tokens mode, whatever the flag says, so one server (or one Blazar child per
+model name) serves all three.
 
 Usage: python benches/baselines/fake_upstream.py --port 8100 [--api-key-file F] [--chunks 100]
 ``fake_engine.py`` runs this same server under llama-server's argv, for Blazar to supervise.
@@ -162,18 +165,30 @@ def _is_stream(body: bytes) -> bool:
     return b'"stream":true' in body or b'"stream": true' in body
 
 
+def _model(body: bytes) -> bytes:
+    """The request's ``model`` string, found without parsing the JSON."""
+    i = body.find(b'"model"')
+    if i < 0:
+        return b""
+    start = body.find(b'"', body.find(b":", i) + 1) + 1
+    return body[start : body.find(b'"', start)]
+
+
 def _wants_usage(body: bytes) -> bool:
     return b'"include_usage":true' in body or b'"include_usage": true' in body
 
 
 class FakeUpstream(asyncio.Protocol):
-    __slots__ = ("auth", "buf", "busy", "closing", "gap", "mode_burst", "resp", "transport")
+    __slots__ = ("auth", "buf", "busy", "closing", "gap", "mode_burst", "resp", "token_gap", "transport")
 
-    def __init__(self, resp: Responses, auth: bytes | None, burst: bool, gap: float) -> None:
+    def __init__(
+        self, resp: Responses, auth: bytes | None, burst: bool, gap: float, token_gap: float
+    ) -> None:
         self.resp = resp
         self.auth = auth
         self.mode_burst = burst
         self.gap = gap
+        self.token_gap = token_gap
         self.buf = b""
         self.busy = False  # a paced stream is being written; later requests wait in buf
         self.closing = False
@@ -247,15 +262,16 @@ class FakeUpstream(asyncio.Protocol):
         elif path == "/v1/chat/completions" and method == "POST":
             if not _is_stream(body):
                 t.write(self.resp.whole)
-            elif self.mode_burst or b"burst" in body:
+            elif self.mode_burst or b"burst" in (model := _model(body)):
                 t.write(self.resp.burst[_wants_usage(body)])
             else:
                 self.busy = True
-                self._paced(self.resp.paced[_wants_usage(body)], 0)
+                gap = self.token_gap if b"tokens" in model else self.gap
+                self._paced(self.resp.paced[_wants_usage(body)], 0, gap)
         else:
             t.write(self.resp.not_found)
 
-    def _paced(self, parts: list[bytes], i: int) -> None:
+    def _paced(self, parts: list[bytes], i: int, gap: float) -> None:
         t = self.transport
         if t is None or self.closing:
             return
@@ -263,10 +279,10 @@ class FakeUpstream(asyncio.Protocol):
         i += 1
         loop = asyncio.get_running_loop()
         if i < len(parts):
-            if self.gap > 0:
-                loop.call_later(self.gap, self._paced, parts, i)
+            if gap > 0:
+                loop.call_later(gap, self._paced, parts, i, gap)
             else:
-                loop.call_soon(self._paced, parts, i)
+                loop.call_soon(self._paced, parts, i, gap)
             return
         self.busy = False
         if self.buf:
@@ -281,6 +297,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunks", type=int, default=int(os.environ.get("FAKE_UPSTREAM_CHUNKS", "100")))
     p.add_argument("--stream-mode", choices=("paced", "burst"), default="paced")
     p.add_argument("--gap-ms", type=float, default=0.0, help="pause between paced events (default: none)")
+    p.add_argument("--token-gap-ms", type=float, default=5.0, help="pause between events in tokens mode")
     args, _unknown = p.parse_known_args(argv)  # llama-server's other flags (fake_engine.py) are ignored
     return args
 
@@ -292,7 +309,9 @@ async def serve(args: argparse.Namespace) -> None:
         auth = b"Bearer " + args.api_key_file.read_text().strip().encode()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: FakeUpstream(resp, auth, args.stream_mode == "burst", args.gap_ms / 1000.0),
+        lambda: FakeUpstream(
+            resp, auth, args.stream_mode == "burst", args.gap_ms / 1000.0, args.token_gap_ms / 1000.0
+        ),
         args.host,
         args.port,
         backlog=1024,
