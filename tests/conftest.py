@@ -12,9 +12,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
+
+C = TypeVar("C")
 
 
 def cache_dir() -> Path:
@@ -208,3 +211,19 @@ def daemon_factory(tmp_path: Path, assets: Assets) -> Iterator[object]:
     yield factory
     for d in made:
         cleanup(d)
+
+
+_CLIENTS: list[Any] = []
+
+
+def closing(client: C) -> C:
+    """Register an SDK client (openai, anthropic, ollama) to be closed when the test ends: they pool sockets."""
+    _CLIENTS.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()

@@ -6,7 +6,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.conftest import Daemon
+from tests.conftest import Daemon, closing
 
 pytestmark = pytest.mark.e2e
 
@@ -14,7 +14,7 @@ MESSAGES = [{"role": "user", "content": "Name three colors."}]
 
 
 def client(d: Daemon) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0, timeout=120)
+    return closing(anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0, timeout=120))
 
 
 def test_messages_whole_and_streamed_agree(daemon: Daemon) -> None:

@@ -7,7 +7,7 @@ import ollama
 import openai
 import pytest
 
-from tests.conftest import Daemon
+from tests.conftest import Daemon, closing
 
 pytestmark = pytest.mark.e2e
 
@@ -15,9 +15,9 @@ PROMPT = "Say something about the sea."
 
 
 def test_same_text_in_all_three_dialects(daemon: Daemon) -> None:
-    oa = openai.OpenAI(base_url=daemon.url + "/v1", api_key="x", max_retries=0)
-    an = anthropic.Anthropic(base_url=daemon.url, api_key="x", max_retries=0)
-    ol = ollama.Client(host=daemon.url)
+    oa = closing(openai.OpenAI(base_url=daemon.url + "/v1", api_key="x", max_retries=0))
+    an = closing(anthropic.Anthropic(base_url=daemon.url, api_key="x", max_retries=0))
+    ol = closing(ollama.Client(host=daemon.url))
     messages = [{"role": "user", "content": PROMPT}]
     a = oa.chat.completions.create(
         model="smollm2", messages=messages, extra_body={"temperature": 0}, seed=7, max_tokens=20

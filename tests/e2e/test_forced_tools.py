@@ -9,7 +9,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import Daemon
+from tests.conftest import Daemon, closing
 
 pytestmark = pytest.mark.e2e
 
@@ -26,18 +26,24 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def test_openai_required_and_named(daemon: Daemon) -> None:
-    c = openai.OpenAI(base_url=daemon.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    c = closing(openai.OpenAI(base_url=daemon.url + "/v1", api_key="x", max_retries=0, timeout=120))
     tools = [{"type": "function", "function": WEATHER}]
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
         r = c.chat.completions.create(
-            model="smollm2", messages=ASK, tools=tools, tool_choice=choice, max_tokens=60
+            model="smollm2", messages=ASK, tools=tools, tool_choice=choice, max_tokens=200, temperature=0
         )
         assert r.choices[0].finish_reason == "tool_calls"
         [call] = r.choices[0].message.tool_calls or []
         assert call.function.name == "get_weather" and call.id
         assert isinstance(json.loads(call.function.arguments)["city"], str)
     stream = c.chat.completions.create(
-        model="smollm2", messages=ASK, tools=tools, tool_choice="required", max_tokens=60, stream=True
+        model="smollm2",
+        messages=ASK,
+        tools=tools,
+        tool_choice="required",
+        max_tokens=200,
+        temperature=0,
+        stream=True,
     )
     name, args, finish = "", "", None
     for chunk in stream:
@@ -51,7 +57,7 @@ def test_openai_required_and_named(daemon: Daemon) -> None:
 
 
 def test_anthropic_any_and_tool(daemon: Daemon) -> None:
-    c = anthropic.Anthropic(base_url=daemon.url, api_key="x", max_retries=0, timeout=120)
+    c = closing(anthropic.Anthropic(base_url=daemon.url, api_key="x", max_retries=0, timeout=120))
     tools = [
         {
             "name": WEATHER["name"],
@@ -60,14 +66,36 @@ def test_anthropic_any_and_tool(daemon: Daemon) -> None:
         }
     ]
     for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
-        r = c.messages.create(model="smollm2", max_tokens=60, messages=ASK, tools=tools, tool_choice=choice)
+        r = c.messages.create(
+            model="smollm2",
+            max_tokens=200,
+            messages=ASK,
+            tools=tools,
+            tool_choice=choice,
+            extra_body={"temperature": 0},
+        )
         assert r.stop_reason == "tool_use"
         [block] = [b for b in r.content if b.type == "tool_use"]
         assert block.name == "get_weather" and isinstance(block.input, dict) and "city" in block.input
     with c.messages.stream(
-        model="smollm2", max_tokens=60, messages=ASK, tools=tools, tool_choice={"type": "any"}
+        model="smollm2",
+        max_tokens=200,
+        messages=ASK,
+        tools=tools,
+        tool_choice={"type": "any"},
+        extra_body={"temperature": 0},
     ) as s:
         final = s.get_final_message()
     assert final.stop_reason == "tool_use"
     [block] = [b for b in final.content if b.type == "tool_use"]
     assert block.name == "get_weather" and "city" in block.input
+
+
+def test_forced_call_cut_by_max_tokens_says_so(daemon: Daemon) -> None:
+    c = closing(openai.OpenAI(base_url=daemon.url + "/v1", api_key="x", max_retries=0, timeout=120))
+    tools = [{"type": "function", "function": WEATHER}]
+    r = c.chat.completions.create(
+        model="smollm2", messages=ASK, tools=tools, tool_choice="required", max_tokens=3, temperature=0
+    )
+    assert r.choices[0].finish_reason == "length" and not r.choices[0].message.tool_calls
+    assert r.choices[0].message.content

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Daemon, pid_alive, wait_for
+from tests.conftest import Daemon, closing, pid_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -15,7 +15,7 @@ SAMPLING = {"temperature": 0.0, "seed": 42, "max_tokens": 32}
 
 
 def client(d: Daemon) -> openai.OpenAI:
-    return openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return closing(openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0, timeout=120))
 
 
 def test_list_models(daemon: Daemon) -> None:

@@ -12,7 +12,7 @@ import ollama
 import orjson
 import pytest
 
-from tests.conftest import Assets, Daemon, cleanup, make_daemon, provision, wait_for
+from tests.conftest import Assets, Daemon, cleanup, closing, make_daemon, provision, wait_for
 from tests.fakehub import FakeHub, running, split_gguf, tiny_gguf
 
 pytestmark = pytest.mark.e2e
@@ -47,7 +47,7 @@ def daemon_with_hub(
 
 
 def test_pull_streams_progress_then_serves(daemon_with_hub: Daemon, hub: FakeHub) -> None:
-    c = ollama.Client(host=daemon_with_hub.url, timeout=120)
+    c = closing(ollama.Client(host=daemon_with_hub.url, timeout=120))
     try:
         parts = list(c.pull("smollm2:135m", stream=True))
         blob = hub.repos[SMOL_REPO][SMOL_FILE]
@@ -71,7 +71,7 @@ def test_pull_streams_progress_then_serves(daemon_with_hub: Daemon, hub: FakeHub
 
 
 def test_pull_whole_split_and_errors(daemon_with_hub: Daemon, hub: FakeHub) -> None:
-    c = ollama.Client(host=daemon_with_hub.url, timeout=60)
+    c = closing(ollama.Client(host=daemon_with_hub.url, timeout=60))
     try:
         whole = c.pull(f"hf.co/{SPLIT_REPO}", stream=False)
         assert whole.status == "success"
@@ -113,7 +113,7 @@ def test_a_client_that_leaves_cancels_and_the_next_pull_resumes(
     kept = (folder / "slow-Q4_K_M.gguf.part").stat().st_size
     assert 0 < kept < model_file.stat().st_size
     hub.slow.clear()
-    c = ollama.Client(host=daemon_with_hub.url, timeout=60)
+    c = closing(ollama.Client(host=daemon_with_hub.url, timeout=60))
     try:
         assert list(c.pull("hf:org/slow-GGUF", stream=True))[-1].status == "success"
     finally:

@@ -46,7 +46,11 @@ def synthetic_completion(engine_body: bytes) -> dict[str, Any]:
     """The engine's constrained JSON answer turned into an OpenAI chat.completion carrying one tool call."""
     try:
         data = orjson.loads(engine_body)
-        content = data["choices"][0]["message"]["content"]
+        choice = data["choices"][0]
+        content = choice["message"]["content"]
+        if choice.get("finish_reason") == "length":
+            # Cut off by max_tokens before the call was complete: say so as the APIs do, with the partial text.
+            return _truncated(data, content)
         call = orjson.loads(content)
         name, arguments = call["name"], call["arguments"]
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
@@ -79,10 +83,31 @@ def synthetic_completion(engine_body: bytes) -> dict[str, Any]:
     }
 
 
+def _truncated(data: dict[str, Any], content: str) -> dict[str, Any]:
+    return {
+        "id": data.get("id") or f"chatcmpl-{os.urandom(8).hex()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": data.get("model", ""),
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}
+        ],
+        "usage": data.get("usage") or {},
+    }
+
+
 def as_stream(completion: dict[str, Any]) -> bytes:
     """The same completion as the engine would have streamed it: a tool-call delta, the finish, usage, [DONE]."""
     msg = completion["choices"][0]["message"]
     head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    if not msg.get("tool_calls"):
+        chunks = [
+            {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": msg["content"]},
+                                  "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": completion["choices"][0]["finish_reason"]}]},
+            {**head, "choices": [], "usage": completion["usage"]},
+        ]  # fmt: skip
+        return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
     call = msg["tool_calls"][0]
     chunks = [
         {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
