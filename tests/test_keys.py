@@ -413,23 +413,6 @@ def test_a_temp_file_that_cannot_be_created_fails_cleanly(
     assert reg.get("extra") is None
 
 
-def test_a_read_only_directory_fails_cleanly(cfg: Path, env: dict[str, str]) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root ignores directory permissions")
-    reg = registry_for(cfg, env)
-    # The lock file must exist before the directory is made read-only.
-    add_key(cfg, "first", env=env)
-    before = cfg.read_bytes()
-    cfg.parent.chmod(0o500)
-    try:
-        with pytest.raises(ConfigWriteError):
-            add_key(cfg, "extra", registry=reg, env=env)
-    finally:
-        cfg.parent.chmod(0o700)
-    assert cfg.read_bytes() == before
-    assert reg.get("extra") is None
-
-
 def refused(exc_type: type[BlazarError], cfg: Path, call: object, *args: object, **kwargs: object) -> str:
     before = cfg.read_bytes()
     assert callable(call)
