@@ -106,7 +106,8 @@ def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object
     with httpx.stream(
         "POST", d.url + "/v1/chat/completions", json=long, headers=bearer(ONE), timeout=120
     ) as s:
-        first = next(s.iter_bytes())
+        chunks = s.iter_bytes()  # keep a reference: a dropped generator closes the stream
+        first = next(chunks)
         assert first.startswith(b'data: {"choices"'), first
         busy = post(d, "/v1/chat/completions", CHAT, bearer(ONE))
         assert busy.status_code == 429 and "max_concurrent" in busy.json()["error"]["message"], (
