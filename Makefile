@@ -49,7 +49,10 @@ fmt: install
 	cd native && cargo fmt
 
 bench: install assets
-	$(PY) benches/run.py
+	$(PY) benches/bench_native.py
+	$(PY) benches/bench_sched.py
+	$(PY) benches/bench_middleware.py
+	$(PY) benches/bench_gateway.py
 
 clean:
 	rm -rf $(VENV) native/target build dist
