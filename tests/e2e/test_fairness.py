@@ -26,7 +26,7 @@ secret = "sk-heavy-0123456789abcdef"
 weight = 3.0
 """
 BODY = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-TOTAL = 80
+TOTAL = 200
 CLIENTS_PER_KEY = 6
 
 
