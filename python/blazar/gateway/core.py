@@ -41,14 +41,13 @@ OLLAMA_GENERATE = Shape("ollama_generate", "application/x-ndjson")
 ANTHROPIC = Shape("anthropic", "text/event-stream")
 
 
-def model_key(canon: CanonicalRequest) -> str:
-    """The catalog name plus the child variant: embeddings run in their own child (``--embeddings``)."""
-    return names.normalize(canon.model) + ("@embed" if canon.kind == "embedding" else "")
-
-
-def slots_for(sup: Supervisor, canon: CanonicalRequest) -> int:
-    ov = sup.cfg.model_override(names.normalize(canon.model))
-    return ov.parallel if ov.parallel is not None else sup.cfg.parallel
+def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, int]:
+    """Once per request: the catalog name, the child key (embeddings run in their own ``@embed`` child) and the
+    model's slot count N for admission."""
+    name = names.normalize(canon.model)
+    ov = sup.cfg.model_override(name)
+    slots = ov.parallel if ov.parallel is not None else sup.cfg.parallel
+    return name, name + ("@embed" if canon.kind == "embedding" else ""), slots
 
 
 async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
@@ -76,9 +75,8 @@ async def serve(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape
 ) -> Response | None:
     """Chat and completion requests of any dialect: quotas, admission, the child, the translated response."""
-    key = model_key(canon)
-    req.gate.check_model(req, names.normalize(canon.model))
-    slots = slots_for(sup, canon)
+    name, key, slots = route_target(sup, canon)
+    req.gate.check_model(req, name)
     with await req.gate.admit(req, key, slots, canon):
         return await _dispatch(sup, req, proto, canon, shape, key, slots)
 
@@ -159,8 +157,9 @@ async def _forced_tool_call(
 
 async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     """An embedding request: the engine's OpenAI embeddings body (parsed) and the load time in ns."""
-    req.gate.check_model(req, names.normalize(canon.model))
-    with await req.gate.admit(req, model_key(canon), slots_for(sup, canon), canon):
+    name, key, slots = route_target(sup, canon)
+    req.gate.check_model(req, name)
+    with await req.gate.admit(req, key, slots, canon):
         return await _embed(sup, req, canon)
 
 
