@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import orjson
 import pytest
 
 from blazar.dialects.canonical import CanonicalRequest
@@ -136,3 +137,48 @@ def test_estimate_is_a_lower_bound(tokenize: object, kind: str) -> None:
     text = _samples()[kind]
     real = tokenize(text)
     assert estimate_tokens(chat(text)) <= real, (kind, real)
+
+
+def test_small_bodies_skip_the_measurement_and_never_change_the_answer() -> None:
+    """The body-size shortcut is sound: across dialects' bodies (ASCII, CJK, emoji, escapes, tools, token ids)
+    the estimate never exceeds what the shortcut assumes, so skipping cannot pass a prompt that would be refused."""
+    from blazar.dialects import anthropic as anthropic_dialect
+    from blazar.dialects import openai as openai_dialect
+    from blazar.preflight import BYTES_PER_TOKEN_MAX, TOOL_WRAP_BYTES
+
+    rng = random.Random(7)
+    alphabet = 'ab \n\t"\\é漢字😀\u0001' + "=" * 4
+    tool = {"name": "get_weather", "description": "d", "input_schema": {"type": "object", "properties": {}}}
+    for i in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 400)))
+        if i % 2:
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": text}],
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+            }
+            canon = openai_dialect.parse_chat(body)
+        else:
+            body = {
+                "model": "m",
+                "max_tokens": 5,
+                "system": text,
+                "tools": [tool],
+                "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+            }
+            canon = anthropic_dialect.parse_messages(body)
+        raw = orjson.dumps(body)
+        budget = len(raw) + TOOL_WRAP_BYTES * len(canon.tools or ())
+        assert estimate_tokens(canon) * BYTES_PER_TOKEN_MAX <= budget, (i, text)
+    ids = CanonicalRequest(model="m:latest", kind="completion", prompt=list(range(1000)))
+    assert estimate_tokens(ids) * 2 <= len(orjson.dumps({"prompt": list(range(1000))}))
+
+
+def test_check_request_fits_with_the_body_size() -> None:
+    big = chat("word " * 8000)
+    check_request_fits(big, 4096, body_len=100)  # a 100-byte body cannot hold 4096 tokens: not measured
+    with pytest.raises(PromptTooLong):
+        check_request_fits(big, 4096, body_len=40_100)
+    ids = CanonicalRequest(model="m:latest", kind="completion", prompt=list(range(5000)))  # type: ignore[arg-type]
+    with pytest.raises(PromptTooLong):
+        check_request_fits(ids, 4096, body_len=20_000)  # token ids are measured from 2 bytes per token

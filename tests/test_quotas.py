@@ -414,3 +414,21 @@ def test_load_keeps_the_larger_counter(tmp_path: Path) -> None:
 def test_quota_messages_never_hold_a_secret(quotas: Quotas) -> None:
     # KeyCtx carries no secret at all; messages name the key and the limit only.
     assert not any("secret" in f for f in KeyCtx.__dataclass_fields__)
+
+
+def test_utc_day_matches_the_calendar_across_midnights() -> None:
+    from datetime import UTC, datetime
+
+    from blazar.quotas import utc_day
+
+    for epoch in (
+        0.0,
+        86_399.999,
+        86_400.0,
+        1_764_460_799.5,
+        1_764_460_800.0,
+        -1.0,
+        4_102_444_800.0,
+        86_399.0,
+    ):
+        assert utc_day(epoch) == datetime.fromtimestamp(epoch, UTC).date().isoformat(), epoch

@@ -115,10 +115,23 @@ def check_prompt_fits(
     )
 
 
-def check_request_fits(req: CanonicalRequest, ctx_per_slot: int) -> None:
-    """``check_prompt_fits`` for a canonical request (its ``max_tokens`` param, its model name)."""
+TOOL_WRAP_BYTES = 64
+"""Bytes a dialect may add around one tool when it is rendered in the canonical (OpenAI) shape."""
+
+
+def check_request_fits(req: CanonicalRequest, ctx_per_slot: int, body_len: int | None = None) -> None:
+    """``check_prompt_fits`` for a canonical request (its ``max_tokens`` param, its model name).
+
+    With ``body_len`` (the client's JSON body size) a body too small to hold a refusable prompt is passed without
+    measuring its text: every counted character came from that body, and JSON never encodes text in fewer bytes
+    than its UTF-8, so the estimate is at most ``body_len / 8`` (``/ 2`` when token ids may be given)."""
     if ctx_per_slot <= 0:
         return
+    if body_len is not None:
+        ids_possible = isinstance(req.prompt, list) or isinstance(req.input, list)
+        per_token = 2 if ids_possible else BYTES_PER_TOKEN_MAX
+        if body_len + TOOL_WRAP_BYTES * len(req.tools or ()) < per_token * ctx_per_slot:
+            return
     max_tokens = req.params.get("max_tokens")
     check_prompt_fits(
         estimate_tokens(req),

@@ -82,9 +82,21 @@ class SystemClock:
 SYSTEM_CLOCK: Clock = SystemClock()
 
 
+_DAY_SECS = 86_400
+_last_day: tuple[int, str] = (-(2**62), "")
+
+
 def utc_day(epoch: float) -> str:
-    """``YYYY-MM-DD`` of ``epoch`` in UTC: the ``day`` column of ``key_usage``."""
-    return datetime.fromtimestamp(epoch, UTC).date().isoformat()
+    """``YYYY-MM-DD`` of ``epoch`` in UTC: the ``day`` column of ``key_usage``. POSIX time has no leap seconds,
+    so the day number is ``epoch // 86400``; the string is built once per day, not per request."""
+    global _last_day
+    day = int(epoch // _DAY_SECS)
+    cached = _last_day
+    if cached[0] == day:
+        return cached[1]
+    text = datetime.fromtimestamp(day * _DAY_SECS, UTC).date().isoformat()
+    _last_day = (day, text)
+    return text
 
 
 def seconds_until_utc_midnight(epoch: float) -> int:

@@ -105,3 +105,21 @@ def test_port_in_use_exits_3(daemon_factory: object) -> None:
     assert r.returncode == 3
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and f"port {d.port}" in lines[0] and "already in use" in lines[0]
+
+
+def test_a_model_removed_by_the_cli_is_refused_within_the_recheck(daemon_factory: object) -> None:
+    """Requests to a ready child skip the catalog query (the fast path), but not for longer than
+    CATALOG_RECHECK_SECS: a model `blazar rm` removed from another process is then a 404 naming the model."""
+    import time
+
+    from blazar.supervisor.pool import CATALOG_RECHECK_SECS
+
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    for _ in range(3):  # the first spawns the child; the next ones take the fast path
+        assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    d.cli("rm", "smollm2")
+    time.sleep(CATALOG_RECHECK_SECS + 0.2)
+    r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
+    assert r.status_code == 404, r.text
+    assert "model 'smollm2:latest' not found" in r.json()["error"]["message"]

@@ -8,6 +8,7 @@ Envelope, outermost first: trace id (``x-blazar-trace-id``) -> route lookup -> b
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -104,6 +105,11 @@ class App:
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon(self.sup.start_background)
         loop.call_soon(self.gate.start)
+        # Everything imported and built so far lives as long as the daemon: move it out of the collector's
+        # reach, so a full collection scans only what requests create (measured: a full collection over the
+        # unfrozen heap took about 50 ms, a latency spike every few thousand requests).
+        gc.collect()
+        gc.freeze()
 
     def __rsgi_del__(self, loop: asyncio.AbstractEventLoop) -> None:
         pass

@@ -41,13 +41,31 @@ OLLAMA_GENERATE = Shape("ollama_generate", "application/x-ndjson")
 ANTHROPIC = Shape("anthropic", "text/event-stream")
 
 
+_ROUTES_MAX = 1024
+"""Distinct (client model name, kind) pairs remembered by ``route_target``; the table is cleared past this."""
+_routes: dict[tuple[str, bool], tuple[str, str, int]] = {}
+_routes_cfg: list[object] = [None]
+
+
 def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, int]:
     """Once per request: the catalog name, the child key (embeddings run in their own ``@embed`` child) and the
-    model's slot count N for admission."""
+    model's slot count N for admission. Memoised per client-given name: the config is immutable, so the answer
+    only changes when the supervisor is given a new one."""
+    embedding = canon.kind == "embedding"
+    if _routes_cfg[0] is not sup.cfg:
+        _routes.clear()
+        _routes_cfg[0] = sup.cfg
+    hit = _routes.get((canon.model, embedding))
+    if hit is not None:
+        return hit
     name = names.normalize(canon.model)
     ov = sup.cfg.model_override(name)
     slots = ov.parallel if ov.parallel is not None else sup.cfg.parallel
-    return name, name + ("@embed" if canon.kind == "embedding" else ""), slots
+    target = name, name + ("@embed" if embedding else ""), slots
+    if len(_routes) >= _ROUTES_MAX:
+        _routes.clear()
+    _routes[(canon.model, embedding)] = target
+    return target
 
 
 async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
@@ -85,7 +103,7 @@ async def _dispatch(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape, key: str, slots: int
 ) -> Response | None:
     child, load_ns = await ready_child(sup, req, canon)
-    check_request_fits(canon, child.spec.ctx_per_slot)
+    check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
     path, body = render_engine(canon)
     slot = req.gate.session_slot(req, key, slots)
     if slot is not None:

@@ -21,18 +21,16 @@ from blazar.supervisor import Child, Supervisor
 log = logging.getLogger("blazar.proxy")
 
 
+_CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
+
+
 async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> aiohttp.ClientResponse:
     """POST to the child and wait (bounded) for its response headers."""
     try:
-        return await asyncio.wait_for(
-            sup.http.post(
-                child.base_url + path,
-                data=body,
-                headers={"authorization": f"Bearer {child.api_key}", "content-type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            ),
-            timeout=float(sup.cfg.child_header_timeout_secs),
-        )
+        async with asyncio.timeout(float(sup.cfg.child_header_timeout_secs)):
+            return await sup.http.post(
+                child.base_url + path, data=body, headers=child.request_headers, timeout=_CONNECT_TIMEOUT
+            )
     except TimeoutError:
         await sup.evict(child.key, "no response headers within child_header_timeout_secs")
         raise HttpError(

@@ -69,10 +69,9 @@ class Child:
         self.ctx_size = spec.ctx_size
         self.tool_calls_supported: bool | None = None  # from the engine's /props, asked on first need
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self.base_url = ""
+        self.request_headers: dict[str, str] = {}
+        self.catalog_checked = 0.0  # monotonic time the catalog last confirmed this child's model
 
     @property
     def pid(self) -> int | None:
@@ -93,6 +92,8 @@ class Child:
         self.state = State.STARTING
         self.port = free_port()
         self.api_key = secrets.token_urlsafe(32)
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.request_headers = {"authorization": f"Bearer {self.api_key}", "content-type": "application/json"}
         key_file = self.data.run_file(self.key, "apikey")
         key_file.unlink(missing_ok=True)
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

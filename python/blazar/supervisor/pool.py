@@ -28,6 +28,11 @@ from blazar.supervisor.child import Child, State, log_tail
 
 log = logging.getLogger("blazar.supervisor")
 
+CATALOG_RECHECK_SECS = 1.0
+"""A ready child answers requests without a catalog query for this long after the catalog last confirmed its
+model, so a model removed by another process (``blazar rm``) is refused within about a second."""
+_HOT_MAX = 1024
+
 
 def _manifest() -> Manifest | None:
     """The engine manifest, for re-routing; a broken manifest must not hide the engine's own failure."""
@@ -62,6 +67,7 @@ class Supervisor:
         self._locks: dict[str, asyncio.Lock] = {}
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._hot: dict[tuple[str, bool], Child] = {}  # client-given name -> its ready child (fast path)
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -74,7 +80,27 @@ class Supervisor:
             self._reaper = asyncio.get_running_loop().create_task(self._idle_loop())
 
     async def ensure_ready(self, model_name: str, *, embeddings: bool = False) -> Child:
-        """The ready child for ``model_name``, spawning (or respawning a dead one) as needed."""
+        """The ready child for ``model_name``, spawning (or respawning a dead one) as needed.
+
+        The common case (the child is up and the catalog confirmed its model within ``CATALOG_RECHECK_SECS``)
+        takes neither the lock nor a catalog query."""
+        hot = self._hot.get((model_name, embeddings))
+        if (
+            hot is not None
+            and hot.state is State.READY
+            and time.monotonic() - hot.catalog_checked < CATALOG_RECHECK_SECS
+            and self.children.get(hot.key) is hot
+            and hot.alive()
+        ):
+            return hot
+        child = await self._ensure_ready(model_name, embeddings)
+        child.catalog_checked = time.monotonic()
+        if len(self._hot) >= _HOT_MAX:
+            self._hot.clear()
+        self._hot[(model_name, embeddings)] = child
+        return child
+
+    async def _ensure_ready(self, model_name: str, embeddings: bool) -> Child:
         model = self.catalog.get(model_name)
         key = model.name + ("@embed" if embeddings else "")
         lock = self._locks.setdefault(key, asyncio.Lock())
