@@ -131,3 +131,31 @@ def test_root_and_version(daemon: Daemon, client: Make) -> None:
     head = httpx.head(daemon.url + "/")
     assert head.status_code == 200 and head.content == b""
     assert httpx.get(daemon.url + "/api/version").json()["version"]
+
+
+def test_num_ctx_restarts_the_engine_with_that_context(daemon_factory: object, client: Make) -> None:
+    """options.num_ctx: the engine restarts with that context per request (as Ollama reloads the model);
+    a request without it is served by whatever runs; the same num_ctx again does not restart."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    c = client(d)
+
+    def ps() -> tuple[int, int]:
+        [m] = c.ps().models
+        [pid] = d.child_pids()
+        return int(m.context_length or 0), pid
+
+    c.chat(model="smollm2", messages=MESSAGES, options=OPTIONS)
+    ctx0, pid0 = ps()
+    assert ctx0 == 4096  # the config's default
+    c.chat(model="smollm2", messages=MESSAGES, options={**OPTIONS, "num_ctx": 1024})
+    ctx1, pid1 = ps()
+    assert (ctx1, pid1 != pid0) == (1024, True)
+    c.chat(model="smollm2", messages=MESSAGES, options=OPTIONS)  # no num_ctx: served as it runs
+    c.chat(model="smollm2", messages=MESSAGES, options={**OPTIONS, "num_ctx": 1024})
+    assert ps() == (1024, pid1)
+    # The per-request context is enforced before dispatch: a prompt that cannot fit 256 tokens is a 400.
+    long = [{"role": "user", "content": "word " * 4000}]
+    with pytest.raises(ollama.ResponseError) as exc:
+        c.chat(model="smollm2", messages=long, options={**OPTIONS, "num_ctx": 256})
+    assert exc.value.status_code == 400 and "a slot holds 256 tokens" in str(exc.value)

@@ -38,3 +38,38 @@ def test_only_ready_children() -> None:
     c = child("a", 0)
     c.state = State.STARTING
     assert idle_victims([c], now=100, default_timeout=1) == []
+
+
+def test_wants_restart_only_for_a_new_num_ctx() -> None:
+    from blazar.supervisor.pool import wants_restart
+
+    c = Child("m", "m", LaunchSpec(("x",), ctx_size=4096, parallel=2), DataDir(Path("/nonexistent")))
+    assert not wants_restart(c, None)  # no num_ctx: whatever runs serves
+    assert not wants_restart(c, 2048)  # what it runs with per slot
+    assert wants_restart(c, 1024)
+    c.num_ctx = 8192  # started for 8192, capped lower by the memory fit: not restarted again and again
+    assert not wants_restart(c, 8192)
+
+
+def test_a_busy_child_is_not_cut_off_for_a_restart() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    import pytest
+
+    from blazar.errors import LaneError
+    from blazar.supervisor.pool import Supervisor
+
+    c = child("m:latest", 0, inflight=1)
+    owner = SimpleNamespace(cfg=SimpleNamespace(queue_wait_secs=0))
+    with pytest.raises(LaneError) as exc:
+        asyncio.run(Supervisor._drain(owner, c, 1024))  # type: ignore[arg-type]
+    assert exc.value.status == 503 and "could not restart for num_ctx 1024" in str(exc.value)
+
+    async def finishes_soon() -> None:
+        asyncio.get_running_loop().call_later(0.05, setattr, c, "inflight", 0)
+        owner.cfg.queue_wait_secs = 5
+        await Supervisor._drain(owner, c, 1024)  # type: ignore[arg-type]
+
+    asyncio.run(finishes_soon())
+    assert c.inflight == 0

@@ -63,7 +63,7 @@ class CanonicalRequest:
                    whose streams carry usage by design, Anthropic and Ollama).
     raw            Ollama ``raw: true`` generate: no template (admitted as RawLong work).
     suffix         fill-in-the-middle: text after the insertion point (renders to ``ENGINE_INFILL``).
-    options_ctx    Ollama ``options.num_ctx``: a launch-profile concern the caller reports or applies.
+    options_ctx    Ollama ``options.num_ctx``: the per-slot context the supervisor (re)starts the engine with.
     notes          fields accepted but ignored, one teaching sentence each.
     load_only      Ollama: no prompt, messages or input; the request only loads (or with keep_alive 0 unloads) the
                    model and is never sent to the engine.

@@ -3,7 +3,7 @@ into the canonical request, and the Ollama error body.
 
 Ollama semantics kept here: ``stream`` defaults to true; ``keep_alive`` is seconds or a Go duration, 0 unloads and a
 negative value keeps the model loaded; ``options`` are mapped to llama-server's sampling names (``num_predict`` ->
-``max_tokens``, negative = unlimited), ``num_ctx`` is reported as ``options_ctx`` and load-time options become notes;
+``max_tokens``, negative = unlimited), ``num_ctx`` becomes ``options_ctx`` (the supervisor restarts the engine with that context per slot) and load-time options become notes;
 ``format`` ("json" or a JSON schema) becomes a response_format; images (base64) become image_url data-URI parts;
 tool-call arguments arrive as objects and leave as JSON strings. A request with no prompt, messages or input only
 loads (or unloads) the model: ``load_only``. Imports only ``canonical``; pure.

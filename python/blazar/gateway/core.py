@@ -71,7 +71,9 @@ def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, in
 async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
     """The child for ``canon`` and the load time in ns when this request had to start it (else 0)."""
     t0 = time.perf_counter()
-    child = await sup.ensure_ready(canon.model, embeddings=canon.kind == "embedding")
+    child = await sup.ensure_ready(
+        canon.model, embeddings=canon.kind == "embedding", num_ctx=canon.options_ctx
+    )
     waited = time.perf_counter() - t0
     req.engine_s += waited
     load_ns = int(waited * 1e9)

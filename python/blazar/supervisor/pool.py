@@ -22,7 +22,7 @@ from blazar.engines.manifest import Manifest, load_manifest
 from blazar.engines.registry import EngineRow
 from blazar.errors import ChildError, LaneError
 from blazar.paths import DataDir
-from blazar.profile import compile_profile
+from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
 from blazar.supervisor.child import Child, State, log_tail
 
@@ -32,6 +32,13 @@ CATALOG_RECHECK_SECS = 1.0
 """A ready child answers requests without a catalog query for this long after the catalog last confirmed its
 model, so a model removed by another process (``blazar rm``) is refused within about a second."""
 _HOT_MAX = 1024
+DRAIN_POLL_SECS = 0.025
+
+
+def wants_restart(child: Child, num_ctx: int | None) -> bool:
+    """Whether a request asking for ``num_ctx`` tokens per slot needs ``child`` restarted: it names a context the
+    child was neither started for nor runs with (a context capped by the memory fit is not retried each time)."""
+    return num_ctx is not None and num_ctx != child.num_ctx and num_ctx != child.spec.ctx_per_slot
 
 
 def _manifest() -> Manifest | None:
@@ -79,43 +86,57 @@ class Supervisor:
         if self._reaper is None:
             self._reaper = asyncio.get_running_loop().create_task(self._idle_loop())
 
-    async def ensure_ready(self, model_name: str, *, embeddings: bool = False) -> Child:
+    async def ensure_ready(
+        self, model_name: str, *, embeddings: bool = False, num_ctx: int | None = None
+    ) -> Child:
         """The ready child for ``model_name``, spawning (or respawning a dead one) as needed.
 
-        The common case (the child is up and the catalog confirmed its model within ``CATALOG_RECHECK_SECS``)
-        takes neither the lock nor a catalog query."""
+        ``num_ctx`` (Ollama's ``options.num_ctx``: the context one request may use) restarts a child that runs
+        with another per-slot context once its requests in flight have finished; without it any running child
+        serves. The common case (the child is up and the catalog confirmed its model within
+        ``CATALOG_RECHECK_SECS``) takes neither the lock nor a catalog query."""
+        if num_ctx is not None and num_ctx <= 0:
+            num_ctx = None
         hot = self._hot.get((model_name, embeddings))
         if (
             hot is not None
             and hot.state is State.READY
+            and not wants_restart(hot, num_ctx)
             and time.monotonic() - hot.catalog_checked < CATALOG_RECHECK_SECS
             and self.children.get(hot.key) is hot
             and hot.alive()
         ):
             return hot
-        child = await self._ensure_ready(model_name, embeddings)
+        child = await self._ensure_ready(model_name, embeddings, num_ctx)
         child.catalog_checked = time.monotonic()
         if len(self._hot) >= _HOT_MAX:
             self._hot.clear()
         self._hot[(model_name, embeddings)] = child
         return child
 
-    async def _ensure_ready(self, model_name: str, embeddings: bool) -> Child:
+    async def _ensure_ready(self, model_name: str, embeddings: bool, num_ctx: int | None) -> Child:
         model = self.catalog.get(model_name)
         key = model.name + ("@embed" if embeddings else "")
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             child = self.children.get(key)
             if child is not None and child.state is State.READY and child.alive():
-                return child
-            if child is not None:
+                if not wants_restart(child, num_ctx):
+                    return child
+                await self._drain(child, num_ctx)
+                log.info("restarting %s for num_ctx %d (it ran with %d per slot)",
+                         key, num_ctx, child.spec.ctx_per_slot)  # fmt: skip
+                await child.stop(grace=self.cfg.stop_grace_secs)
+                child.state = State.EVICTED
+                self.children.pop(key, None)
+            elif child is not None:
                 log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
                 await child.stop(grace=self.cfg.stop_grace_secs)
                 self.children.pop(key, None)
             engines = registry.list_all(self.store)
             engine = serving_lane(self.cfg, model, engines)
             try:
-                child = await self._spawn(key, model, engine, embeddings)
+                child = await self._spawn(key, model, engine, embeddings, num_ctx)
             except ChildError:
                 # An engine that died on an architecture it does not know is re-routed exactly once.
                 arch = classify_unknown_arch(log_tail(self.data.log_file(key), lines=200))
@@ -127,7 +148,7 @@ class Supervisor:
                 log.warning("engine %s %s does not know '%s'; re-routing %s to %s %s",
                             engine.kind, engine.tag, arch, key, nxt.kind, nxt.tag)  # fmt: skip
                 try:
-                    child = await self._spawn(key, model, nxt, embeddings)
+                    child = await self._spawn(key, model, nxt, embeddings, num_ctx)
                 except ChildError:
                     again = classify_unknown_arch(log_tail(self.data.log_file(key), lines=200))
                     if again is None:
@@ -145,10 +166,31 @@ class Supervisor:
             )
             return child
 
-    async def _spawn(self, key: str, model: ModelRow, engine: EngineRow, embeddings: bool) -> Child:
-        # Compiling reads the GGUF header and probes the GPU: off the event loop.
-        spec = await asyncio.to_thread(compile_profile, self.cfg, model, engine, embeddings=embeddings)
+    async def _drain(self, child: Child, num_ctx: int | None) -> None:
+        """Wait (at most ``queue_wait_secs``) until ``child`` has no request in flight, so a restart for another
+        context never cuts a response off; 503 when it stays busy."""
+        deadline = time.monotonic() + float(self.cfg.queue_wait_secs)
+        while child.inflight > 0:
+            if time.monotonic() >= deadline:
+                raise LaneError(
+                    f"model '{child.model}' runs with a {child.spec.ctx_per_slot}-token context per request and "
+                    f"stayed busy for {self.cfg.queue_wait_secs} s, so it could not restart for num_ctx {num_ctx};"
+                    " retry when its requests finish, or set ctx_size for this model in config.toml so every"
+                    " request gets the context it needs"
+                )
+            await asyncio.sleep(DRAIN_POLL_SECS)
+
+    async def _spawn(
+        self, key: str, model: ModelRow, engine: EngineRow, embeddings: bool, num_ctx: int | None = None
+    ) -> Child:
+        # Compiling reads the GGUF header and probes the GPU: off the event loop. A request's num_ctx is per
+        # slot; the engine's context is shared by its slots.
+        ctx_total = num_ctx * model_settings(self.cfg, model.name).parallel if num_ctx else None
+        spec = await asyncio.to_thread(
+            compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total
+        )
         child = Child(key, model.name, spec, self.data)
+        child.num_ctx = num_ctx
         ov = self.cfg.model_override(model.name)
         if ov.idle_timeout_secs is not None:
             child.keep_alive = float(ov.idle_timeout_secs)
