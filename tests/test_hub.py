@@ -3,6 +3,7 @@ verified downloads, refusals and cancellation."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.fakehub import COMMIT, FakeHub, running, tiny_gguf
 REPO = "org/tiny-GGUF"
 FILE = "tiny-Q4_K_M.gguf"
 DATA = tiny_gguf(floats=3 << 18)  # 3 MiB
+SHA = hashlib.sha256(DATA).hexdigest()
 
 
 @pytest.fixture
@@ -52,8 +54,9 @@ def test_listing_and_metadata(hub: Hub, fake: FakeHub) -> None:
 
 def test_download_verified_and_renamed(hub: Hub, fake: FakeHub, tmp_path: Path) -> None:
     seen: list[tuple[int, int | None]] = []
-    dest = hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE, progress=lambda d, t: seen.append((d, t)))
-    assert dest.read_bytes() == DATA
+    got = hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE, progress=lambda d, t: seen.append((d, t)))
+    assert got.path == tmp_path / FILE and got.path.read_bytes() == DATA
+    assert got.sha256 == SHA  # what the bytes hashed to on the way in, which the Hub's LFS sha256 confirmed
     assert sorted(p.name for p in tmp_path.iterdir()) == [FILE]  # no .part, .part.json or .lock left
     assert seen[-1] == (len(DATA), len(DATA))
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
@@ -63,17 +66,17 @@ def test_a_verified_leftover_is_reused_and_a_stale_one_replaced(
     hub: Hub, fake: FakeHub, tmp_path: Path
 ) -> None:
     (tmp_path / FILE).write_bytes(DATA)
-    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).read_bytes() == DATA
+    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).sha256 == SHA
     assert fake.ranges(FILE) == []
     (tmp_path / FILE).write_bytes(bytes(len(DATA)))  # same size, other bytes
-    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).read_bytes() == DATA
+    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).path.read_bytes() == DATA
     assert fake.ranges(FILE) == [None]
 
 
 def test_dropped_connections_resume_with_range(hub: Hub, fake: FakeHub, tmp_path: Path) -> None:
     fake.drops[FILE] = [1_000_000, 2_500_000]
-    dest = hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE)
-    assert dest.read_bytes() == DATA
+    got = hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE)
+    assert got.path.read_bytes() == DATA and got.sha256 == SHA
     assert fake.ranges(FILE) == [None, "bytes=1000000-", "bytes=2500000-"]
 
 
@@ -86,8 +89,9 @@ def test_interrupted_pull_is_resumed_by_the_next(hub: Hub, fake: FakeHub, tmp_pa
     fake.drops.clear()
     fake.requests.clear()
     seen: list[int] = []
-    dest = hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE, progress=lambda d, t: seen.append(d))
-    assert dest.read_bytes() == DATA and not part.exists()
+    got = hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE, progress=lambda d, t: seen.append(d))
+    assert got.path.read_bytes() == DATA and not part.exists()
+    assert got.sha256 == SHA  # the digest covers the kept prefix too
     assert fake.ranges(FILE) == ["bytes=1200000-"]
     assert seen[0] == 1_200_000  # the kept prefix is reported (and hashed) before new bytes arrive
 
@@ -95,14 +99,19 @@ def test_interrupted_pull_is_resumed_by_the_next(hub: Hub, fake: FakeHub, tmp_pa
 def test_a_part_of_another_file_is_not_resumed(hub: Hub, fake: FakeHub, tmp_path: Path) -> None:
     (tmp_path / f"{FILE}.part").write_bytes(b"x" * 1000)
     (tmp_path / f"{FILE}.part.json").write_bytes(b'{"url":"elsewhere"}')
-    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).read_bytes() == DATA
+    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).path.read_bytes() == DATA
     assert fake.ranges(FILE) == [None]
 
 
 def test_server_ignoring_range_restarts_cleanly(hub: Hub, fake: FakeHub, tmp_path: Path) -> None:
     fake.drops[FILE] = [1_000_000]
     fake.ignore_range = True
-    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).read_bytes() == DATA
+    assert hub.download(REPO, COMMIT, _file(hub), tmp_path / FILE).path.read_bytes() == DATA
+
+
+def test_a_file_the_hub_gives_no_sha256_for_gets_the_one_it_hashed_to(hub: Hub, tmp_path: Path) -> None:
+    got = hub.download(REPO, COMMIT, HubFile(FILE, len(DATA), None), tmp_path / FILE)
+    assert got.sha256 == SHA and got.path.read_bytes() == DATA
 
 
 def test_sha256_mismatch_removes_the_download(hub: Hub, fake: FakeHub, tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """`blazar pull` against a local server laid out like the Hub: names and aliases, choosing the GGUF, the real
-SmolLM2 file end to end, resume, sha256 refusal, multi-shard sets, the async event stream and the CLI."""
+SmolLM2 file end to end, resume, sha256 refusal, multi-shard sets, the async event stream and the CLI; the
+catalog row records the sha256 the download verified, without reading the weights again."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,9 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from blazar import catalog as catalog_mod
 from blazar import names
 from blazar.aliases import ALIASES
-from blazar.catalog import Catalog
+from blazar.catalog import Catalog, split_digest
 from blazar.cli import app
 from blazar.hub import Hub, HubError, HubFile, RepoInfo, check_repo_id
 from blazar.paths import DataDir
@@ -55,6 +58,17 @@ def catalog(tmp_path: Path) -> Iterator[Catalog]:
     store = Store.open(data.db)
     yield Catalog(store, data)
     store.close()
+
+
+@pytest.fixture
+def no_rehash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registering a pull must not hash the weights again: the download already did."""
+
+    def refuse(*_a: object, **_k: object) -> str:
+        raise AssertionError("the catalog hashed a pulled file again")
+
+    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
+    monkeypatch.setattr(catalog_mod, "model_digest", refuse)
 
 
 def _downloads(catalog: Catalog) -> list[str]:
@@ -152,7 +166,7 @@ def test_choosing_teaches() -> None:
 # -- pulling over HTTP ------------------------------------------------------------------------------------
 
 
-def test_pull_the_real_model_by_alias(catalog: Catalog, hub: Hub, fake: FakeHub) -> None:
+def test_pull_the_real_model_by_alias(catalog: Catalog, hub: Hub, fake: FakeHub, no_rehash: None) -> None:
     events: list[Event] = []
     result = pull(catalog, "smollm2:135m", hub=hub, emit=events.append)
     row = result.row
@@ -160,6 +174,7 @@ def test_pull_the_real_model_by_alias(catalog: Catalog, hub: Hub, fake: FakeHub)
     assert row.path.is_relative_to(catalog.data.models) and row.path.stat().st_nlink == 1
     assert _downloads(catalog) == []  # the download became the catalog's file (a link), then went away
     blob = fake.repos[SMOL_REPO][SMOL_FILE]
+    assert row.sha256 == blob.sha256 and catalog.get(row.name).sha256 == blob.sha256
     statuses = [e.status for e in events]
     assert statuses[0] == "pulling manifest" and statuses[-3:] == [
         "verifying sha256 digest",
@@ -197,6 +212,7 @@ def test_resume_after_an_interrupted_pull(catalog: Catalog, hub: Hub, fake: Fake
     row = pull(catalog, f"hf:{TINY_REPO}", hub=hub).row
     assert row.name == "hf.co/org/tiny-GGUF:latest" and row.path.read_bytes() == TINY
     assert fake.ranges(TINY_FILE) == ["bytes=1500000-"] and _downloads(catalog) == []
+    assert row.sha256 == hashlib.sha256(TINY).hexdigest()  # the kept prefix counted
 
 
 def test_sha256_mismatch_registers_nothing(catalog: Catalog, hub: Hub, fake: FakeHub) -> None:
@@ -213,8 +229,10 @@ def test_missing_file_teaches(catalog: Catalog, hub: Hub) -> None:
         pull(catalog, "hf:org/ghost", hub=hub)
 
 
-def test_multi_shard_kept_native(catalog: Catalog, hub: Hub) -> None:
+def test_multi_shard_kept_native(catalog: Catalog, hub: Hub, fake: FakeHub, no_rehash: None) -> None:
     row = pull(catalog, f"hf.co/{SPLIT_REPO}:Q8_0", hub=hub).row
+    lfs = [fake.repos[SPLIT_REPO][f"Q8_0/{shard}"].sha256 for shard in SHARDS]
+    assert row.sha256 == split_digest(lfs)  # from the Hub's per-shard sha256s
     assert row.name == "hf.co/org/tiny-split-GGUF:Q8_0"
     first, second = (row.path.parent / s for s in SHARDS)
     assert row.path == first and second.is_file()  # side by side, llama.cpp's names kept
@@ -223,6 +241,7 @@ def test_multi_shard_kept_native(catalog: Catalog, hub: Hub) -> None:
     assert [first.read_bytes(), second.read_bytes()] == list(SHARDS.values())
     assert _downloads(catalog) == []
     copy = catalog.copy(row.name, "split-copy")
+    assert copy.sha256 == row.sha256
     assert (
         copy.path.name == first.name
         and os.stat(copy.path.parent / second.name).st_ino == second.stat().st_ino
@@ -233,7 +252,7 @@ def test_multi_shard_kept_native(catalog: Catalog, hub: Hub) -> None:
     assert [p.name for p in catalog.data.models.iterdir() if p.name != ".downloads"] == []
 
 
-def test_async_events_and_cancel(catalog: Catalog, fake: FakeHub) -> None:
+def test_async_events_and_cancel(catalog: Catalog, fake: FakeHub, no_rehash: None) -> None:
     def factory() -> Hub:
         return Hub(fake.url, retries=1, backoff=0.01)
 
@@ -246,7 +265,8 @@ def test_async_events_and_cancel(catalog: Catalog, fake: FakeHub) -> None:
         "writing manifest",
         "success",
     ]
-    assert catalog.get("hf.co/org/tiny-GGUF:latest").size_bytes == len(TINY)
+    pulled = catalog.get("hf.co/org/tiny-GGUF:latest")
+    assert pulled.size_bytes == len(TINY) and pulled.sha256 == fake.repos[TINY_REPO][TINY_FILE].sha256
 
     fake.drops[TINY_FILE] = [1_100_000, 1_100_000]  # slow the second pull down so that it is mid-file
 

@@ -4,13 +4,27 @@ Each catalog name owns exactly one link to its weights (hard links share the dat
 name's entry only. A split GGUF (llama.cpp's ``-00001-of-0000N.gguf`` shards) is kept native: its shards are
 linked side by side under ``models/<name>/<tag>/`` with their own file names and the row points at the first
 shard, which is what engines load. It never starts engines or talks HTTP.
+
+Digests: the ``sha256`` column holds the hex sha256 of the model's weights, which the Ollama API serves as
+``digest``. For one file it is the sha256 of the file, which is also the Hub's LFS sha256 of it. For a split
+GGUF it is the sha256 of the shards' sha256 hex strings, in shard order, each followed by a newline
+(``split_digest``): it covers every shard, and a pull can record it from the Hub's per-shard values. Where it
+comes from: ``pull`` hands over the sha256 its download verified (no rehash); ``import`` hashes while copying,
+or reads a hard-linked file once in 1 MiB blocks; ``cp`` reuses the source row's value. Rows written before
+digests were recorded have NULL and are filled the first time a digest is wanted: ``fill_digest`` in the
+calling thread (the CLI), ``digest`` in a worker thread for the gateway, never on its event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import errno
+import hashlib
+import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,18 +34,24 @@ import orjson
 
 from blazar import names
 from blazar._native import GgufError, read_gguf_metadata
-from blazar.errors import CatalogError, ModelNotFound
+from blazar.errors import CatalogError, ModelNotFound, StoreError
 from blazar.gguf_info import GgufSummary, summarize
 from blazar.paths import DataDir, safe_component
 from blazar.store import Store
 
+log = logging.getLogger("blazar.catalog")
+
 CopyProgress = Callable[[int, int], None]
-"""Called as (bytes_done, bytes_total) while copying."""
+"""Called as (bytes_done, bytes_total) while copying, or while hashing a file that was linked."""
+
+HASH_BLOCK = 1 << 20
+"""Bytes per read when hashing a file that is already in place."""
 
 _COLS = (
     "name, path, format, size_bytes, architecture, parameter_count, context_length, quantization,"
-    " has_chat_template, created_at"
+    " has_chat_template, created_at, sha256"
 )
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +66,12 @@ class ModelRow:
     quantization: str | None
     has_chat_template: bool
     created_at: str
+    sha256: str | None = None
+    """The weights' digest (hex; see the module docstring for split GGUF); None until it is computed."""
 
 
 def _row(r: tuple[object, ...]) -> ModelRow:
-    name, path, fmt, size, arch, params, ctx, quant, tmpl, created = r
+    name, path, fmt, size, arch, params, ctx, quant, tmpl, created, sha = r
     return ModelRow(
         name=str(name),
         path=Path(str(path)),
@@ -61,6 +83,7 @@ def _row(r: tuple[object, ...]) -> ModelRow:
         quantization=None if quant is None else str(quant),
         has_chat_template=bool(tmpl),
         created_at=str(created),
+        sha256=None if sha is None else str(sha),
     )
 
 
@@ -90,23 +113,88 @@ def inspect(path: Path) -> GgufSummary:
     return summarize(read_header(path))
 
 
-def _link_or_copy(src: Path, dest: Path, progress: CopyProgress | None) -> str:
+# -- digests ----------------------------------------------------------------------------------------------
+
+
+class DigestCancelled(Exception):
+    """Hashing was cancelled (the gateway is shutting down); nothing was recorded."""
+
+
+def sha256_file(
+    path: Path, progress: CopyProgress | None = None, cancel: threading.Event | None = None
+) -> str:
+    """The hex sha256 of ``path``, read once in ``HASH_BLOCK`` pieces; OSError if it cannot be read."""
+    h = hashlib.sha256()
+    buf = bytearray(HASH_BLOCK)
+    view = memoryview(buf)
+    done = 0
+    with path.open("rb", buffering=0) as f:
+        total = os.fstat(f.fileno()).st_size
+        while n := f.readinto(buf):
+            if cancel is not None and cancel.is_set():
+                raise DigestCancelled(f"hashing {path} was cancelled")
+            h.update(view[:n])
+            done += n
+            if progress:
+                progress(done, total)
+    return h.hexdigest()
+
+
+def split_digest(shard_sha256s: Sequence[str]) -> str:
+    """A split GGUF's digest: the sha256 of its shards' hex sha256s in shard order, one per line."""
+    return hashlib.sha256("".join(f"{s}\n" for s in shard_sha256s).encode("ascii")).hexdigest()
+
+
+def model_digest(path: Path, cancel: threading.Event | None = None) -> str:
+    """The digest of the weights a catalog row points at (its file, or its split set when ``path`` is shard 1)."""
+    shards = split_set(path)
+    if shards is None:
+        return sha256_file(path, cancel=cancel)
+    return split_digest([sha256_file(s, cancel=cancel) for s in shards])
+
+
+def _check_sha256(value: str) -> str:
+    v = value.lower()
+    if not _HEX64.match(v):
+        raise CatalogError(f"'{value}' is not a sha256 digest (64 hex digits)")
+    return v
+
+
+def _link_or_copy(
+    src: Path, dest: Path, progress: CopyProgress | None, *, digest: bool = False
+) -> str | None:
+    """Put ``src`` at ``dest`` (a hard link, else a copy). With ``digest``, return the sha256 of the bytes:
+    hashed as they are copied, or read once after linking; ``dest`` is removed if that fails."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".part")
     tmp.unlink(missing_ok=True)
     try:
         os.link(src, tmp)
         os.replace(tmp, dest)
-        return "linked"
+        linked = True
     except OSError as e:
         if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
             raise CatalogError(f"cannot link {src} into the catalog: {e.strerror}") from None
+        linked = False
+    if linked:
+        if not digest:
+            return None
+        try:
+            return sha256_file(dest, progress)
+        except BaseException as e:  # an interrupted import leaves no file without a row
+            dest.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                raise CatalogError(f"cannot read {src} to hash it: {e.strerror or e}") from None
+            raise
+    h = hashlib.sha256() if digest else None
     total = src.stat().st_size
     done = 0
     try:
         with src.open("rb") as fi, tmp.open("wb") as fo:
             while chunk := fi.read(8 << 20):
                 fo.write(chunk)
+                if h is not None:
+                    h.update(chunk)
                 done += len(chunk)
                 if progress:
                     progress(done, total)
@@ -114,7 +202,10 @@ def _link_or_copy(src: Path, dest: Path, progress: CopyProgress | None) -> str:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise CatalogError(f"cannot copy {src} into the catalog: {e.strerror}") from None
-    return "copied"
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return None if h is None else h.hexdigest()
 
 
 class Catalog:
@@ -123,6 +214,7 @@ class Catalog:
     def __init__(self, store: Store, data: DataDir) -> None:
         self.store = store
         self.data = data
+        self._filling: dict[Path, asyncio.Task[str | None]] = {}
 
     def _file_for(self, name: str, suffix: str = ".gguf") -> Path:
         base, _, tag = name.rpartition(":")
@@ -148,8 +240,16 @@ class Catalog:
         return [_row(r) for r in self.store.conn.execute(f"SELECT {_COLS} FROM models ORDER BY name")]
 
     def import_file(
-        self, src: Path, name: str | None = None, progress: CopyProgress | None = None
+        self,
+        src: Path,
+        name: str | None = None,
+        progress: CopyProgress | None = None,
+        *,
+        sha256: str | None = None,
     ) -> ModelRow:
+        """Add one GGUF file. ``sha256`` is its digest when the caller already verified it (a pull); without
+        it the bytes are hashed here, while copying them or, after a hard link, read once."""
+        known = None if sha256 is None else _check_sha256(sha256)
         src = src.expanduser().resolve()
         if not src.is_file():
             raise CatalogError(f"{src} does not exist or is not a file")
@@ -161,19 +261,29 @@ class Catalog:
                 f"model '{full}' already exists; remove it first (blazar rm {full}) or pick --name"
             )
         dest = self._file_for(full)
-        _link_or_copy(src, dest, progress)
+        digest = _link_or_copy(src, dest, progress, digest=known is None) or known
         try:
-            self._insert(full, dest, info, header)
+            self._insert(full, dest, info, header, sha256=digest)
         except Exception:
             dest.unlink(missing_ok=True)
             raise
         return self.get(full)
 
-    def import_split(self, shards: Sequence[Path], name: str) -> ModelRow:
+    def import_split(
+        self, shards: Sequence[Path], name: str, sha256s: Sequence[str] | None = None
+    ) -> ModelRow:
         """Add a split GGUF: every shard linked under ``models/<name>/<tag>/`` as itself; the row names shard 1.
 
-        ``size_bytes`` and ``parameter_count`` cover all shards; the metadata comes from the first.
+        ``size_bytes`` and ``parameter_count`` cover all shards; the metadata comes from the first. ``sha256s``
+        are the shards' verified digests, in order (a pull); without them each shard is hashed here.
         """
+        if sha256s is None:
+            return self._add_split(shards, name, None, compute=True)
+        if len(sha256s) != len(shards):
+            raise CatalogError(f"{len(shards)} shards but {len(sha256s)} sha256 digests")
+        return self._add_split(shards, name, split_digest([_check_sha256(s) for s in sha256s]), compute=False)
+
+    def _add_split(self, shards: Sequence[Path], name: str, digest: str | None, *, compute: bool) -> ModelRow:
         paths = [p.expanduser().absolute() for p in shards]  # keep the names: symlinks may point at blobs
         expected = split_set(paths[0]) if paths else None
         if expected is None or [p.name for p in expected] != [p.name for p in paths]:
@@ -192,14 +302,18 @@ class Catalog:
         header = read_header(paths[0])
         dest_dir = self._file_for(full, "")
         linked: list[Path] = []
+        shard_digests: list[str] = []
         try:
             for p in paths:
                 linked.append(dest_dir / p.name)
-                _link_or_copy(p, linked[-1], None)
+                shard_digests.append(_link_or_copy(p, linked[-1], None, digest=compute) or "")
             params = sum(int(str(read_header(d).get("parameter_count") or 0)) for d in linked)
             info = summarize({**header, "parameter_count": params})
-            self._insert(full, linked[0], info, header, size=sum(d.stat().st_size for d in linked))
-        except Exception:
+            if compute:
+                digest = split_digest(shard_digests)
+            size = sum(d.stat().st_size for d in linked)
+            self._insert(full, linked[0], info, header, size=size, sha256=digest)
+        except BaseException:
             for d in linked:
                 d.unlink(missing_ok=True)
             self._prune(dest_dir)
@@ -222,6 +336,7 @@ class Catalog:
         info: GgufSummary,
         header: dict[str, object],
         size: int | None = None,
+        sha256: str | None = None,
     ) -> None:
         meta = header.get("metadata")
         small = (
@@ -236,8 +351,8 @@ class Catalog:
         with self.store.transaction():
             self.store.conn.execute(
                 "INSERT INTO models (name, path, format, size_bytes, architecture, parameter_count,"
-                " context_length, quantization, has_chat_template, metadata_json, created_at)"
-                " VALUES (?, ?, 'gguf', ?, ?, ?, ?, ?, ?, ?, ?)",
+                " context_length, quantization, has_chat_template, metadata_json, created_at, sha256)"
+                " VALUES (?, ?, 'gguf', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     full,
                     str(dest),
@@ -249,15 +364,20 @@ class Catalog:
                     int(info.has_chat_template),
                     orjson.dumps(small).decode(),
                     datetime.now(UTC).isoformat(),
+                    sha256,
                 ),
             )
 
     def copy(self, src_name: str, dest_name: str) -> ModelRow:
-        """A second name for the same weights, as a hard link (zero copy on one filesystem)."""
+        """A second name for the same weights, as a hard link (zero copy on one filesystem).
+
+        The copy takes the source's digest as it is, never hashing (``/api/copy`` runs on the event loop); a
+        source without one leaves the copy without one too, and each is filled when first wanted.
+        """
         src = self.get(src_name)
         shards = split_set(src.path)
         if shards is not None:
-            return self.import_split(shards, dest_name)
+            return self._add_split(shards, dest_name, src.sha256, compute=False)
         full = names.normalize(dest_name)
         if self.find(full) is not None:
             raise CatalogError(f"model '{full}' already exists")
@@ -265,7 +385,7 @@ class Catalog:
         _link_or_copy(src.path, dest, None)
         try:
             header = read_header(dest)
-            self._insert(full, dest, summarize(header), header)
+            self._insert(full, dest, summarize(header), header, sha256=src.sha256)
         except Exception:
             dest.unlink(missing_ok=True)
             raise
@@ -281,3 +401,60 @@ class Catalog:
                 p.unlink(missing_ok=True)
             self._prune(row.path.parent)
         return row
+
+    # -- digests of rows written before they were recorded ------------------------------------------------
+
+    def record_digest(self, row: ModelRow, digest: str) -> ModelRow:
+        """Store ``digest`` for ``row`` unless the row has one already, or is gone or replaced meanwhile."""
+        with self.store.transaction():
+            self.store.conn.execute(
+                "UPDATE models SET sha256 = ? WHERE name = ? AND path = ? AND sha256 IS NULL",
+                (_check_sha256(digest), row.name, str(row.path)),
+            )
+        return dataclasses.replace(row, sha256=digest)
+
+    def fill_digest(self, row: ModelRow) -> ModelRow:
+        """``row`` with its digest, hashing its file(s) in this thread if it has none yet (the CLI's path).
+
+        A file that cannot be read leaves the digest unknown (None), to be tried again next time.
+        """
+        if row.sha256 is not None:
+            return row
+        try:
+            digest = model_digest(row.path)
+        except OSError as e:
+            log.warning("cannot hash %s for model %s: %s", row.path, row.name, e.strerror or e)
+            return row
+        return self.record_digest(row, digest)
+
+    async def digest(self, row: ModelRow) -> str | None:
+        """The gateway's way to ``row``'s digest: the stored one, else hashed in a worker thread, never on the
+        event loop, then stored (on the loop). Concurrent callers for one file share one hashing; a caller that
+        is cancelled does not stop it, but cancelling the hashing task itself (shutdown) does. None when the
+        file cannot be read.
+        """
+        if row.sha256 is not None:
+            return row.sha256
+        task = self._filling.get(row.path)
+        if task is None:
+            task = asyncio.ensure_future(self._fill(row))
+            self._filling[row.path] = task
+            key = row.path
+            task.add_done_callback(lambda _t: self._filling.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def _fill(self, row: ModelRow) -> str | None:
+        cancel = threading.Event()
+        try:
+            digest = await asyncio.to_thread(model_digest, row.path, cancel)
+        except asyncio.CancelledError:
+            cancel.set()  # the worker stops at its next block instead of holding up shutdown
+            raise
+        except OSError as e:
+            log.warning("cannot hash %s for model %s: %s", row.path, row.name, e.strerror or e)
+            return None
+        try:
+            self.record_digest(row, digest)
+        except StoreError as e:  # still a right answer; the next caller hashes again and retries the write
+            log.warning("cannot record the digest of model %s: %s", row.name, e)
+        return digest

@@ -77,6 +77,14 @@ class HubFile:
 
 
 @dataclass(frozen=True, slots=True)
+class Downloaded:
+    """A finished download: where it is, and the sha256 (hex) of its bytes, hashed as they arrived."""
+
+    path: Path
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
 class RepoInfo:
     repo_id: str
     revision: str
@@ -265,19 +273,20 @@ class Hub:
         *,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
-    ) -> Path:
+    ) -> Downloaded:
         """Download ``f`` to ``dest``, resuming ``dest.part`` when it belongs to the same file.
 
         Dropped connections and 5xx answers are retried with ``Range`` from where the bytes stopped. The size
         and, when the Hub gives it, the sha256 are checked before ``dest`` appears; a mismatch removes the
-        partial file. Cancelling (or any other failure) keeps it for the next call.
+        partial file. Cancelling (or any other failure) keeps it for the next call. The answer carries the
+        sha256 the bytes were hashed to on the way in (the Hub's, when it gave one), so nobody hashes them again.
         """
         url = self.url(repo_id, f.path, revision)
         dest.parent.mkdir(parents=True, exist_ok=True)
         with _locked(dest.with_name(dest.name + ".lock"), f.path):
             if dest.is_file():  # left by an earlier call whose registration did not finish
-                if _matches(dest, f):
-                    return dest
+                if f.sha256 is not None and _matches(dest, f):
+                    return Downloaded(dest, f.sha256)
                 dest.unlink()
             try:
                 return _Download(self, repo_id, url, f, dest, progress, cancel).run()
@@ -369,7 +378,7 @@ class _Download:
     def _cancelled(self) -> HubCancelled:
         return HubCancelled(f"download of {self.f.path} cancelled; the next pull resumes it")
 
-    def run(self) -> Path:
+    def run(self) -> Downloaded:
         self._resume_prefix()
         failures = 0
         clean = False
@@ -438,7 +447,7 @@ class _Download:
             self.done += len(chunk)
             self._report()
 
-    def _finish(self) -> Path:
+    def _finish(self) -> Downloaded:
         size = self.part.stat().st_size if self.part.exists() else 0
         if self.f.size is not None and size != self.f.size:
             self._discard()
@@ -454,7 +463,7 @@ class _Download:
             )
         os.replace(self.part, self.dest)
         self.meta.unlink(missing_ok=True)
-        return self.dest
+        return Downloaded(self.dest, digest)
 
     def _discard(self) -> None:
         self.part.unlink(missing_ok=True)

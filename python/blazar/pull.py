@@ -3,7 +3,9 @@ becomes Hub files, verified downloads and a catalog row.
 
 Steps: ``parse_ref`` (pure) -> ``plan`` (the Hub listing; picks the GGUF) -> ``fetch`` (downloads under
 ``models/.downloads/``, on the catalog's filesystem) -> ``register`` (``Catalog.import_file`` or
-``import_split``, a hard link; then the downloads go). ``pull`` runs them in the calling thread (the CLI);
+``import_split``, a hard link; then the downloads go). The sha256 each file was hashed to while it downloaded
+(and checked against the Hub's LFS sha256) becomes the catalog row's digest: registering never reads the
+weights again, which matters because ``pull_events`` registers on the event loop. ``pull`` runs them in the calling thread (the CLI);
 ``pull_events`` runs the network steps in a worker thread and the catalog step on the caller's event loop, as
 an async iterator of ``Event``, which are Ollama's ``/api/pull`` progress objects. It never prints.
 """
@@ -25,7 +27,7 @@ from blazar import names
 from blazar.aliases import ALIASES
 from blazar.catalog import Catalog, ModelRow
 from blazar.errors import BlazarError, CatalogError
-from blazar.hub import CHUNK_BYTES, Hub, HubFile, RepoInfo, check_repo_id
+from blazar.hub import CHUNK_BYTES, Downloaded, Hub, HubFile, RepoInfo, check_repo_id
 from blazar.paths import safe_component
 
 log = logging.getLogger("blazar.pull")
@@ -285,7 +287,7 @@ def _have(dest: Path) -> int:
 
 def fetch(
     hub: Hub, p: Plan, downloads: Path, emit: Emit, cancel: threading.Event | None = None
-) -> list[Path]:
+) -> list[Downloaded]:
     """Download every file of the plan (resuming what an earlier pull left), emitting progress events."""
     folder = downloads / safe_component(p.ref.repo_id)
     folder.mkdir(parents=True, exist_ok=True)
@@ -297,15 +299,15 @@ def fetch(
             f"{free / 1e9:.2f} GB free under {downloads}",
             507,
         )
-    paths = []
+    files = []
     for f in p.files:
-        paths.append(
+        files.append(
             hub.download(
                 p.ref.repo_id, p.revision, f, folder / f.name, progress=_progress(f, emit), cancel=cancel
             )
         )
     emit(Event("verifying sha256 digest"))
-    return paths
+    return files
 
 
 def _progress(f: HubFile, emit: Emit) -> Callable[[int, int | None], None]:
@@ -322,12 +324,14 @@ def _progress(f: HubFile, emit: Emit) -> Callable[[int, int | None], None]:
     return report
 
 
-def register(catalog: Catalog, paths: Sequence[Path], name: str) -> ModelRow:
-    """Add the downloads to the catalog (hard links), then remove them from the download folder."""
+def register(catalog: Catalog, files: Sequence[Downloaded], name: str) -> ModelRow:
+    """Add the downloads to the catalog (hard links) with the sha256 they were verified against, then remove
+    them from the download folder."""
+    paths = [f.path for f in files]
     try:
-        if len(paths) == 1:
-            return catalog.import_file(paths[0], name)
-        return catalog.import_split(paths, name)
+        if len(files) == 1:
+            return catalog.import_file(paths[0], name, sha256=files[0].sha256)
+        return catalog.import_split(paths, name, sha256s=[f.sha256 for f in files])
     finally:
         for path in paths:
             path.unlink(missing_ok=True)
@@ -363,12 +367,12 @@ def pull(
     client = hub or Hub.from_env()
     try:
         p = plan(client, ref)
-        paths = fetch(client, p, downloads_dir(catalog), say, cancel)
+        files = fetch(client, p, downloads_dir(catalog), say, cancel)
     finally:
         if hub is None:
             client.close()
     say(Event("writing manifest"))
-    row = register(catalog, paths, target)
+    row = register(catalog, files, target)
     say(Event("success"))
     return PullResult(row, p)
 
@@ -393,7 +397,7 @@ async def pull_events(
         return
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
-    done: asyncio.Future[tuple[Plan, list[Path]]] = loop.create_future()
+    done: asyncio.Future[tuple[Plan, list[Downloaded]]] = loop.create_future()
     cancel = threading.Event()
     downloads = downloads_dir(catalog)
 
@@ -403,7 +407,7 @@ async def pull_events(
         except RuntimeError:  # the loop is gone (shutdown): stop downloading
             cancel.set()
 
-    def settle(result: tuple[Plan, list[Path]] | None, error: BaseException | None) -> None:
+    def settle(result: tuple[Plan, list[Downloaded]] | None, error: BaseException | None) -> None:
         if done.cancelled():
             return
         if error is not None:
@@ -413,7 +417,7 @@ async def pull_events(
             done.set_result(result)
 
     def work() -> None:
-        result: tuple[Plan, list[Path]] | None = None
+        result: tuple[Plan, list[Downloaded]] | None = None
         error: BaseException | None = None
         try:
             with hub_factory() as hub:
@@ -429,13 +433,13 @@ async def pull_events(
     try:
         while (event := await queue.get()) is not None:
             yield event
-        _plan, paths = await done
+        _plan, files = await done
     finally:
         if not done.done():
             cancel.set()
             done.add_done_callback(_quietly)
     yield Event("writing manifest")
-    register(catalog, paths, target)
+    register(catalog, files, target)
     yield Event("success")
 
 

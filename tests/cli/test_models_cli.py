@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+
+import apsw
 
 from tests.conftest import make_daemon
 
@@ -15,6 +18,10 @@ def test_catalog_commands(tmp_path: Path, model_file: Path) -> None:
     d.cli("cp", "smollm2-135m-instruct:q4_1", "smol")
     listing = d.cli("ls").stdout
     assert "smol:latest" in listing and "smollm2-135m-instruct:q4_1" in listing and "Q4_1" in listing
+    short = hashlib.sha256(model_file.read_bytes()).hexdigest()[:12]
+    header, *rows = listing.splitlines()
+    assert header.split() == ["NAME", "DIGEST", "SIZE", "PARAMS", "QUANT", "ARCH"]
+    assert [r.split()[:2] for r in rows] == [["smol:latest", short], ["smollm2-135m-instruct:q4_1", short]]
     shown = d.cli("show", "smol").stdout
     for needle in (
         "architecture      llama",
@@ -27,6 +34,20 @@ def test_catalog_commands(tmp_path: Path, model_file: Path) -> None:
     assert "serving lane      unavailable: no llama-cpp engine is installed" in shown
     d.cli("rm", "smol")
     assert "smol:latest" not in d.cli("ls").stdout
+
+
+def test_ls_fills_digests_missing_from_an_older_database(tmp_path: Path, model_file: Path) -> None:
+    d = make_daemon(tmp_path)
+    d.cli("import", str(model_file), "--name", "smol")
+    conn = apsw.Connection(str(d.data_dir / "blazar.db"))
+    conn.execute("UPDATE models SET sha256 = NULL")  # as a blazar from before digests left the row
+    conn.close()
+    first = d.cli("ls")
+    short = hashlib.sha256(model_file.read_bytes()).hexdigest()[:12]
+    assert first.stdout.splitlines()[1].split()[:2] == ["smol:latest", short]
+    assert "computing the sha256 of 1 model(s)" in first.stderr
+    again = d.cli("ls")
+    assert again.stdout == first.stdout and again.stderr == ""  # stored the first time
 
 
 def test_show_a_file_directly(tmp_path: Path, model_file: Path) -> None:

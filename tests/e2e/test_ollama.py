@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import ollama
@@ -69,11 +71,16 @@ def test_generate_raw_and_length(daemon: Daemon, client: Make) -> None:
     assert r.response and r.done_reason == "length" and r.eval_count == 5
 
 
-def test_list_show_ps(daemon: Daemon, client: Make) -> None:
+def test_list_show_ps(daemon: Daemon, client: Make, model_file: Path) -> None:
     c = client(daemon)
     names = [m.model for m in c.list().models]
     assert "smollm2:latest" in names
+    sha = hashlib.sha256(model_file.read_bytes()).hexdigest()
+    assert {m.model: m.digest for m in c.list().models}["smollm2:latest"] == sha
+    raw = httpx.get(daemon.url + "/api/tags").json()["models"]
+    assert {m["name"]: m["digest"] for m in raw}["smollm2:latest"] == sha  # bare hex, as Ollama's
     shown = c.show("smollm2")
+    assert shown.modelfile is not None and f"# digest sha256:{sha}" in shown.modelfile
     assert shown.details is not None and shown.details.family == "llama"
     assert shown.details.quantization_level == "Q4_1"
     assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] == 8192
@@ -81,7 +88,7 @@ def test_list_show_ps(daemon: Daemon, client: Make) -> None:
     c.generate(model="smollm2", prompt="hi", options={"num_predict": 1})
     running = c.ps().models
     assert [m.model for m in running] == ["smollm2:latest"]
-    assert running[0].expires_at is not None
+    assert running[0].expires_at is not None and running[0].digest == sha
 
 
 def test_embed(daemon: Daemon, client: Make) -> None:

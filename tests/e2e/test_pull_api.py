@@ -59,7 +59,7 @@ def test_pull_streams_progress_then_serves(daemon_with_hub: Daemon, hub: FakeHub
         assert {p.digest for p in progress} == {f"sha256:{blob.sha256}"}
         assert progress[-1].completed == progress[-1].total == blob.size
         assert [p.completed for p in progress] == sorted(p.completed or 0 for p in progress)
-        assert "smollm2:135m" in [m.model for m in c.list().models]
+        assert {m.model: m.digest for m in c.list().models}["smollm2:135m"] == blob.sha256  # the LFS sha256
 
         out = c.generate(model="smollm2:135m", prompt="Hello", options={"num_predict": 4, "temperature": 0})
         assert out.done and (out.eval_count or 0) > 0

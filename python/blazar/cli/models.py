@@ -11,7 +11,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 
 from blazar import hardware
 from blazar.catalog import Catalog, ModelRow
-from blazar.cli.common import config, console, fail, handles_errors, is_tty, opened
+from blazar.cli.common import config, console, err_console, fail, handles_errors, is_tty, opened
 from blazar.config import Config
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
@@ -29,7 +29,7 @@ def import_cmd(
         str | None, typer.Option(help="Catalog name as name[:tag]; derived from the file name.")
     ] = None,
 ) -> None:
-    """Add a GGUF file to the catalog (a hard link on the same filesystem, else a copy)."""
+    """Add a GGUF file to the catalog (a hard link on the same filesystem, else a copy) and record its sha256."""
     with opened() as (_cfg, data, store):
         cat = Catalog(store, data)
         if is_tty():
@@ -43,17 +43,26 @@ def import_cmd(
 
 @handles_errors
 def ls_cmd() -> None:
-    """List the models in the catalog."""
+    """List the models in the catalog, with the first 12 hex digits of each one's sha256 digest."""
     with opened() as (_cfg, data, store):
-        rows = Catalog(store, data).list()
+        cat = Catalog(store, data)
+        rows = cat.list()
+        missing = sum(r.sha256 is None for r in rows)
+        if missing:  # rows from before digests were recorded: hashed once, then stored
+            err_console.print(
+                f"computing the sha256 of {missing} model(s) imported before digests were recorded"
+            )
+            rows = [cat.fill_digest(r) for r in rows]
     if not rows:
         console.print("no models; add one with: blazar import PATH")
         return
-    console.print(f"{'NAME':<40} {'SIZE':>9} {'PARAMS':>7} {'QUANT':<8} {'ARCH':<10}", highlight=False)
+    console.print(
+        f"{'NAME':<40} {'DIGEST':<12} {'SIZE':>9} {'PARAMS':>7} {'QUANT':<8} {'ARCH':<10}", highlight=False
+    )
     for r in rows:
         console.print(
-            f"{r.name:<40} {r.size_bytes / 1e6:>7.1f}MB {human_params(r.parameter_count or 0):>7}"
-            f" {r.quantization or '-':<8} {r.architecture or '-':<10}",
+            f"{r.name:<40} {(r.sha256 or '-')[:12]:<12} {r.size_bytes / 1e6:>7.1f}MB"
+            f" {human_params(r.parameter_count or 0):>7} {r.quantization or '-':<8} {r.architecture or '-':<10}",
             highlight=False,
         )
 
