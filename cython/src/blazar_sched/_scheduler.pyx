@@ -150,27 +150,26 @@ cdef class _Key:
 # Heaps keep their own size ``n`` over a list that only grows (and shrinks when mostly empty), so a queue that
 # goes 0 -> 1 -> 0 all day does not reallocate; slots past ``n`` hold None.
 
-cdef class _TicketHeap:
-    """Tickets ordered by (deadline, seq); each ticket knows its index."""
+cdef class _Heap:
+    """An indexed binary min-heap: its items (all Tickets or all _Flows) each know their index ``pos``."""
 
     cdef list a
     cdef Py_ssize_t n
 
 
 @cython.final
-cdef class _Flow(_TicketHeap):
-    """A key's fair-share tickets in one band."""
+cdef class _Flow(_Heap):
+    """A key's fair-share tickets in one band, a heap by (deadline, seq)."""
 
     cdef _Key ks
     cdef Py_ssize_t pos          # index in the band's flow heap, -1 when absent
 
 
-@cython.final
-cdef class _FlowHeap:
-    """Flows ordered by (key credit, head deadline, head seq); each flow knows its index."""
-
-    cdef list a
-    cdef Py_ssize_t n
+cdef _Heap _heap():
+    cdef _Heap h = _Heap.__new__(_Heap)
+    h.a = []
+    h.n = 0
+    return h
 
 
 cdef inline void _store(list a, Py_ssize_t n, object x):
@@ -186,156 +185,93 @@ cdef inline void _trim(list a, Py_ssize_t n):
         del a[n * 2:]
 
 
-# ---- ticket heaps ----
+# ---- one heap implementation for both kinds of item ----
+#
+# The sift, push and remove routines below are written once over the fused type ``_Item``; Cython emits one
+# specialisation per item type, resolved at compile time, so neither heap pays for the sharing. Two orders:
+#   Ticket  (deadline, seq): a flow's tickets, and each band's strict-deadline (EDF) tickets;
+#   _Flow   (key credit, then its head ticket's (deadline, seq)): each band's fair-share flows.
+
+ctypedef fused _Item:
+    Ticket
+    _Flow
+
 
 cdef inline bint _t_before(Ticket a, Ticket b) noexcept:
     return a.deadline < b.deadline or (a.deadline == b.deadline and a.seq < b.seq)
 
 
-cdef void _t_up(_TicketHeap h, Py_ssize_t i):
+cdef inline bint _before(_Item x, _Item y) noexcept:
+    if _Item is Ticket:
+        return _t_before(x, y)
+    else:
+        if x.ks.credit != y.ks.credit:
+            return x.ks.credit < y.ks.credit
+        return _t_before(<Ticket>x.a[0], <Ticket>y.a[0])
+
+
+cdef void _up(_Heap h, _Item x):
+    """Move ``x`` (at ``x.pos``) towards the root past every parent it sorts before."""
     cdef list a = h.a
-    cdef Ticket t = <Ticket>a[i]
-    cdef Ticket p
+    cdef Py_ssize_t i = x.pos
     cdef Py_ssize_t parent
+    cdef _Item p
     while i > 0:
         parent = (i - 1) >> 1
-        p = <Ticket>a[parent]
-        if not _t_before(t, p):
+        p = <_Item>a[parent]
+        if not _before(x, p):
             break
         a[i] = p
         p.pos = i
         i = parent
-    a[i] = t
-    t.pos = i
+    a[i] = x
+    x.pos = i
 
 
-cdef void _t_down(_TicketHeap h, Py_ssize_t i):
+cdef void _down(_Heap h, _Item x):
+    """Move ``x`` (at ``x.pos``) towards the leaves past every smaller child that sorts before it."""
     cdef list a = h.a
     cdef Py_ssize_t n = h.n
-    cdef Ticket t = <Ticket>a[i]
-    cdef Ticket c
+    cdef Py_ssize_t i = x.pos
     cdef Py_ssize_t child
+    cdef _Item c
     while True:
         child = 2 * i + 1
         if child >= n:
             break
-        if child + 1 < n and _t_before(<Ticket>a[child + 1], <Ticket>a[child]):
+        if child + 1 < n and _before(<_Item>a[child + 1], <_Item>a[child]):
             child += 1
-        c = <Ticket>a[child]
-        if not _t_before(c, t):
+        c = <_Item>a[child]
+        if not _before(c, x):
             break
         a[i] = c
         c.pos = i
         i = child
-    a[i] = t
-    t.pos = i
+    a[i] = x
+    x.pos = i
 
 
-cdef void _t_push(_TicketHeap h, Ticket t):
-    _store(h.a, h.n, t)
-    t.pos = h.n
+cdef void _push(_Heap h, _Item x):
+    _store(h.a, h.n, x)
+    x.pos = h.n
     h.n += 1
-    _t_up(h, t.pos)
+    _up(h, x)
 
 
-cdef void _t_remove(_TicketHeap h, Ticket t):
-    cdef Py_ssize_t i = t.pos
+cdef void _remove(_Heap h, _Item x):
+    cdef Py_ssize_t i = x.pos
     cdef list a = h.a
-    cdef Ticket last
+    cdef _Item last
     h.n -= 1
-    last = <Ticket>a[h.n]
+    last = <_Item>a[h.n]
     a[h.n] = None
-    t.pos = -1
-    if last is not t:
+    x.pos = -1
+    if last is not x:
         a[i] = last
         last.pos = i
-        _t_down(h, i)
-        _t_up(h, last.pos)
+        _down(h, last)
+        _up(h, last)
     _trim(a, h.n)
-
-
-# ---- flow heaps (one per band) ----
-
-cdef inline bint _f_before(_Flow x, _Flow y) noexcept:
-    if x.ks.credit != y.ks.credit:
-        return x.ks.credit < y.ks.credit
-    return _t_before(<Ticket>x.a[0], <Ticket>y.a[0])
-
-
-cdef void _f_up(_FlowHeap h, Py_ssize_t i):
-    cdef list a = h.a
-    cdef _Flow f = <_Flow>a[i]
-    cdef _Flow p
-    cdef Py_ssize_t parent
-    while i > 0:
-        parent = (i - 1) >> 1
-        p = <_Flow>a[parent]
-        if not _f_before(f, p):
-            break
-        a[i] = p
-        p.pos = i
-        i = parent
-    a[i] = f
-    f.pos = i
-
-
-cdef void _f_down(_FlowHeap h, Py_ssize_t i):
-    cdef list a = h.a
-    cdef Py_ssize_t n = h.n
-    cdef _Flow f = <_Flow>a[i]
-    cdef _Flow c
-    cdef Py_ssize_t child
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and _f_before(<_Flow>a[child + 1], <_Flow>a[child]):
-            child += 1
-        c = <_Flow>a[child]
-        if not _f_before(c, f):
-            break
-        a[i] = c
-        c.pos = i
-        i = child
-    a[i] = f
-    f.pos = i
-
-
-cdef void _f_push(_FlowHeap h, _Flow f):
-    _store(h.a, h.n, f)
-    f.pos = h.n
-    h.n += 1
-    _f_up(h, f.pos)
-
-
-cdef void _f_remove(_FlowHeap h, _Flow f):
-    cdef Py_ssize_t i = f.pos
-    cdef list a = h.a
-    cdef _Flow last
-    h.n -= 1
-    last = <_Flow>a[h.n]
-    a[h.n] = None
-    f.pos = -1
-    if last is not f:
-        a[i] = last
-        last.pos = i
-        _f_down(h, i)
-        _f_up(h, last.pos)
-    _trim(a, h.n)
-
-
-cdef _TicketHeap _ticket_heap():
-    cdef _TicketHeap h = _TicketHeap.__new__(_TicketHeap)
-    h.a = []
-    h.n = 0
-    return h
-
-
-cdef _FlowHeap _flow_heap():
-    cdef _FlowHeap h = _FlowHeap.__new__(_FlowHeap)
-    h.a = []
-    h.n = 0
-    return h
 
 
 @cython.final
@@ -353,14 +289,14 @@ cdef class Scheduler:
     cdef unsigned int _mask          # bit b set while band b has a waiting ticket
     cdef Py_ssize_t _band_n[_NBANDS]
     cdef dict _keys                  # key -> _Key
-    cdef list _band_keys             # per band: _FlowHeap
-    cdef list _band_strict           # per band: _TicketHeap of strict-deadline tickets
+    cdef list _band_keys             # per band: a _Heap of _Flows
+    cdef list _band_strict           # per band: a _Heap of strict-deadline Tickets
 
     def __init__(self, int slots):
         self._set_slots(slots)
         self._keys = {}
-        self._band_keys = [_flow_heap() for _ in range(_NBANDS)]
-        self._band_strict = [_ticket_heap() for _ in range(_NBANDS)]
+        self._band_keys = [_heap() for _ in range(_NBANDS)]
+        self._band_strict = [_heap() for _ in range(_NBANDS)]
         for b in range(_NBANDS):
             self._band_n[b] = 0
 
@@ -454,7 +390,7 @@ cdef class Scheduler:
             self._keys[t.key] = ks
         t.ks = ks
         if t.strict:
-            _t_push(<_TicketHeap>self._band_strict[b], t)
+            _push(<_Heap>self._band_strict[b], t)
         else:
             if ks.wfq_waiting == 0 and ks.credit < self._vtime:
                 ks.credit = self._vtime
@@ -467,12 +403,12 @@ cdef class Scheduler:
                 f.pos = -1
                 ks.flows[b] = f
             t.flow = f
-            _t_push(f, t)
+            _push(f, t)
             if f.pos < 0:
-                _f_push(<_FlowHeap>self._band_keys[b], f)
+                _push(<_Heap>self._band_keys[b], f)
                 ks.active |= 1u << b
             elif t.pos == 0:
-                _f_up(<_FlowHeap>self._band_keys[b], f.pos)
+                _up(<_Heap>self._band_keys[b], f)
             ks.wfq_waiting += 1
         ks.waiting += 1
         t.state = _WAITING
@@ -500,8 +436,8 @@ cdef class Scheduler:
         return out
 
     cdef Ticket _pop_band(self, int b):
-        cdef _TicketHeap strict = <_TicketHeap>self._band_strict[b]
-        cdef _FlowHeap keys = <_FlowHeap>self._band_keys[b]
+        cdef _Heap strict = <_Heap>self._band_strict[b]
+        cdef _Heap keys = <_Heap>self._band_keys[b]
         cdef Ticket s = None
         cdef Ticket t = None
         cdef _Flow f = None
@@ -515,18 +451,18 @@ cdef class Scheduler:
             t = <Ticket>f.a[0]
         if s is not None and (t is None or _t_before(s, t)):
             t = s
-            _t_remove(strict, t)
+            _remove(strict, t)
             ks = t.ks
         else:
             ks = f.ks
             self._vtime = ks.credit
-            _t_remove(f, t)
+            _remove(f, t)
             t.flow = None
             if f.n == 0:
-                _f_remove(keys, f)
+                _remove(keys, f)
                 ks.active &= ~(1u << b)
             else:
-                _f_down(keys, 0)
+                _down(keys, f)
             ks.wfq_waiting -= 1
         ks.waiting -= 1
         t.state = _RUNNING
@@ -545,7 +481,7 @@ cdef class Scheduler:
         while act:
             if act & 1u:
                 f = <_Flow>ks.flows[i]
-                _f_down(<_FlowHeap>self._band_keys[i], f.pos)
+                _down(<_Heap>self._band_keys[i], f)
             act >>= 1
             i += 1
         if ks.credit > _CREDIT_RESET:
@@ -555,12 +491,12 @@ cdef class Scheduler:
     cdef void _rebase(self, _Key crossed) except *:
         cdef double lo = crossed.credit
         cdef double base, c
-        cdef _FlowHeap h
+        cdef _Heap h
         cdef Py_ssize_t i
         cdef _Key ks
         cdef int b
         for b in range(_NBANDS):
-            h = <_FlowHeap>self._band_keys[b]
+            h = <_Heap>self._band_keys[b]
             if h.n > 0 and (<_Flow>h.a[0]).ks.credit < lo:
                 lo = (<_Flow>h.a[0]).ks.credit
         base = crossed.credit - _CREDIT_SPREAD
@@ -578,10 +514,10 @@ cdef class Scheduler:
         self._vtime = c if c > 0.0 else 0.0
         # keys clamped to zero may have changed places: rebuild every band's key heap
         for b in range(_NBANDS):
-            h = <_FlowHeap>self._band_keys[b]
+            h = <_Heap>self._band_keys[b]
             i = h.n // 2 - 1
             while i >= 0:
-                _f_down(h, i)
+                _down(h, <_Flow>h.a[i])
                 i -= 1
 
     cpdef void release(self, Ticket t) except *:
@@ -600,7 +536,7 @@ cdef class Scheduler:
         """Take a waiting ticket out of the queue (timeout, client gone); True if it was waiting."""
         cdef _Key ks
         cdef _Flow f
-        cdef _FlowHeap keys
+        cdef _Heap keys
         cdef bint head
         cdef int b = t.band
         if t.owner is not self:
@@ -611,18 +547,18 @@ cdef class Scheduler:
             return False
         ks = t.ks
         if t.strict:
-            _t_remove(<_TicketHeap>self._band_strict[b], t)
+            _remove(<_Heap>self._band_strict[b], t)
         else:
             f = t.flow
             head = t.pos == 0
-            _t_remove(f, t)
+            _remove(f, t)
             t.flow = None
-            keys = <_FlowHeap>self._band_keys[b]
+            keys = <_Heap>self._band_keys[b]
             if f.n == 0:
-                _f_remove(keys, f)
+                _remove(keys, f)
                 ks.active &= ~(1u << b)
             elif head:
-                _f_down(keys, f.pos)
+                _down(keys, f)
             ks.wfq_waiting -= 1
         ks.waiting -= 1
         t.state = _CANCELLED
