@@ -93,8 +93,8 @@ class NdjsonParser:
 class StreamTranslator:
     """One streamed response: the engine's OpenAI-dialect SSE bytes in, the client's bytes out.
 
-    ``dialect`` is ``"openai"`` (pass-through with ``model`` rewritten; the usage-only chunk
-    dropped unless ``include_usage``), ``"ollama_chat"`` / ``"ollama_generate"`` (NDJSON objects,
+    ``dialect`` is ``"openai"`` (pass-through with ``model`` rewritten and llama.cpp's
+    ``__verbose`` member cut out; the usage-only chunk dropped unless ``include_usage``), ``"ollama_chat"`` / ``"ollama_generate"`` (NDJSON objects,
     complete ``tool_calls`` with object arguments, the final ``done: true`` object with
     durations in ns) or ``"anthropic"`` (Messages API SSE events, a ``ping`` after
     ``message_start`` and after 10 s without output). Any other value raises ``ValueError``.
@@ -134,9 +134,11 @@ class StreamTranslator:
         "arguments": str}}], "finish_reason": str | None, "stop_sequence": str | None, "usage":
         {"prompt_tokens": int, "completion_tokens": int} | None, "ttft_ms": float | None,
         "tpot_ms": {"count": int, "mean": float, "p50": float, "p90": float, "p99": float,
-        "max": float} | None, "chunks": int, "errors": list[str]}``. ``tpot_ms`` describes the
-        gaps between token-bearing chunks; ``errors`` lists malformed chunks and tool-call
-        fragments, engine errors and abnormal ends."""
+        "max": float} | None, "chunks": int, "errors": list[str]}``. ``stop_sequence`` is the
+        stop string the engine says it stopped on (llama.cpp's ``__verbose`` with ``stop_type``
+        "word", or a choice's ``stop_reason`` string), in every dialect; ``finish_reason`` stays the
+        engine's. ``tpot_ms`` describes the gaps between token-bearing chunks; ``errors`` lists
+        malformed chunks and tool-call fragments, engine errors and abnormal ends."""
     @property
     def done(self) -> bool:
         """True once the engine's ``[DONE]`` was seen or the stream was closed."""

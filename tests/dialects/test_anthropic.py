@@ -84,8 +84,22 @@ def test_sampling_and_stop_sequences() -> None:
         "top_p": 0.9,
         "top_k": 40,
         "stop": ["\n\nHuman:", "END"],
+        "verbose": True,
+        "response_fields": ["stop_type", "stopping_word"],
     }
     assert anthropic.parse_messages(msgs(stop_sequences=[])).params == {"max_tokens": 64}
+
+
+def test_stop_sequences_ask_the_engine_which_one_matched() -> None:
+    """llama-server says which stop word matched only in ``__verbose``: the engine body asks for it, trimmed to the
+    two fields the translator reads, and only when there are stop sequences."""
+    _, engine = render_engine(anthropic.parse_messages(msgs(stop_sequences=["END"], stream=True)))
+    assert engine["stop"] == ["END"]
+    assert engine["verbose"] is True
+    assert engine["response_fields"] == ["stop_type", "stopping_word"]
+    for body in (msgs(), msgs(stop_sequences=[])):
+        _, engine = render_engine(anthropic.parse_messages(body))
+        assert "verbose" not in engine and "response_fields" not in engine and "stop" not in engine
 
 
 def test_stream() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anthropic
 import httpx
 import pytest
+from anthropic.types import Message
 
 from tests.conftest import Daemon, closing
 
@@ -50,6 +51,56 @@ def test_max_tokens_stop_reason(daemon: Daemon) -> None:
         model="smollm2", max_tokens=3, messages=[{"role": "user", "content": "Write a long story."}]
     )
     assert r.stop_reason == "max_tokens" and r.usage.output_tokens == 3
+
+
+SEA = [{"role": "user", "content": "Say hello and tell me one fact about the sea."}]
+NEVER = "zq-never-written"
+
+
+def sea(c: anthropic.Anthropic, max_tokens: int, stops: list[str] | None = None) -> tuple[Message, Message]:
+    """The SEA question at temperature 0, whole and streamed: (the message, the stream's final message)."""
+    stop_sequences = anthropic.omit if stops is None else stops
+    whole = c.messages.create(
+        model="smollm2",
+        max_tokens=max_tokens,
+        messages=SEA,
+        stop_sequences=stop_sequences,
+        extra_body={"temperature": 0},
+    )
+    with c.messages.stream(
+        model="smollm2",
+        max_tokens=max_tokens,
+        messages=SEA,
+        stop_sequences=stop_sequences,
+        extra_body={"temperature": 0},
+    ) as s:
+        final = s.get_final_message()
+    return whole, final
+
+
+def text_of(message: Message) -> str:
+    return "".join(b.text for b in message.content if b.type == "text")
+
+
+def test_stop_sequence_names_the_one_that_matched(daemon: Daemon) -> None:
+    """A stop sequence the model really writes (picked from its own temperature-0 answer) ends the message with
+    stop_reason "stop_sequence" and that string, streamed and whole, and the text stops right before it."""
+    c = client(daemon)
+    answer = text_of(sea(c, 48)[0])
+    words = [w for w in answer.split()[2:] if w.isalpha() and len(w) >= 4]
+    assert words, answer
+    stop = words[0]
+    for message in sea(c, 48, [NEVER, stop]):
+        assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", stop)
+        assert stop not in text_of(message)
+        assert text_of(message) == answer[: answer.index(stop)]
+
+
+def test_stop_sequence_never_written_keeps_the_natural_end(daemon: Daemon) -> None:
+    c = client(daemon)
+    for max_tokens, reason in ((4, "max_tokens"), (200, "end_turn")):
+        for message in sea(c, max_tokens, [NEVER]):
+            assert (message.stop_reason, message.stop_sequence) == (reason, None)
 
 
 def test_system_and_stop_sequences(daemon: Daemon) -> None:

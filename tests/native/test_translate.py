@@ -61,6 +61,7 @@ def test_openai_passthrough_rewrites_model_only(case: Case) -> None:
         g, w = json.loads(got), json.loads(want)
         assert g["model"] == MODEL
         w["model"] = MODEL
+        w.pop("__verbose", None)  # llama.cpp's debug member, asked for by the gateway only
         assert g == w
     assert tr.done
     summary = tr.summary()
@@ -146,7 +147,16 @@ def anthropic_events(body: bytes) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
-@pytest.mark.parametrize("name", ["text", "max_tokens", "stop", "emoji", "cjk"])
+TEXT_CASES = ["text", "max_tokens", "stop", "stop_verbose", "eos_verbose", "emoji", "cjk"]
+
+
+def stop_word(whole: dict[str, Any]) -> str | None:
+    """The stop word llama.cpp's ``__verbose`` names in a recorded whole body."""
+    verbose = whole.get("__verbose") or {}
+    return verbose.get("stopping_word") if verbose.get("stop_type") == "word" else None
+
+
+@pytest.mark.parametrize("name", TEXT_CASES)
 def test_anthropic_text_events(name: str) -> None:
     case = BY_NAME[name]
     out, _ = run(_native.StreamTranslator, "anthropic", [case.stream])
@@ -161,9 +171,13 @@ def test_anthropic_text_events(name: str) -> None:
     whole = json.loads(case.whole)["choices"][0]
     assert text == whole["message"]["content"]
     delta = events[-2][1]
-    assert delta["delta"]["stop_reason"] == (
-        "max_tokens" if whole["finish_reason"] == "length" else "end_turn"
-    )
+    word = stop_word(json.loads(case.whole))
+    assert delta["delta"] == {
+        "stop_reason": "max_tokens"
+        if whole["finish_reason"] == "length"
+        else ("stop_sequence" if word else "end_turn"),
+        "stop_sequence": word,
+    }
     usage = json.loads(case.whole)["usage"]
     assert delta["usage"]["output_tokens"] == usage["completion_tokens"]
 
@@ -316,6 +330,32 @@ def test_summary_timing() -> None:
     assert isinstance(tpot, dict)
     assert tpot["p50"] == tpot["max"] == tpot["mean"] == 2.0
     assert s["chunks"] == len(events) - 1
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_recorded_stop_word_from_verbose(dialect: str) -> None:
+    """llama.cpp names the matched stop word only in ``__verbose``: Anthropic says stop_sequence with it (streamed
+    and whole), every dialect's summary carries it, and no client sees ``__verbose``."""
+    case = BY_NAME["stop_verbose"]
+    assert stop_word(json.loads(case.whole)) == "vast"
+    out, tr = run(_native.StreamTranslator, dialect, [case.stream], include_usage=True)
+    body, summary = _native.translate_whole(dialect, MODEL, case.whole, message_id=MESSAGE_ID)
+    assert b"__verbose" not in out and b"__verbose" not in body and b"stop_type" not in out + body
+    assert tr.summary()["stop_sequence"] == summary["stop_sequence"] == "vast"
+    assert tr.summary()["finish_reason"] == summary["finish_reason"] == "stop"
+    if dialect == "anthropic":
+        delta = anthropic_events(out)[-2][1]["delta"]
+        assert delta == {"stop_reason": "stop_sequence", "stop_sequence": "vast"}
+        msg = json.loads(body)
+        assert (msg["stop_reason"], msg["stop_sequence"]) == ("stop_sequence", "vast")
+        assert msg["content"] == [{"type": "text", "text": "The sea is a "}]
+    eos = BY_NAME["eos_verbose"]
+    out, tr = run(_native.StreamTranslator, dialect, [eos.stream])
+    body, summary = _native.translate_whole(dialect, MODEL, eos.whole)
+    assert tr.summary()["stop_sequence"] is summary["stop_sequence"] is None
+    if dialect == "anthropic":
+        assert anthropic_events(out)[-2][1]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
+        assert json.loads(body)["stop_reason"] == "end_turn"
 
 
 # ---- whole bodies ---------------------------------------------------------------------------
@@ -533,6 +573,23 @@ synthetic_event = st.one_of(
     st.sampled_from(["stop", "length", "tool_calls", "content_filter"]).map(lambda f: chunk(finish=f)),
     st.just(chunk(finish="stop", choices_extra=1)),
     st.just(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":"END"}]}\n\n'),
+    # llama.cpp's __verbose: on the finish chunk or a content chunk, in other stop types and odd shapes
+    st.sampled_from(["stop", "length", "tool_calls"]).map(
+        lambda f: chunk(finish=f, **{"__verbose": {"stop_type": "word", "stopping_word": "END"}})
+    ),
+    st.sampled_from(
+        [
+            {"stop_type": "word", "stopping_word": 'w "q"\n'},
+            {"stop_type": "eos", "stopping_word": ""},
+            {"stop_type": "limit", "stopping_word": ""},
+            {"stop_type": "word"},
+            {"stop_type": 1, "stopping_word": "x"},
+            ["word", "x"],
+            "word",
+            None,
+        ]
+    ).map(lambda v: chunk({"content": "c"}, **{"__verbose": v})),
+    st.just(b'data: {"__verbose":{"stop_type":"word","stopping_word":"W"} , "choices":[]}\n\n'),
     st.just(b'data: {"choices":[{"index":1,"delta":{"content":"other"}}]}\n\n'),
     st.just(b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":8}}\n\n'),
     st.just(b'data: {"error":{"message":"boom","type":"invalid_request_error","code":400}}\n\n'),

@@ -208,6 +208,11 @@ class Collector:
             word = choice.get("stop_reason", choice.get("stopping_word"))
             if isinstance(word, str):
                 self.stop_sequence = word
+        verbose = chunk.get("__verbose")
+        if isinstance(verbose, dict) and verbose.get("stop_type") == "word":
+            word = verbose.get("stopping_word")
+            if isinstance(word, str):
+                self.stop_sequence = word
         if tokens:
             self.token_chunks += 1
             if self.last_token_ns is None:
@@ -326,9 +331,61 @@ def _value_span(text: str, wanted: str) -> tuple[int, int] | None:
         i += 1  # ','
 
 
+def _verbose_cut(text: str) -> tuple[int, int] | None:
+    """Span of the top-level ``"__verbose": value`` member with one adjacent comma (the one before it, else the one
+    after it and the whitespace that follows), or None when absent or its key is written with escapes."""
+    decoder = json.JSONDecoder()
+    ws = " \t\n\r"
+    i = text.index("{") + 1
+    comma: int | None = None
+    while True:
+        while text[i] in ws:
+            i += 1
+        if text[i] == "}":
+            return None
+        key_start = i
+        key, i = decoder.raw_decode(text, i)
+        key_end = i
+        while text[i] in ws:
+            i += 1
+        i += 1  # ':'
+        while text[i] in ws:
+            i += 1
+        _, i = decoder.raw_decode(text, i)
+        if key == "__verbose":
+            if text[key_start:key_end] != '"__verbose"':
+                return None
+            if comma is not None:
+                return comma, i
+            j = i
+            while j < len(text) and text[j] in ws:
+                j += 1
+            if text[j] != ",":
+                return key_start, i
+            j += 1
+            while j < len(text) and text[j] in ws:
+                j += 1
+            return key_start, j
+        while text[i] in ws:
+            i += 1
+        if text[i] == "}":
+            return None
+        comma = i
+        i += 1  # ','
+
+
 def _replace_model(text: str, model_lit: str) -> str:
+    """The OpenAI pass-through: ``model`` replaced and llama.cpp's ``__verbose`` member cut out."""
+    edits = []
     span = _value_span(text, "model")
-    return text if span is None else text[: span[0]] + model_lit + text[span[1] :]
+    if span is not None:
+        edits.append((span[0], span[1], model_lit))
+    cut = _verbose_cut(text) if "__verbose" in text else None
+    if cut is not None:
+        edits.append((cut[0], cut[1], ""))
+    for start, end, with_ in sorted(edits, reverse=True):
+        text = text[:start] + with_ + text[end:]
+    return text
 
 
 def _sse_lines(payload: str) -> str:

@@ -11,7 +11,8 @@ use super::json::{key, write_str, write_u64};
 use super::tools::ToolCall;
 
 /// Anthropic's `stop_reason` for an engine finish: stop→end_turn (or stop_sequence when the
-/// engine named the stop string, tool_use when it called tools), length→max_tokens,
+/// engine named the stop string: llama.cpp's `__verbose` with `stop_type` "word", or a
+/// choice's `stop_reason` as vLLM writes it; tool_use when it called tools), length→max_tokens,
 /// tool_calls→tool_use, content_filter→refusal.
 pub fn stop_reason(
     finish_reason: Option<&str>,

@@ -4,7 +4,7 @@
 //! Owns absorbing engine chunks into that record and the timing statistics (time to first token,
 //! gaps between token-bearing chunks). It must not write client bytes.
 
-use super::engine::{Completion, EngineError, Usage};
+use super::engine::{verbose_stop_word, Completion, EngineError, Usage};
 use super::tools::{ToolCall, ToolMerger};
 
 /// Statistics of the gaps between token-bearing chunks, in milliseconds (nearest-rank
@@ -104,6 +104,11 @@ impl Collector {
             if let Some(word) = choice.stop_reason.as_ref().and_then(|w| w.0.as_ref()) {
                 self.stop_sequence = Some(word.as_str().to_owned());
             }
+        }
+        // llama.cpp names the stop word only in `__verbose`, on one chunk of its final result
+        // (the first of them, a content chunk or the finish chunk) or in a whole body.
+        if let Some(word) = chunk.verbose.and_then(verbose_stop_word) {
+            self.stop_sequence = Some(word.as_str().to_owned());
         }
         if tokens {
             self.token_chunks += 1;

@@ -65,6 +65,34 @@ pub struct Completion<'a> {
     pub error: Option<&'a RawValue>,
     #[serde(default)]
     pub timings: Option<Timings>,
+    /// llama.cpp's `__verbose` object (sent when the request sets `verbose`; `response_fields`
+    /// trims it), kept raw: `verbose_stop_word` reads the stop from it, and the OpenAI
+    /// pass-through cuts it out. A `null` value is kept too, so that it is cut as well.
+    #[serde(default, borrow, rename = "__verbose", deserialize_with = "some_raw")]
+    pub verbose: Option<&'a RawValue>,
+}
+
+fn some_raw<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'a RawValue>, D::Error> {
+    <&'a RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// The stop string a `__verbose` object names: its `stopping_word` when `stop_type` is `"word"`
+/// (llama.cpp's other stop types are `none`, `eos` and `limit`). Anything else, a value that is
+/// not an object or a field of another type included, names none.
+pub fn verbose_stop_word(raw: &RawValue) -> Option<Text<'_>> {
+    #[derive(Deserialize)]
+    struct Verbose<'a> {
+        #[serde(default, borrow)]
+        stop_type: Option<StopWord<'a>>,
+        #[serde(default, borrow)]
+        stopping_word: Option<StopWord<'a>>,
+    }
+    if !raw.get().starts_with('{') {
+        return None;
+    }
+    let verbose: Verbose<'_> = serde_json::from_str(raw.get()).ok()?;
+    let word = verbose.stop_type?.0.filter(|t| t.as_str() == "word").and(verbose.stopping_word)?;
+    word.0
 }
 
 #[derive(Debug, Deserialize)]

@@ -3,7 +3,8 @@
 //! Owns the exact bytes of every JSON text the translators write, so the Python oracle can match
 //! them: compact separators, strings escaped as Python's `json.dumps(..., ensure_ascii=False)`
 //! does (`\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`, other controls as lowercase `\u00xx`, nothing
-//! else). It must not decide which fields a dialect writes.
+//! else); and the in-place edits of a passed-through object (a value replaced, a member cut).
+//! It must not decide which fields a dialect writes.
 
 use serde_json::value::RawValue;
 
@@ -131,4 +132,57 @@ pub fn write_replaced(out: &mut Vec<u8>, text: &str, span: Option<(usize, usize)
         }
         None => out.extend_from_slice(text.as_bytes()),
     }
+}
+
+fn ws_before(b: &[u8], mut i: usize) -> usize {
+    while i > 0 && is_json_ws(char::from(b[i - 1])) {
+        i -= 1;
+    }
+    i
+}
+
+fn ws_after(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && is_json_ws(char::from(b[i])) {
+        i += 1;
+    }
+    i
+}
+
+/// Byte range of the member `"name": value` of the object `text`, given the span of its value,
+/// with one adjacent comma (the one before it, else the one after it and the whitespace that
+/// follows), so that cutting the range leaves a valid object. None when the key is not written
+/// as the plain string `"name"` right before the value.
+pub fn member_span(text: &str, value: (usize, usize), name: &str) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let colon = ws_before(b, value.0);
+    if colon == 0 || b[colon - 1] != b':' {
+        return None;
+    }
+    let key_end = ws_before(b, colon - 1);
+    let key_start = key_end.checked_sub(name.len() + 2)?;
+    let key = &b[key_start..key_end];
+    if key[0] != b'"' || key[key.len() - 1] != b'"' || &key[1..key.len() - 1] != name.as_bytes() {
+        return None;
+    }
+    let before = ws_before(b, key_start);
+    if before > 0 && b[before - 1] == b',' {
+        return Some((before - 1, value.1));
+    }
+    let after = ws_after(b, value.1);
+    if after < b.len() && b[after] == b',' {
+        return Some((key_start, ws_after(b, after + 1)));
+    }
+    Some((key_start, value.1))
+}
+
+/// Appends `text` with each `(start, end, with)` range replaced; the ranges must not overlap.
+pub fn write_edits(out: &mut Vec<u8>, text: &str, edits: &mut [(usize, usize, &[u8])]) {
+    edits.sort_unstable_by_key(|e| e.0);
+    let mut at = 0;
+    for &(start, end, with) in edits.iter() {
+        out.extend_from_slice(&text.as_bytes()[at..start]);
+        out.extend_from_slice(with);
+        at = end;
+    }
+    out.extend_from_slice(&text.as_bytes()[at..]);
 }

@@ -1,14 +1,15 @@
 //! OpenAI client dialect: the engine's own format passed through.
 //!
-//! Owns the two rewrites a pass-through needs: `model` replaced by the name the client asked for
-//! (in place, every other byte kept), and the usage-only chunk dropped unless the client asked
-//! for usage; plus OpenAI's error object and the `[DONE]` terminator. It must not re-serialize
-//! an engine chunk.
+//! Owns the rewrites a pass-through needs: `model` replaced by the name the client asked for and
+//! llama.cpp's `__verbose` debug member cut out (in place, every other byte kept; the gateway asks
+//! for `__verbose` only to learn which stop sequence matched, and no client dialect carries it),
+//! and the usage-only chunk dropped unless the client asked for usage; plus OpenAI's error object
+//! and the `[DONE]` terminator. It must not re-serialize an engine chunk.
 
 use memchr::memchr;
 
 use super::engine::{Completion, EngineError};
-use super::json::{key, span_in, write_replaced, write_str};
+use super::json::{key, member_span, span_in, write_edits, write_replaced, write_str};
 
 /// Writes one engine chunk as an SSE event, or nothing for a usage-only chunk nobody asked for.
 pub fn chunk(out: &mut Vec<u8>, data: &str, chunk: &Completion<'_>, model: &[u8], include_usage: bool) {
@@ -16,15 +17,38 @@ pub fn chunk(out: &mut Vec<u8>, data: &str, chunk: &Completion<'_>, model: &[u8]
     if usage_only && !include_usage {
         return;
     }
-    let span = chunk.model.and_then(|m| span_in(data, m.get()));
     if memchr(b'\n', data.as_bytes()).is_none() {
         out.extend_from_slice(b"data: ");
-        write_replaced(out, data, span, model);
+        payload(out, data, chunk, model);
         out.extend_from_slice(b"\n\n");
     } else {
-        let mut payload = Vec::with_capacity(data.len() + model.len());
-        write_replaced(&mut payload, data, span, model);
-        raw_lines(out, &payload);
+        let mut bytes = Vec::with_capacity(data.len() + model.len());
+        payload(&mut bytes, data, chunk, model);
+        raw_lines(out, &bytes);
+    }
+}
+
+/// `data` with `model` replaced and `__verbose` cut out. A `__verbose` key written with escapes
+/// (never the case with llama.cpp) is left in place.
+fn payload(out: &mut Vec<u8>, data: &str, completion: &Completion<'_>, model: &[u8]) {
+    let span = completion.model.and_then(|m| span_in(data, m.get()));
+    let cut = completion
+        .verbose
+        .and_then(|v| span_in(data, v.get()))
+        .and_then(|v| member_span(data, v, "__verbose"));
+    match cut {
+        None => write_replaced(out, data, span, model),
+        Some((start, end)) => {
+            let mut edits = [(start, end, &b""[..]), (0, 0, &b""[..])];
+            let n = match span {
+                Some((a, b)) => {
+                    edits[1] = (a, b, model);
+                    2
+                }
+                None => 1,
+            };
+            write_edits(out, data, &mut edits[..n]);
+        }
     }
 }
 
@@ -70,8 +94,7 @@ pub fn error_event(out: &mut Vec<u8>, err: &EngineError) {
     done(out);
 }
 
-/// A whole body with `model` rewritten.
+/// A whole body with `model` rewritten and `__verbose` cut out.
 pub fn whole(out: &mut Vec<u8>, body: &str, completion: &Completion<'_>, model: &[u8]) {
-    let span = completion.model.and_then(|m| span_in(body, m.get()));
-    write_replaced(out, body, span, model);
+    payload(out, body, completion, model);
 }

@@ -1,6 +1,7 @@
 //! Tests of the translators over hand-written engine streams and the recorded llama-server
 //! fixtures: each dialect's exact bytes, tool-call merging, engine errors, abnormal ends, pings,
-//! chunk-boundary invariance, whole bodies, and a seeded randomized run over mangled streams.
+//! chunk-boundary invariance, whole bodies, llama.cpp's `__verbose` stop word, and a seeded
+//! randomized run over mangled streams.
 //!
 //! Owns Rust-side coverage; parity with the Python oracle is checked by pytest. It must not
 //! start Python.
@@ -13,10 +14,12 @@ use super::{translate_whole, Dialect, Options, Translator, WholeOptions, PING_AF
 const DIALECTS: [Dialect; 4] =
     [Dialect::OpenAi, Dialect::OllamaChat, Dialect::OllamaGenerate, Dialect::Anthropic];
 
-const RECORDED: [(&str, &[u8]); 8] = [
+const RECORDED: [(&str, &[u8]); 10] = [
     ("text", include_bytes!("../../../tests/fixtures/streams/text.sse")),
     ("max_tokens", include_bytes!("../../../tests/fixtures/streams/max_tokens.sse")),
     ("stop", include_bytes!("../../../tests/fixtures/streams/stop.sse")),
+    ("stop_verbose", include_bytes!("../../../tests/fixtures/streams/stop_verbose.sse")),
+    ("eos_verbose", include_bytes!("../../../tests/fixtures/streams/eos_verbose.sse")),
     ("emoji", include_bytes!("../../../tests/fixtures/streams/emoji.sse")),
     ("cjk", include_bytes!("../../../tests/fixtures/streams/cjk.sse")),
     ("tool_call", include_bytes!("../../../tests/fixtures/streams/tool_call.sse")),
@@ -324,4 +327,145 @@ data: [DONE]\n\n";
     let (whole, summary) = translate_whole(&opts, body).unwrap();
     assert!(text(&whole).contains("\"response\":\" there was\""), "{}", text(&whole));
     assert_eq!(summary.text, " there was");
+}
+
+fn whole_opts(dialect: Dialect) -> WholeOptions {
+    WholeOptions {
+        dialect,
+        model: "m".to_owned(),
+        load_duration_ns: 0,
+        message_id: Some("msg_3".to_owned()),
+        total_duration_ns: 0,
+        now_ns: 0,
+    }
+}
+
+/// The `message_delta` event's `delta` object of an Anthropic stream.
+fn anthropic_stop_delta(out: &[u8]) -> &str {
+    let out = text(out);
+    let start = out.find("event: message_delta\ndata: ").expect("message_delta") + 27;
+    let delta = &out[start..];
+    let delta = &delta[delta.find("\"delta\":").unwrap() + 8..];
+    &delta[..delta.find('}').unwrap() + 1]
+}
+
+const STOP_WORD: &str = "{\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"vast\"}";
+const NO_STOP_WORD: &str = "{\"stop_reason\":\"end_turn\",\"stop_sequence\":null}";
+
+#[test]
+fn anthropic_stop_sequence_from_recorded_verbose_stream_at_any_cut() {
+    let stream = include_bytes!("../../../tests/fixtures/streams/stop_verbose.sse");
+    let (whole, tr) = run(Dialect::Anthropic, &[stream]);
+    assert_eq!(anthropic_stop_delta(&whole), STOP_WORD);
+    assert_eq!(tr.summary().stop_sequence.as_deref(), Some("vast"));
+    assert_eq!(tr.summary().finish_reason.as_deref(), Some("stop"));
+    assert!(!text(&whole).contains("__verbose"));
+    for i in 0..=stream.len() {
+        assert_eq!(run(Dialect::Anthropic, &[&stream[..i], &stream[i..]]).0, whole, "cut at {i}");
+    }
+    let pieces: Vec<&[u8]> = stream.chunks(1).collect();
+    assert_eq!(run(Dialect::Anthropic, &pieces).0, whole);
+    // End of generation (stop_type "eos", stopping_word ""): end_turn, as without `__verbose`.
+    let eos = include_bytes!("../../../tests/fixtures/streams/eos_verbose.sse");
+    let (out, tr) = run(Dialect::Anthropic, &[eos]);
+    assert_eq!(anthropic_stop_delta(&out), NO_STOP_WORD);
+    assert_eq!(tr.summary().stop_sequence, None);
+}
+
+#[test]
+fn anthropic_stop_sequence_from_recorded_verbose_body() {
+    let body = include_bytes!("../../../tests/fixtures/streams/stop_verbose.json");
+    let (out, s) = translate_whole(&whole_opts(Dialect::Anthropic), body).unwrap();
+    assert_eq!(
+        text(&out),
+        "{\"id\":\"msg_3\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\
+         \"content\":[{\"type\":\"text\",\"text\":\"The sea is a \"}],\
+         \"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"vast\",\
+         \"usage\":{\"input_tokens\":41,\"output_tokens\":5}}"
+    );
+    assert_eq!(s.stop_sequence.as_deref(), Some("vast"));
+    let eos = include_bytes!("../../../tests/fixtures/streams/eos_verbose.json");
+    let (out, s) = translate_whole(&whole_opts(Dialect::Anthropic), eos).unwrap();
+    assert!(text(&out).contains(",\"stop_reason\":\"end_turn\",\"stop_sequence\":null,"));
+    assert_eq!(s.stop_sequence, None);
+}
+
+/// llama.cpp puts `__verbose` on the first chunk of its final result, which is a content chunk
+/// when that result still carries text; the word counts wherever it comes.
+#[test]
+fn verbose_stop_word_on_a_content_chunk_and_odd_shapes() {
+    let stream = |verbose: &str, finish: &str| {
+        format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}}}}],{verbose}\"model\":\"e\"}}\n\n\
+             data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{finish}\"}}],\"model\":\"e\"}}\n\n\
+             data: [DONE]\n\n"
+        )
+    };
+    let word = "\"__verbose\":{\"stop_type\":\"word\",\"stopping_word\":\"END \\\"q\\\"\"},";
+    let (out, tr) = run(Dialect::Anthropic, &[stream(word, "stop").as_bytes()]);
+    assert_eq!(
+        anthropic_stop_delta(&out),
+        "{\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END \\\"q\\\"\"}"
+    );
+    assert!(text(&out).contains("\"text\":\"Hi\""));
+    assert!(tr.summary().errors.is_empty());
+    // A finish other than stop keeps its own reason, and the word is not shown.
+    let (out, _) = run(Dialect::Anthropic, &[stream(word, "length").as_bytes()]);
+    assert_eq!(anthropic_stop_delta(&out), "{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null}");
+    // Other stop types and shapes that are not llama.cpp's name no stop word, and break nothing.
+    for odd in [
+        "\"__verbose\":{\"stop_type\":\"limit\",\"stopping_word\":\"\"},",
+        "\"__verbose\":{\"stop_type\":\"eos\",\"stopping_word\":\"x\"},",
+        "\"__verbose\":{\"stopping_word\":\"x\"},",
+        "\"__verbose\":{\"stop_type\":\"word\"},",
+        "\"__verbose\":{\"stop_type\":\"word\",\"stopping_word\":7},",
+        "\"__verbose\":{\"stop_type\":1,\"stopping_word\":\"x\"},",
+        "\"__verbose\":[\"word\",\"x\"],",
+        "\"__verbose\":\"word\",",
+        "\"__verbose\":null,",
+        "\"__verbose\":{\"content\":\"Hi\",\"stop\":true,\"timings\":{}},",
+    ] {
+        let (out, tr) = run(Dialect::Anthropic, &[stream(odd, "stop").as_bytes()]);
+        assert_eq!(anthropic_stop_delta(&out), NO_STOP_WORD, "{odd}");
+        assert!(tr.summary().errors.is_empty(), "{odd}");
+        assert_eq!(tr.summary().text, "Hi", "{odd}");
+    }
+}
+
+#[test]
+fn verbose_never_reaches_a_client() {
+    let stream = include_bytes!("../../../tests/fixtures/streams/stop_verbose.sse");
+    let body = include_bytes!("../../../tests/fixtures/streams/stop_verbose.json");
+    for dialect in DIALECTS {
+        let (out, _) = run(dialect, &[stream]);
+        assert!(!text(&out).contains("__verbose"), "{dialect:?}");
+        assert!(!text(&out).contains("stop_type"), "{dialect:?}");
+        let (out, _) = translate_whole(&whole_opts(dialect), body).unwrap();
+        assert!(!text(&out).contains("__verbose"), "{dialect:?}");
+    }
+    // The OpenAI pass-through cuts the member wherever it stands, and keeps every other byte.
+    let (out, _) = run(Dialect::OpenAi, &[stream]);
+    assert!(text(&out).contains(
+        "\"finish_reason\":\"stop\",\"index\":0,\"delta\":{}}],\"created\":1795956937,\"id\":\"chatcmpl-VVr3ps3N3Jv5yJ6kjIp0D2Qtsjs11WGX\",\
+         \"model\":\"m\",\"system_fingerprint\":\"b11434-unknown\",\"object\":\"chat.completion.chunk\"}\n\n"
+    ));
+    let (out, _) = translate_whole(&whole_opts(Dialect::OpenAi), body).unwrap();
+    assert!(text(&out).contains("\"id\":\"chatcmpl-t75PbUEm4wMMiCtKM9q8KkpJaIEh6ok3\",\"timings\":{"));
+    for (engine, client) in [
+        (
+            "{\"__verbose\":{\"a\":[1,\"}\"]},\"model\":\"e\",\"choices\":[]}",
+            "{\"model\":\"m\",\"choices\":[]}",
+        ),
+        ("{ \"__verbose\" : {} , \"model\":\"e\"}", "{ \"model\":\"m\"}"),
+        ("{\"model\":\"e\" ,\t \"__verbose\": null }", "{\"model\":\"m\"  }"),
+        ("{\"choices\":[],\"__verbose\":1,\"model\":\"e\"}", "{\"choices\":[],\"model\":\"m\"}"),
+        ("{\"__verbose\":{}}", "{}"),
+        // A key written with escapes (llama.cpp never does) is not found, and stays.
+        ("{\"\\u005f_verbose\":{},\"model\":\"e\"}", "{\"\\u005f_verbose\":{},\"model\":\"m\"}"),
+    ] {
+        let (out, _) = translate_whole(&whole_opts(Dialect::OpenAi), engine.as_bytes()).unwrap();
+        assert_eq!(text(&out), client, "{engine}");
+        let (out, _) = run(Dialect::OpenAi, &[format!("data: {engine}\n\n").as_bytes()]);
+        assert!(text(&out).starts_with(&format!("data: {client}\n\n")), "{engine}: {}", text(&out));
+    }
 }

@@ -6,7 +6,8 @@ messages: text and images (base64 -> data URI, url -> URL) as content parts, ass
 ``tool_calls`` with JSON-string arguments, user ``tool_result`` as ``tool`` messages placed before the rest of that
 turn, ``thinking`` as ``reasoning_content``. Consecutive turns of one role are combined into one, as the Messages API
 does. Tools with ``input_schema`` become function tools; ``tool_choice`` auto/any/tool/none becomes
-"auto"/"required"/a named function/"none"; ``stop_sequences`` becomes ``stop``. ``max_tokens`` is required.
+"auto"/"required"/a named function/"none"; ``stop_sequences`` becomes ``stop``, with llama-server's ``verbose``
+and ``response_fields`` so that the response says which stop sequence matched. ``max_tokens`` is required.
 Error messages follow the API's ``field.path: problem`` form. Imports only ``canonical``; pure.
 """
 
@@ -93,6 +94,11 @@ def parse_messages(body: Any) -> CanonicalRequest:
             raise DialectError(400, f"stop_sequences: Input should be a list of strings, got {shown(stops)}")
         if stops:
             req.params["stop"] = list(stops)
+            # llama-server's OpenAI output only says finish_reason "stop"; `verbose` adds a `__verbose` object to
+            # the final result, trimmed by `response_fields` to {"stop_type": "word", "stopping_word": ...}, which
+            # the native translator turns into stop_reason "stop_sequence" and never passes to a client.
+            req.params["verbose"] = True
+            req.params["response_fields"] = ["stop_type", "stopping_word"]
     metadata = body.get("metadata")
     if metadata is not None:
         if not isinstance(metadata, dict):
