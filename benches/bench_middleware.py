@@ -183,7 +183,7 @@ def stub_engine(app: Any) -> None:
     child = Child("bench:latest", "bench:latest", spec, app.sup.data)
     child.state = State.READY
 
-    async def ensure_ready(model_name: str, *, embeddings: bool = False) -> Any:
+    async def ensure_ready(model_name: str, *, embeddings: bool = False, num_ctx: int | None = None) -> Any:
         return child
 
     async def forward_whole(sup: Any, child: Any, path: str, body: bytes) -> tuple[int, bytes, str]:
