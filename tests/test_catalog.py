@@ -81,6 +81,32 @@ def test_duplicate_name_refused(catalog: Catalog, model_file: Path) -> None:
         catalog.import_file(model_file, "m:latest")
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("team/m", "team--m"),  # '/' is written as '--': one models/ folder
+        ("m", "M"),  # one file on a case-insensitive file system
+        ("m.", "m"),  # safe_component strips the trailing '.'
+        ("x/t:embed", "x:t"),  # x:t's @embed child would share x/t:embed's run/ and logs/ files
+        ("a:b--c", "a--b:c"),  # different weights files, one run/ pid and apikey file
+    ],
+)
+def test_names_that_share_files_are_refused(
+    catalog: Catalog, model_file: Path, first: str, second: str
+) -> None:
+    kept = catalog.import_file(model_file, first)
+    with pytest.raises(CatalogError, match=f"would share its files with '{kept.name}'"):
+        catalog.copy(first, second)
+    with pytest.raises(CatalogError, match="would share its files"):
+        catalog.import_file(model_file, second)
+    with pytest.raises(CatalogError, match="would share its files"):
+        catalog.import_split(_shards(catalog.data.root / "split"), second)
+    assert [m.name for m in catalog.list()] == [kept.name] and kept.path.is_file()
+    catalog.copy(first, "elsewhere")  # an unrelated name is fine
+    catalog.remove("elsewhere")
+    assert kept.path.is_file()
+
+
 def test_corrupt_and_truncated_files_are_refused(catalog: Catalog, model_file: Path, tmp_path: Path) -> None:
     head = model_file.read_bytes()[:4096]
     cut = tmp_path / "cut.gguf"

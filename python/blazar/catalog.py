@@ -208,6 +208,22 @@ def _link_or_copy(
     return None if h is None else h.hexdigest()
 
 
+def _storage_keys(name: str) -> set[tuple[str, str]]:
+    """Where a catalog name lands on disk: its weights under models/ (a file, or a folder for a split set) and
+    the run/, logs/, sessions/ and speccache/ entries of its chat and ``@embed`` children. ``safe_component``
+    writes '/', ':' and '@' all as '--', so two names can land in one place; compared case-folded, as a
+    case-insensitive file system compares them."""
+    base, _, tag = name.rpartition(":")
+    folder = f"{safe_component(base)}/{safe_component(tag)}"
+    keys = {
+        ("models", folder),
+        ("models", folder + ".gguf"),
+        ("run", safe_component(name)),
+        ("run", safe_component(name + "@embed")),
+    }
+    return {(where, key.casefold()) for where, key in keys}
+
+
 class Catalog:
     """Catalog operations over one store and data dir."""
 
@@ -229,6 +245,17 @@ class Catalog:
         raise ModelNotFound(
             f"model '{full}' not found; import it with: blazar import PATH --name {full}{hint}"
         )
+
+    def _check_free(self, full: str) -> None:
+        """Refuse a new name whose files would be another model's: adding it would overwrite that model's weights,
+        and removing either would delete the other's (``a/b`` and ``a--b``, ``smollm2`` and ``SmolLM2``)."""
+        mine = _storage_keys(full)
+        for row in self.list():
+            if mine & _storage_keys(row.name):
+                raise CatalogError(
+                    f"model name '{full}' would share its files with '{row.name}' (on disk '/', ':' and '@' are "
+                    "written as '--', and case may not count); pick another name"
+                )
 
     def find(self, name: str) -> ModelRow | None:
         try:
@@ -260,6 +287,7 @@ class Catalog:
             raise CatalogError(
                 f"model '{full}' already exists; remove it first (blazar rm {full}) or pick --name"
             )
+        self._check_free(full)
         dest = self._file_for(full)
         digest = _link_or_copy(src, dest, progress, digest=known is None) or known
         try:
@@ -299,6 +327,7 @@ class Catalog:
             raise CatalogError(
                 f"model '{full}' already exists; remove it first (blazar rm {full}) or pick another name"
             )
+        self._check_free(full)
         header = read_header(paths[0])
         dest_dir = self._file_for(full, "")
         linked: list[Path] = []
@@ -381,6 +410,7 @@ class Catalog:
         full = names.normalize(dest_name)
         if self.find(full) is not None:
             raise CatalogError(f"model '{full}' already exists")
+        self._check_free(full)
         dest = self._file_for(full)
         _link_or_copy(src.path, dest, None)
         try:
