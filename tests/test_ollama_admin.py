@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +22,7 @@ from blazar.gateway import ollama_admin
 from blazar.gateway.http import Request
 from blazar.paths import DataDir
 from blazar.store import Store
+from blazar.supervisor import State
 from tests.test_catalog import older_database
 
 
@@ -88,3 +91,29 @@ def test_tags_fill_an_older_row_off_the_loop(
         assert threads and threading.get_ident() not in threads and ticks > 1  # the loop ran while it hashed
         asyncio.run(ollama_admin.tags(_sup(cat), _show("x"), None))
         assert len(threads) == 1  # stored: the next listing reads it
+
+
+@pytest.mark.parametrize("keep_alive", [1e308, 2.0**70, 400 * 365 * 86400.0])
+def test_ps_survives_a_keep_alive_past_the_calendar(
+    tmp_path: Path, model_file: Path, keep_alive: float
+) -> None:
+    """A client's keep_alive of 1e308 s is a valid JSON number: /api/ps shows the forever horizon, not a 500."""
+    data = DataDir(tmp_path / "data").ensure()
+    with Store.open(data.db) as store:
+        cat = Catalog(store, data)
+        cat.import_file(model_file, "smollm2", sha256="0" * 64)
+        child = SimpleNamespace(
+            key="smollm2:latest",
+            model="smollm2:latest",
+            state=State.READY,
+            keep_alive=keep_alive,
+            inflight=0,
+            last_used=time.monotonic(),
+            ctx_size=4096,
+        )
+        sup = SimpleNamespace(catalog=cat, cfg=Config(), children={child.key: child})
+        status, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
+        [entry] = orjson.loads(body)["models"]
+        expires = datetime.fromisoformat(entry["expires_at"])
+        assert status == 200 and 9 < (expires - datetime.now(UTC)).days / 365 <= 10
+

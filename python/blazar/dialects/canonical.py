@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -228,12 +229,12 @@ def parse_duration(value: Any, name: str = "keep_alive") -> float | None:
     if isinstance(value, bool):
         raise DialectError(400, _duration_help(name, value))
     if isinstance(value, int | float):
-        return float(value)
+        return _finite(float(value), name, value)
     if not isinstance(value, str):
         raise DialectError(400, _duration_help(name, value))
     text = value.strip()
     if _NUMBER.fullmatch(text):
-        return float(text)
+        return _finite(float(text), name, value)
     sign = 1.0
     if text and text[0] in "+-":
         sign = -1.0 if text[0] == "-" else 1.0
@@ -247,7 +248,14 @@ def parse_duration(value: Any, name: str = "keep_alive") -> float | None:
         pos = m.end()
     if pos == 0:
         raise DialectError(400, _duration_help(name, value))
-    return sign * total
+    return _finite(sign * total, name, value)
+
+
+def _finite(seconds: float, name: str, value: Any) -> float:
+    """A string of 400 digits is a float overflow (inf), which no clock can add; refuse it like any bad value."""
+    if not math.isfinite(seconds):
+        raise DialectError(400, _duration_help(name, value))
+    return seconds
 
 
 def _duration_help(name: str, value: Any) -> str:

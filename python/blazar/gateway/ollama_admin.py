@@ -26,6 +26,9 @@ Response = tuple[int, list[tuple[str, str]], bytes]
 OLLAMA_COMPAT_VERSION = "0.12.0"
 """The Ollama API version whose endpoints and fields Blazar serves; some clients gate features on it."""
 
+_FOREVER_SECS = 10 * 365 * 86400
+"""How far ahead /api/ps puts ``expires_at`` for a model kept loaded forever (and the latest it ever shows)."""
+
 
 def _json(obj: Any, status: int = 200) -> Response:
     return status, JSON_HEADERS, orjson.dumps(obj)
@@ -81,7 +84,10 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
         limit = float(sup.cfg.idle_timeout_secs) if child.keep_alive is None else child.keep_alive
         remaining = limit if child.inflight > 0 else max(0.0, limit - (now_mono - child.last_used))
         forever = limit < 0 or (limit == 0 and child.keep_alive is None)
-        expires = datetime.fromtimestamp(now_wall + (10 * 365 * 86400 if forever else remaining), UTC)
+        # A keep_alive past the horizon (1e308 seconds is a valid JSON number) would overflow the calendar.
+        expires = datetime.fromtimestamp(
+            now_wall + (_FOREVER_SECS if forever else min(remaining, _FOREVER_SECS)), UTC
+        )
         out.append(
             {
                 **_entry(m, digest),
