@@ -18,6 +18,7 @@ import pytest
 from blazar import catalog as catalog_mod
 from blazar.catalog import Catalog
 from blazar.config import Config
+from blazar.dialects.canonical import DialectError
 from blazar.gateway import ollama_admin
 from blazar.gateway.http import Request
 from blazar.paths import DataDir
@@ -117,3 +118,22 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
         expires = datetime.fromisoformat(entry["expires_at"])
         assert status == 200 and 9 < (expires - datetime.now(UTC)).days / 365 <= 10
 
+
+@pytest.mark.parametrize(
+    ("handler", "body", "said"),
+    [
+        (ollama_admin.show, b"[1, 2]", "got an array of 2"),
+        (ollama_admin.copy, b"null", "got null"),
+        (ollama_admin.delete, b'"smollm2"', 'got string "smollm2"'),
+    ],
+)
+def test_a_body_that_is_not_an_object_is_named_in_json_terms(
+    tmp_path: Path, handler: Any, body: bytes, said: str
+) -> None:
+    """The catalog routes word a non-object body as the dialect parsers do: JSON types, never Python's."""
+    data = DataDir(tmp_path / "data").ensure()
+    with Store.open(data.db) as store:
+        req = Request("POST", "/api/show", "", {}, body, "trace")
+        with pytest.raises(DialectError) as e:
+            asyncio.run(handler(_sup(Catalog(store, data)), req, None))
+        assert e.value.status == 400 and e.value.message == f"the request body must be a JSON object, {said}"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from blazar.dialects.canonical import json_object
 from blazar.keys import KeyCtx
 from blazar.quotas import Lease as QuotaLease
 
@@ -94,13 +95,6 @@ class Request:
             raise HttpError(400, f"request body is not valid JSON: {e}") from None
 
     def json_object(self) -> dict[str, Any]:
-        """The body as a JSON object, or an HttpError 400 that says what is wrong with it."""
-        if not self.body:
-            raise HttpError(400, "request body is empty; send a JSON object")
-        try:
-            data = orjson.loads(self.body)
-        except orjson.JSONDecodeError as e:
-            raise HttpError(400, f"request body is not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise HttpError(400, f"request body must be a JSON object, got {type(data).__name__}")
-        return data
+        """The body as a JSON object, or a 400 that says what is wrong with it, worded as the dialect parsers
+        word it (JSON type names: "got an array of 2", never Python's "list")."""
+        return json_object(self.json())
