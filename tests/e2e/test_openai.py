@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import openai
 import pytest
@@ -111,6 +113,22 @@ def test_over_50_mib_is_413(daemon: Daemon) -> None:
     r = httpx.post(daemon.url + "/v1/chat/completions", content=big, timeout=60)
     assert r.status_code == 413
     assert "50 MiB" in r.json()["error"]["message"]
+
+
+def test_a_client_that_leaves_mid_body_is_logged_not_a_traceback(daemon: Daemon) -> None:
+    for i, path in enumerate(["/v1/chat/completions", "/api/chat", "/v1/messages", "/api/keys"]):
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"x-blazar-trace-id: gone-{i}\r\ncontent-length: 1000\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", daemon.port)) as s:
+            s.sendall(
+                head.encode() + b'{"model": "smol'
+            )  # 15 of the 1000 bytes it declared, then it hangs up
+        said = f"client closed the connection before its body arrived on POST {path} (trace gone-{i})"
+        wait_for(lambda said=said: said in daemon.log.read_text(), 10, "the daemon to note the client left")
+        assert f"(trace gone-{i})\nTraceback" not in daemon.log.read_text()
+    assert httpx.get(daemon.url + "/healthz").status_code == 200
 
 
 def test_unknown_route_and_method(daemon: Daemon) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar import __version__
 from blazar.dialects import anthropic as anthropic_dialect
@@ -24,7 +25,15 @@ from blazar.dialects import openai as openai_dialect
 from blazar.dialects.canonical import DialectError
 from blazar.errors import BlazarError
 from blazar.gateway import admin, anthropic, ollama, ollama_admin, openai, pull
-from blazar.gateway.http import JSON_HEADERS, MAX_BODY_BYTES, HttpError, Request, accept_trace_id
+from blazar.gateway.http import (
+    CLIENT_CLOSED,
+    JSON_HEADERS,
+    MAX_BODY_BYTES,
+    ClientGone,
+    HttpError,
+    Request,
+    accept_trace_id,
+)
 from blazar.gateway.tenancy import Gate
 from blazar.supervisor import Supervisor
 
@@ -147,6 +156,14 @@ class App:
         try:
             self.gate.authenticate(req)
             status = await self._handle(scope, proto, route, req)
+        except ClientGone:
+            status = CLIENT_CLOSED
+            log.info(
+                "client closed the connection before its body arrived on %s %s (trace %s)",
+                scope.method,
+                path,
+                trace,
+            )
         except (HttpError, DialectError, BlazarError) as e:
             extra: list[tuple[str, str]] = []
             if isinstance(e, HttpError):
@@ -218,12 +235,18 @@ async def _read_body(scope: Any, proto: Any) -> bytes:
             raise HttpError(400, f"invalid content-length header {declared!r}") from None
         if size > MAX_BODY_BYTES:
             raise _too_large(size)
-        return bytes(await proto())
+        try:
+            return bytes(await proto())
+        except ProtocolClosed:  # the client hung up before sending the bytes it declared
+            raise ClientGone() from None
     parts = []
     total = 0
-    async for chunk in proto:
-        total += len(chunk)
-        if total > MAX_BODY_BYTES:
-            raise _too_large(None)
-        parts.append(chunk)
+    try:
+        async for chunk in proto:
+            total += len(chunk)
+            if total > MAX_BODY_BYTES:
+                raise _too_large(None)
+            parts.append(chunk)
+    except ProtocolClosed:
+        raise ClientGone() from None
     return b"".join(parts)

@@ -53,6 +53,14 @@ class HttpError(Exception):
         self.source = source
 
 
+class ClientGone(Exception):
+    """The client closed the connection before its request body arrived: nobody is left to answer."""
+
+
+CLIENT_CLOSED = 499
+"""The status the access log and audit lane record for a request whose client went away (nginx's convention)."""
+
+
 def openai_error_body(status: int, message: str, kind: str) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": kind, "code": status}})
 
