@@ -11,35 +11,17 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from blazar.cli.run import HELP
-from tests.conftest import Assets, Daemon, cleanup, free_port, make_daemon, provision
+from tests.conftest import Daemon, free_port, make_daemon
 
 OPTS = ["--max-tokens", "6", "--temperature", "0", "--seed", "7"]
 OPTIONS = {"num_predict": 6, "temperature": 0, "seed": 7}
 QUESTION = "Name a color."
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Iterator[Daemon]:
-    """This module's daemon runs the engine without prompt caching: the answers printed by `blazar run` are
-    compared with fresh /api/chat answers to the same conversation, and llama.cpp's greedy output can differ in
-    rare tokens between a prompt evaluated whole and one that reused a cached prefix (different batch shapes)."""
-    d = provision(
-        make_daemon(
-            tmp_path_factory.mktemp("daemon"),
-            '[models."smollm2:latest"]\nextra_args = ["--no-cache-prompt"]\n',
-        ),
-        assets,
-    )
-    d.start()
-    yield d
-    cleanup(d)
 
 
 def run(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
