@@ -98,6 +98,12 @@ def test_embed(daemon: Daemon, client: Make) -> None:
         daemon.url + "/api/embeddings", json={"model": "smollm2", "prompt": "hello"}, timeout=60
     )
     assert legacy.status_code == 200 and len(legacy.json()["embedding"]) == 576
+    # no input: the model is loaded and nothing is embedded, in each endpoint's own shape; a missing model is 404
+    empty = httpx.post(daemon.url + "/api/embed", json={"model": "smollm2"}, timeout=60)
+    assert empty.status_code == 200 and empty.json() == {"model": "smollm2", "embeddings": []}
+    for path in ("/api/embed", "/api/embeddings"):
+        ghost = httpx.post(daemon.url + path, json={"model": "ghost"}, timeout=60)
+        assert ghost.status_code == 404 and "ghost" in ghost.json()["error"], (path, ghost.text)
 
 
 def test_keep_alive_zero_unloads(daemon_factory: object, client: Make) -> None:

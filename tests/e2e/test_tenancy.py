@@ -99,6 +99,30 @@ def test_auth_statuses_and_bodies(daemon_factory: object) -> None:
     assert ADMIN not in text and RATED not in text
 
 
+def test_a_scoped_key_reaches_no_other_model_by_a_side_door(daemon_factory: object) -> None:
+    """Loads, unloads, fill-in-the-middle and token counts run a model's engine: each is refused for a model
+    outside the key's scope, and no engine is started for it."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(KEYS)
+    model = {"model": "smollm2"}
+    doors = [
+        ("/api/chat", model),  # no messages: load only
+        ("/api/generate", model),
+        ("/api/generate", {**model, "keep_alive": 0}),  # unload only
+        ("/api/embed", model),
+        ("/api/embeddings", model),
+        ("/api/generate", {**model, "prompt": "def f(", "suffix": ")", "stream": False}),
+        ("/v1/messages/count_tokens", {**model, "messages": [{"role": "user", "content": "hi"}]}),
+    ]
+    for path, body in doors:
+        r = post(d, path, body, bearer(SCOPED))
+        assert r.status_code == 403 and "may not use model 'smollm2:latest'" in r.text, (path, body, r.text)
+    assert d.child_pids() == []
+    listed = httpx.get(d.url + "/api/tags", headers=bearer(ADMIN)).json()["models"]
+    assert [m["name"] for m in listed] == ["smollm2:latest"]
+    assert post(d, "/api/chat", model, bearer(ADMIN)).json()["done_reason"] == "load"  # the admin key may
+
+
 def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(KEYS)

@@ -68,6 +68,14 @@ def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, in
     return target
 
 
+def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, str, int]:
+    """``route_target``, then the key's scope and quotas for that model (403/429). Every path that touches a
+    model's engine claims it first: generation, embeddings, fill-in-the-middle, loads and unloads, token counts."""
+    target = route_target(sup, canon)
+    req.gate.check_model(req, target[0])
+    return target
+
+
 async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
     """The child for ``canon`` and the load time in ns when this request had to start it (else 0)."""
     t0 = time.perf_counter()
@@ -95,8 +103,7 @@ async def serve(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape
 ) -> Response | None:
     """Chat and completion requests of any dialect: quotas, admission, the child, the translated response."""
-    name, key, slots = route_target(sup, canon)
-    req.gate.check_model(req, name)
+    _name, key, slots = claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
         return await _dispatch(sup, req, proto, canon, shape, key, slots)
 
@@ -177,8 +184,7 @@ async def _forced_tool_call(
 
 async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     """An embedding request: the engine's OpenAI embeddings body (parsed) and the load time in ns."""
-    name, key, slots = route_target(sup, canon)
-    req.gate.check_model(req, name)
+    _name, key, slots = claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
         return await _embed(sup, req, canon)
 

@@ -25,17 +25,22 @@ def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest, field: str) -> Response:
-    """Ollama loads (or, with keep_alive 0, unloads) a model when a request carries nothing to generate."""
+async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> str:
+    """Ollama loads (or, with keep_alive 0, unloads) a model when a request carries nothing to generate; the
+    key must be allowed that model, as for any other request. Returns the done_reason, "load" or "unload"."""
+    name, _key, _slots = core.claim(sup, req, canon)
     if canon.keep_alive == 0:
-        name = sup.catalog.get(canon.model).name
+        sup.catalog.get(name)  # 404 for a model that is not there
         for key in [k for k, c in sup.children.items() if c.model == name]:
             await sup.evict(key, "keep_alive 0")
-        reason = "unload"
-    else:
-        child, _ = await core.ready_child(sup, req, canon)
-        await core.after(sup, child, canon)
-        reason = "load"
+        return "unload"
+    child, _ = await core.ready_child(sup, req, canon)
+    await core.after(sup, child, canon)
+    return "load"
+
+
+async def _load_reply(sup: Supervisor, req: Request, canon: CanonicalRequest, field: str) -> Response:
+    reason = await _load_only(sup, req, canon)
     done: dict[str, Any] = {"model": canon.model, "created_at": _now()}
     if field == "message":
         done["message"] = {"role": "assistant", "content": ""}
@@ -48,21 +53,28 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest, fie
 async def chat(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     canon = dialect.parse_chat(req.json())
     if canon.load_only:
-        return await _load_only(sup, req, canon, "message")
+        return await _load_reply(sup, req, canon, "message")
     return await core.serve(sup, req, proto, canon, core.OLLAMA_CHAT)
 
 
 async def generate(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     canon = dialect.parse_generate(req.json())
     if canon.load_only:
-        return await _load_only(sup, req, canon, "response")
+        return await _load_reply(sup, req, canon, "response")
     if canon.suffix is not None:
-        return await _infill(sup, req, proto, canon)
+        return await _infill(sup, req, canon)
     return await core.serve(sup, req, proto, canon, core.OLLAMA_GENERATE)
 
 
-async def _infill(sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest) -> Response | None:
-    """Fill-in-the-middle (``suffix``) runs on llama-server's native /infill, whole, and is shaped here once."""
+async def _infill(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
+    """Fill-in-the-middle (``suffix``) runs on llama-server's native /infill, whole, and is shaped here once;
+    it is claimed and admitted like any generation."""
+    _name, key, slots = core.claim(sup, req, canon)
+    with await req.gate.admit(req, key, slots, canon):
+        return await _infill_admitted(sup, req, canon)
+
+
+async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
     child, load_ns = await core.ready_child(sup, req, canon)
     path, body = render_engine(canon)
     body["stream"] = False
@@ -101,8 +113,9 @@ async def _infill(sup: Supervisor, req: Request, proto: Any, canon: CanonicalReq
 
 async def embed(sup: Supervisor, req: Request, proto: Any) -> Response:
     canon = dialect.parse_embed(req.json())
-    if canon.load_only:
-        return await _load_only(sup, req, canon, "embed")
+    if canon.load_only:  # Ollama answers an empty input with no embeddings, once the model is loaded
+        await _load_only(sup, req, canon)
+        return 200, JSON_HEADERS, orjson.dumps({"model": canon.model, "embeddings": []})
     body, load_ns = await core.embed(sup, req, canon)
     vectors = [d["embedding"] for d in sorted(body.get("data", []), key=lambda d: d.get("index", 0))]
     usage = body.get("usage") or {}
@@ -119,6 +132,7 @@ async def embed(sup: Supervisor, req: Request, proto: Any) -> Response:
 async def embeddings_legacy(sup: Supervisor, req: Request, proto: Any) -> Response:
     canon = dialect.parse_embeddings_legacy(req.json())
     if canon.load_only:
+        await _load_only(sup, req, canon)
         return 200, JSON_HEADERS, b'{"embedding":[]}'
     body, _ = await core.embed(sup, req, canon)
     data = body.get("data") or [{}]
