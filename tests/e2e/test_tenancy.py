@@ -100,8 +100,8 @@ def test_auth_statuses_and_bodies(daemon_factory: object) -> None:
 
 
 def test_a_scoped_key_reaches_no_other_model_by_a_side_door(daemon_factory: object) -> None:
-    """Loads, unloads, fill-in-the-middle and token counts run a model's engine: each is refused for a model
-    outside the key's scope, and no engine is started for it."""
+    """Loads, unloads, fill-in-the-middle and token counts run a model's engine; copy and delete change the
+    catalog: each is refused for a model outside the key's scope, and no engine is started for it."""
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(KEYS)
     model = {"model": "smollm2"}
@@ -117,6 +117,12 @@ def test_a_scoped_key_reaches_no_other_model_by_a_side_door(daemon_factory: obje
     for path, body in doors:
         r = post(d, path, body, bearer(SCOPED))
         assert r.status_code == 403 and "may not use model 'smollm2:latest'" in r.text, (path, body, r.text)
+    for method, path, body in [
+        ("POST", "/api/copy", {"source": "smollm2", "destination": "mine"}),
+        ("DELETE", "/api/delete", model),
+    ]:
+        r = httpx.request(method, d.url + path, json=body, headers=bearer(SCOPED))
+        assert r.status_code == 403 and "needs a full-access key" in r.json()["error"], (path, r.text)
     assert d.child_pids() == []
     listed = httpx.get(d.url + "/api/tags", headers=bearer(ADMIN)).json()["models"]
     assert [m["name"] for m in listed] == ["smollm2:latest"]

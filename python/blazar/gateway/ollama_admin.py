@@ -146,7 +146,16 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
     )
 
 
+def _full_access(req: Request, what: str) -> None:
+    """Changing the catalog is for full-access keys: a key limited to some models may not add or drop any."""
+    if req.key is not None and not req.key.full_access:
+        raise HttpError(
+            403, f"{what} needs a full-access key (one without a models list)", "permission_error"
+        )
+
+
 async def copy(sup: Supervisor, req: Request, proto: Any) -> Response:
+    _full_access(req, "copying models")
     body = req.json_object()
     src, dst = body.get("source"), body.get("destination")
     if not isinstance(src, str) or not isinstance(dst, str) or not src or not dst:
@@ -156,6 +165,7 @@ async def copy(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def delete(sup: Supervisor, req: Request, proto: Any) -> Response:
+    _full_access(req, "deleting models")
     body = req.json_object()
     name = names.normalize(_model_name(body))
     for key in [k for k, c in sup.children.items() if c.model == name]:
