@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import time
 
 import httpx
 import openai
@@ -125,10 +127,30 @@ def test_a_client_that_leaves_mid_body_is_logged_not_a_traceback(daemon: Daemon)
             s.sendall(
                 head.encode() + b'{"model": "smol'
             )  # 15 of the 1000 bytes it declared, then it hangs up
-        said = f"client closed the connection before its body arrived on POST {path} (trace gone-{i})"
+        said = f"POST {path}: the client closed the connection before its body arrived (trace gone-{i})"
         wait_for(lambda said=said: said in daemon.log.read_text(), 10, "the daemon to note the client left")
         assert f"(trace gone-{i})\nTraceback" not in daemon.log.read_text()
     assert httpx.get(daemon.url + "/healthz").status_code == 200
+
+
+def test_a_client_that_leaves_before_a_whole_answer_frees_the_engine(daemon: Daemon) -> None:
+    # 3000 tokens would hold the one slot for a long while; the engine must stop when the client goes
+    long = {**SAMPLING, "messages": PROMPT, "model": "smollm2", "max_tokens": 3000, "ignore_eos": True}
+    body = json.dumps(long).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"x-blazar-trace-id: left-whole\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", daemon.port)) as s:
+        s.sendall(head.encode() + body)
+        time.sleep(1)
+    said = "POST /v1/chat/completions: the client closed the connection before its answer was ready"
+    wait_for(lambda: said in daemon.log.read_text(), 30, "the daemon to stop the engine's work for nobody")
+    t0 = time.monotonic()
+    r = client(daemon).chat.completions.create(
+        model="smollm2", messages=PROMPT, **{**SAMPLING, "max_tokens": 2}
+    )
+    assert r.choices[0].finish_reason == "length" and time.monotonic() - t0 < 20
 
 
 def test_unknown_route_and_method(daemon: Daemon) -> None:

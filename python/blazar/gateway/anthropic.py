@@ -29,12 +29,14 @@ async def count_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
     child, _ = await core.ready_child(sup, req, canon)
     _path, chat = render_engine(canon)
     template_req = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
-    _s, data, _c = await proxy.forward_whole(sup, child, "/apply-template", orjson.dumps(template_req))
+    _s, data, _c = await proxy.forward_whole(
+        sup, child, "/apply-template", orjson.dumps(template_req), req.client
+    )
     prompt = orjson.loads(data).get("prompt")
     if not isinstance(prompt, str):
         raise HttpError(502, "engine did not return a prompt from /apply-template", "engine_error")
     _s, data, _c = await proxy.forward_whole(
-        sup, child, "/tokenize", orjson.dumps({"content": prompt, "add_special": True})
+        sup, child, "/tokenize", orjson.dumps({"content": prompt, "add_special": True}), req.client
     )
     tokens = orjson.loads(data).get("tokens")
     if not isinstance(tokens, list):

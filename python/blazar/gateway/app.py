@@ -139,7 +139,9 @@ class App:
         route = ROUTES.get(path)
         dialect = route.dialect if route else _guess_dialect(path)
         trace = accept_trace_id(headers.get("x-blazar-trace-id"))
-        req = Request(scope.method, path, scope.query_string, headers, b"", trace, t0=t0, gate=self.gate)
+        req = Request(
+            scope.method, path, scope.query_string, headers, b"", trace, t0=t0, gate=self.gate, client=proto
+        )
         req.extra_headers.append(("x-blazar-trace-id", trace))
         cors = self._cors_headers(headers.get("origin")) if self.cors else []
         if cors:
@@ -156,13 +158,10 @@ class App:
         try:
             self.gate.authenticate(req)
             status = await self._handle(scope, proto, route, req)
-        except ClientGone:
+        except ClientGone as e:
             status = CLIENT_CLOSED
             log.info(
-                "client closed the connection before its body arrived on %s %s (trace %s)",
-                scope.method,
-                path,
-                trace,
+                "%s %s: the client closed the connection %s (trace %s)", scope.method, path, e.when, trace
             )
         except (HttpError, DialectError, BlazarError) as e:
             extra: list[tuple[str, str]] = []
@@ -219,6 +218,9 @@ class App:
         return status
 
 
+_BEFORE_BODY = "before its body arrived"
+
+
 def _too_large(size: int | None) -> HttpError:
     got = f" ({size} bytes)" if size is not None else ""
     return HttpError(413, f"request body{got} exceeds the 50 MiB limit", "request_too_large")
@@ -238,7 +240,7 @@ async def _read_body(scope: Any, proto: Any) -> bytes:
         try:
             return bytes(await proto())
         except ProtocolClosed:  # the client hung up before sending the bytes it declared
-            raise ClientGone() from None
+            raise ClientGone(_BEFORE_BODY) from None
     parts = []
     total = 0
     try:
@@ -248,5 +250,5 @@ async def _read_body(scope: Any, proto: Any) -> bytes:
                 raise _too_large(None)
             parts.append(chunk)
     except ProtocolClosed:
-        raise ClientGone() from None
+        raise ClientGone(_BEFORE_BODY) from None
     return b"".join(parts)

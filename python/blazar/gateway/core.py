@@ -134,7 +134,7 @@ async def _dispatch(
             req.summary = translator.summary()
             return None
         t0 = time.perf_counter()
-        _status, data, _ctype = await proxy.forward_whole(sup, child, path, engine_body)
+        _status, data, _ctype = await proxy.forward_whole(sup, child, path, engine_body, req.client)
         req.engine_s += time.perf_counter() - t0
         out, summary = translate_whole(
             shape.translator,
@@ -162,7 +162,7 @@ async def _forced_tool_call(
     """A forced tool call on a model whose template cannot emit one: constrained JSON, rendered as a call."""
     t0 = time.perf_counter()
     constrained = orjson.dumps(forced_tools.constrained_body(body, schema))
-    _s, data, _c = await proxy.forward_whole(sup, child, "/v1/chat/completions", constrained)
+    _s, data, _c = await proxy.forward_whole(sup, child, "/v1/chat/completions", constrained, req.client)
     req.engine_s += time.perf_counter() - t0
     completion = forced_tools.synthetic_completion(data)
     if canon.stream:
@@ -194,7 +194,7 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
     path, body = render_engine(canon)
     try:
         t0 = time.perf_counter()
-        _status, data, _ctype = await proxy.forward_whole(sup, child, path, orjson.dumps(body))
+        _status, data, _ctype = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
         req.engine_s += time.perf_counter() - t0
     finally:
         await after(sup, child, canon)

@@ -54,7 +54,12 @@ class HttpError(Exception):
 
 
 class ClientGone(Exception):
-    """The client closed the connection before its request body arrived: nobody is left to answer."""
+    """The client closed the connection before it was answered: nobody is left to answer. ``when`` says at what
+    point, for the log line."""
+
+    def __init__(self, when: str) -> None:
+        super().__init__(when)
+        self.when = when
 
 
 CLIENT_CLOSED = 499
@@ -85,6 +90,8 @@ class Request:
     model: str | None = None
     queue_depth: int = 0
     gate: Gate = field(default=None)  # type: ignore[assignment]  # set by the app before any handler runs
+    client: Any = None
+    """The RSGI protocol of the client's connection (its ``client_disconnect()`` says when the client leaves)."""
 
     def overhead_ms(self) -> float:
         return max(0.0, (time.perf_counter() - self.t0 - self.engine_s) * 1000)

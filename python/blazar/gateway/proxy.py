@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import aiohttp
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar._native import StreamError
-from blazar.gateway.http import HttpError
+from blazar.gateway.http import ClientGone, HttpError
 from blazar.supervisor import Child, Supervisor
 
 log = logging.getLogger("blazar.proxy")
+
+T = TypeVar("T")
 
 
 _CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
@@ -74,19 +77,52 @@ def _engine_error(status: int, body: bytes) -> HttpError:
     return HttpError(status, message, kind, source="engine")
 
 
-async def forward_whole(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[int, bytes, str]:
-    """One request, one whole response body: (status, body, content-type)."""
+async def forward_whole(
+    sup: Supervisor, child: Child, path: str, body: bytes, client: Any = None
+) -> tuple[int, bytes, str]:
+    """One request, one whole response body: (status, body, content-type).
+
+    With ``client`` (the caller's RSGI protocol), a client that hangs up before the answer is ready stops the
+    engine's work: the upstream connection is closed, which llama-server takes as a cancel, so the slot is free
+    for the next request instead of generating for nobody; raises ClientGone.
+    """
     with sup.lease(child):
-        resp = await _open(sup, child, path, body)
-        try:
-            data = await resp.read()
-        except (aiohttp.ClientError, OSError) as e:
-            raise await _engine_failed(sup, child, e) from None
-        finally:
-            resp.release()
+        work = _read_whole(sup, child, path, body)
+        resp, data = await (work if client is None else _unless_gone(work, client))
     if resp.status >= 400:
         raise _engine_error(resp.status, data)
     return resp.status, data, resp.headers.get("content-type", "application/json")
+
+
+async def _read_whole(
+    sup: Supervisor, child: Child, path: str, body: bytes
+) -> tuple[aiohttp.ClientResponse, bytes]:
+    resp = await _open(sup, child, path, body)
+    try:
+        data = await resp.read()
+    except (aiohttp.ClientError, OSError) as e:
+        raise await _engine_failed(sup, child, e) from None
+    finally:
+        resp.release()
+    return resp, data
+
+
+async def _unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
+    """``work``'s result, unless the client disconnects first: then ``work`` is cancelled and ClientGone raised."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(client.client_disconnect())
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.wait((task,))  # its connection to the engine is closed by now
+    raise ClientGone("before its answer was ready; the engine stopped working on it")
 
 
 async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, bytes, str]:
