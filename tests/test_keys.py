@@ -497,6 +497,8 @@ def test_the_first_key_must_have_full_access(tmp_path: Path, env: dict[str, str]
         ),
         ({"name": ""}, "key name '' must be non-empty"),
         ({"models": ["m:"]}, "'m:' is not a valid model name: model name 'm:' ends with ':' but has no tag"),
+        ({"models": [""]}, "'' is not a valid model name: model name is empty"),  # not full access
+        ({"models": ["smollm2", " "]}, "' ' is not a valid model name: model name is empty"),
         ({"weight": 0}, "weight must be a number > 0, got 0"),
         ({"weight": float("nan")}, "weight must be a number > 0, got nan"),
         ({"rpm": -1}, "rpm must be an integer >= 0 (0 = unlimited), got -1"),

@@ -350,10 +350,10 @@ def _check_secret(secret: str) -> None:
 
 
 def _normalised_models(models: Iterable[str]) -> tuple[str, ...]:
+    """The scope as ``name:tag`` names. A blank entry is refused, never dropped: dropping it would turn
+    ``models = [""]`` into an empty list, which means full access and key management."""
     out: list[str] = []
     for raw in models:
-        if not raw.strip():
-            continue
         try:
             name = normalize_model_name(raw)
         except ValueError as exc:
