@@ -25,6 +25,15 @@ def test_normalize_rejects(bad: str) -> None:
         normalize(bad)
 
 
+def test_a_long_name_is_refused_for_its_length_without_echoing_it() -> None:
+    with pytest.raises(CatalogError) as e:
+        normalize("x" * 10_000)
+    assert str(e.value) == f"invalid model name '{'x' * 40}...': it is 10000 characters long; use at most 200"
+    assert normalize("x" * 200) == "x" * 200 + ":latest"
+    with pytest.raises(CatalogError, match="it is 201 characters long"):
+        normalize("x" * 201)
+
+
 def test_default_name_for_file() -> None:
     assert default_name_for_file("SmolLM2-135M-Instruct.Q4_1") == "smollm2-135m-instruct:q4_1"
     assert default_name_for_file("model") == "model:latest"

@@ -10,13 +10,21 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+MAX_NAME = 200
+"""The longest model name (name:tag) the catalog takes."""
+
+
 def normalize(name: str) -> str:
     """'smollm2' -> 'smollm2:latest'; 'smollm2:q4' stays; invalid names raise CatalogError."""
     name = name.strip()
+    if len(name) > MAX_NAME:
+        raise CatalogError(
+            f"invalid model name '{name[:40]}...': it is {len(name)} characters long; use at most {MAX_NAME}"
+        )
     base, sep, tag = name.rpartition(":")
     if not sep:
         base, tag = name, "latest"
-    if not _NAME.match(base) or not _TAG.match(tag) or len(name) > 200:
+    if not _NAME.match(base) or not _TAG.match(tag):
         raise CatalogError(
             f"invalid model name '{name}': use name[:tag] with letters, digits, '.', '_', '-' (and '/' in the name)"
         )
