@@ -164,12 +164,6 @@ def test_the_context_is_fitted_or_refused(tmp_path: Path, model_file: Path) -> N
     assert "does not fit in memory" in str(exc.value) and "cache_type_k" in str(exc.value)
 
 
-def test_other_lanes_have_no_compiler(tmp_path: Path, model_file: Path) -> None:
-    other = EngineRow("mistralrs", "t", None, Path("/x"), "local", "cpu", None, True)
-    with pytest.raises(LaneError, match="no launch profile"):
-        compile_profile(cfg_from(tmp_path), row(model_file), other, hardware=ROOMY)
-
-
 def test_mmproj_sibling_and_override(tmp_path: Path, model_file: Path) -> None:
     d = tmp_path / "m"
     d.mkdir()

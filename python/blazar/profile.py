@@ -4,9 +4,11 @@ It reads the config (defaults, then the model's ``[models."name:tag"]`` override
 ``Hardware`` snapshot, and returns a ``LaunchSpec``: an argv template with ``{port}`` and ``{api_key_file}``
 placeholders, the fitted context and the memory estimate behind it. Compiling has no side effects; ``prepare``
 does the few the engine needs before it starts (the slot save directory, an empty lookup cache file, a stale unix
-socket removed). Spawning is the supervisor's job. Only the llama-cpp lane has a compiler so far.
+socket removed). Spawning is the supervisor's job. The llama-cpp compiler is here; mistralrs, sglang and mlx are
+compiled in ``profile_lanes.py``; each lane's flags come from its builder in ``engines/argv.py``, which the install
+gate shares.
 
-Every flag used here was checked against ``llama-server --help`` of the build the tests run.
+Every llama-server flag used here was checked against ``llama-server --help`` of the build the tests run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from blazar._native import GgufError, read_gguf_metadata
 from blazar.catalog import ModelRow, read_header
 from blazar.config import Config
+from blazar.engines import argv as lane_argv
 from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, LaneError
 from blazar.fit import MIB, Fit, FitRequest, KvSettings, MemoryEstimate, ProfileUnfit, fit, kv_shape
@@ -38,9 +41,12 @@ _SHARD = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
 class LaunchSpec:
     """Everything the supervisor needs to start one child, except the port and key, which it picks.
 
-    ``ctx_size`` is the engine's total context (cells), ``ctx_per_slot`` what one request can use; the paths are
-    the files ``prepare`` readies (None when unused); ``estimate`` is the memory estimate the context was fitted
-    with (None for lanes without one).
+    ``ctx_size`` is the engine's total context (cells), ``ctx_per_slot`` what one request can use (0: unknown, no
+    prompt preflight); the paths are the files ``prepare`` readies (None when unused); ``estimate`` is the memory
+    estimate the context was fitted with (None for lanes without one). ``engine_model`` is the ``model`` every
+    request to this child must carry (None: the client's name is fine, llama-server ignores it).
+    ``checks_api_key`` is False for engines that cannot check a key (mlx-lm, mistral.rs): the supervisor still
+    writes one, but such a child is protected only by listening on 127.0.0.1.
     """
 
     argv_template: tuple[str, ...]
@@ -52,6 +58,8 @@ class LaunchSpec:
     socket_path: Path | None = None
     mmproj: Path | None = None
     estimate: MemoryEstimate | None = None
+    engine_model: str | None = None
+    checks_api_key: bool = True
 
     @property
     def ctx_per_slot(self) -> int:
@@ -163,8 +171,10 @@ def fit_model(
     hardware: Hardware | None = None,
     ctx_size: int | None = None,
     mmproj: Path | None = None,
+    settings: KvSettings | None = None,
 ) -> Fit:
-    """The memory fit for serving ``model`` with the config's settings (``ctx_size`` overrides the config's)."""
+    """The memory fit for serving ``model`` with the config's settings (``ctx_size`` overrides the config's,
+    ``settings`` the config's KV cache settings: for engines that do not take llama.cpp's cache flags)."""
     st = model_settings(cfg, model.name)
     header = read_header(model.path)
     md = header.get("metadata")
@@ -177,7 +187,8 @@ def fit_model(
         shape=shape,
         weights=sum(_size(p) for p in shard_paths(model.path)),
         requested_ctx=st.ctx_size if ctx_size is None else ctx_size,
-        settings=KvSettings(
+        settings=settings
+        or KvSettings(
             cache_type_k=st.cache_type_k,
             cache_type_v=st.cache_type_v,
             flash_attn=st.flash_attn,
@@ -226,14 +237,15 @@ def compile_llama_cpp(
         )
     data = cfg.data_dir
     slot_dir = data / "sessions" / safe_component(model.name)
-    argv = [
-        str(engine.path),
-        "--model", str(model.path),
-        "--alias", model.name,
-        "--host", "127.0.0.1",
-        "--port", "{port}",
-        "--api-key-file", "{api_key_file}",
-        "--ctx-size", str(est.ctx_size),
+    argv = lane_argv.llama_cpp(
+        engine.path,
+        model.path,
+        port="{port}",
+        ctx_size=est.ctx_size,
+        alias=model.name,
+        api_key_file="{api_key_file}",
+    )
+    argv += [
         "--parallel", str(est.parallel),
         "--cache-type-k", est.settings.cache_type_k,
         "--cache-type-v", est.settings.cache_type_v,
@@ -286,15 +298,14 @@ def compile_profile(
 ) -> LaunchSpec:
     """The launch spec for ``model`` on ``engine``; ``hardware`` defaults to probing the machine now and
     ``ctx_size`` (e.g. Ollama's ``num_ctx``) replaces the configured context. Raises ``ProfileUnfit`` (503) when
-    the model cannot fit, ``LaneError`` for a lane without a compiler."""
+    the model cannot fit, ``LaneError`` for a lane without a compiler (sd, whisper) or settings it cannot take."""
     if engine.kind == "llama-cpp":
         return compile_llama_cpp(
             cfg, model, engine, embeddings=embeddings, hardware=hardware, ctx_size=ctx_size
         )
-    raise LaneError(
-        f"the {engine.kind} lane has no launch profile in this Blazar yet; serve '{model.name}' with"
-        " llama-cpp: blazar engine use --kind llama-cpp TAG"
-    )
+    from blazar.profile_lanes import compile_lane  # it builds on this module
+
+    return compile_lane(cfg, model, engine, embeddings=embeddings, hardware=hardware, ctx_size=ctx_size)
 
 
 def render_command(spec: LaunchSpec) -> str:

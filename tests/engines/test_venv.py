@@ -18,7 +18,7 @@ import pytest
 from blazar.engines.gate import gate_argv
 from blazar.engines.installer import install
 from blazar.engines.manifest import load_manifest
-from blazar.engines.venv import launched_argv
+from blazar.engines.venv import KEY_FILE_FLAG, launched_argv, reads_key_file
 from blazar.errors import EngineError
 from blazar.paths import DataDir
 from blazar.store import Store
@@ -27,11 +27,14 @@ from tests.engines.conftest import snapshot, write_manifest
 ECHO_ARGV = "import json, sys\nprint(json.dumps(sys.argv[1:]))\n"
 
 
-def stand_in_wheel(into: Path, name: str = "blazar_standin", version: str = "0.1.0") -> Path:
-    """A pure-Python wheel written by hand: ``standin_lane.server`` echoes its argv as JSON."""
+def stand_in_wheel(
+    into: Path, name: str = "blazar_standin", version: str = "0.1.0", server: str = ECHO_ARGV
+) -> Path:
+    """A pure-Python wheel written by hand: ``standin_lane.server`` runs ``server`` (by default it echoes its argv
+    as JSON)."""
     files = {
         "standin_lane/__init__.py": b"",
-        "standin_lane/server.py": ECHO_ARGV.encode(),
+        "standin_lane/server.py": server.encode(),
         f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: blazar-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
@@ -93,6 +96,16 @@ def test_sglang_lane_installs_from_a_local_wheel(tmp_path: Path, store: Store, d
     assert json.loads(ran.stdout) == args, (
         "the launcher hands the compiled argv to python -m MODULE unchanged"
     )
+    key_file = tmp_path / "k.apikey"
+    key_file.write_text("s3cret\n")
+    ran = subprocess.run(
+        [str(row.path), KEY_FILE_FLAG, str(key_file), "--api-key", *args],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert json.loads(ran.stdout) == [*args, "--api-key", "s3cret"], (
+        "with a key file the module sees the key after its other arguments, read inside Python"
+    )
+    assert reads_key_file(row.path) and not reads_key_file(tmp_path / "k.apikey")
 
 
 def test_pip_failure_changes_nothing(tmp_path: Path, store: Store, data: DataDir) -> None:
@@ -121,9 +134,14 @@ def test_mlx_and_cuda_command_lines(tmp_path: Path) -> None:
         str(launcher), "--model", str(tmp_path / "m-4bit"), "--host", "127.0.0.1", "--port", "9",
     ]  # fmt: skip
     gguf = tmp_path / "d" / "m.gguf"
-    assert gate_argv("mistralrs", Path("/e/mistralrs-server"), gguf, 9) == [
-        "/e/mistralrs-server", "--serve-ip", "127.0.0.1", "--port", "9", "gguf", "-m", str(gguf.parent), "-f", "m.gguf",
+    assert gate_argv("mistralrs", Path("/e/mistralrs"), gguf, 9) == [
+        "/e/mistralrs", "serve", "-m", str(gguf.parent), "--format", "gguf", "-f", "m.gguf",
+        "--host", "127.0.0.1", "--port", "9", "--no-ui",
+    ]  # fmt: skip
+    split = tmp_path / "d" / "big-00001-of-00002.gguf"
+    assert gate_argv("mistralrs", Path("/e/mistralrs"), split, 9)[4:8] == [
+        "--format", "gguf", "-f", "big-00001-of-00002.gguf;big-00002-of-00002.gguf"
     ]  # fmt: skip
     assert gate_argv("llama-cpp", Path("/e/llama-server"), gguf, 9) == [
-        "/e/llama-server", "--host", "127.0.0.1", "--port", "9", "--model", str(gguf), "--ctx-size", "512",
+        "/e/llama-server", "--model", str(gguf), "--host", "127.0.0.1", "--port", "9", "--ctx-size", "512",
     ]  # fmt: skip

@@ -17,9 +17,11 @@ from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
+from blazar.fit import ProfileUnfit
 from blazar.gguf_info import GgufSummary, human_params
 from blazar.hardware import human_bytes
-from blazar.profile import compile_profile, fit_model, mmproj_for, render_command
+from blazar.profile import LaunchSpec, compile_profile, fit_model, mmproj_for, render_command
+from blazar.profile_lanes import trained_context
 
 
 @handles_errors
@@ -93,8 +95,8 @@ def show_cmd(
         bool,
         typer.Option(
             "--profile",
-            help="Also print the engine command line Blazar would run and its memory estimate, fitted to this "
-            "machine's free VRAM or RAM.",
+            help="Also print the engine command line Blazar would run and, for a GGUF, its memory estimate, fitted"
+            " to this machine's free VRAM or RAM.",
         ),
     ] = False,
 ) -> None:
@@ -106,39 +108,55 @@ def show_cmd(
     row: ModelRow | None = None
     engine: EngineRow | None = None
     lane_error: str | None = None
+    info: GgufSummary | None
     if as_path.suffix == ".gguf" and as_path.exists():
         info = inspect(as_path)
         lane = None
     else:
         with opened() as (cfg, data, store):
             row = Catalog(store, data).get(name)
-            info = inspect(row.path)
+            info = inspect(row.path) if row.format == "gguf" else None
             try:
                 engine = serving_lane(cfg, row, registry.list_all(store))
                 lane = f"{engine.kind} {engine.tag} ({engine.path})"
             except LaneError as err:
                 lane_error = str(err)
                 lane = f"unavailable: {err}"
-    lines = [
-        ("architecture", info.architecture or "-"),
-        ("name", info.name or "-"),
-        ("parameters", f"{human_params(info.parameter_count)} ({info.parameter_count})"),
-        ("context length", str(info.context_length or "-")),
-        ("embedding length", str(info.embedding_length or "-")),
-        ("layers", str(info.block_count or "-")),
-        ("quantization", info.quantization or "-"),
-        ("chat template", "yes" if info.has_chat_template else "no"),
-        ("gguf version", str(info.version)),
-        ("tensors", str(info.tensor_count)),
-    ]
+    if info is not None:
+        lines = [
+            ("architecture", info.architecture or "-"),
+            ("name", info.name or "-"),
+            ("parameters", f"{human_params(info.parameter_count)} ({info.parameter_count})"),
+            ("context length", str(info.context_length or "-")),
+            ("embedding length", str(info.embedding_length or "-")),
+            ("layers", str(info.block_count or "-")),
+            ("quantization", info.quantization or "-"),
+            ("chat template", "yes" if info.has_chat_template else "no"),
+            ("gguf version", str(info.version)),
+            ("tensors", str(info.tensor_count)),
+        ]
+    else:
+        assert row is not None
+        lines = [
+            ("format", row.format),
+            ("path", str(row.path)),
+            ("architecture", row.architecture or "-"),
+            ("context length", str(row.context_length or trained_context(_weights_dir(row)) or "-")),
+            ("quantization", row.quantization or "-"),
+        ]
     if lane is not None:
         lines.append(("serving lane", lane))
     for k, v in lines:
         console.print(f"  {k:<17} {v}", highlight=False, soft_wrap=True)
     if profile:
         if row is None:
+            assert info is not None
             row = _path_row(as_path, info)
         _print_profile(cfg or config(), row, engine, lane_error)
+
+
+def _weights_dir(row: ModelRow) -> Path:
+    return row.path if row.path.is_dir() else row.path.parent
 
 
 def _path_row(path: Path, info: GgufSummary) -> ModelRow:
@@ -160,28 +178,43 @@ _PLACEMENT = {"cpu": "RAM", "gpu": "GPU memory", "gpu+cpu": "GPU memory + RAM"}
 
 
 def _print_profile(cfg: Config, row: ModelRow, engine: EngineRow | None, lane_error: str | None) -> None:
-    """The compiled command line (with {port}/{api_key_file} placeholders) and the memory estimate."""
+    """The compiled command line (with {port}/{api_key_file} placeholders) and, for a GGUF, the memory estimate."""
     hw = hardware.probe()
-    result = fit_model(cfg, row, hardware=hw, mmproj=mmproj_for(cfg, row))
-    est = result.estimate
-    command: str
-    if result.refusal is not None:
-        command = "-"
+    spec: LaunchSpec | None = None
+    refusal: str | None = None
+    if engine is not None:
+        try:
+            spec = compile_profile(cfg, row, engine, hardware=hw)
+        except ProfileUnfit as unfit:
+            refusal = str(unfit)
+    if spec is not None:
+        command = render_command(spec)
     elif engine is not None:
-        command = render_command(compile_profile(cfg, row, engine, hardware=hw))
+        command = "-"
     else:
         command = (
             f"unavailable: {lane_error}" if lane_error else "import the model to compile its command line"
         )
+    est = spec.estimate if spec is not None else None
+    if spec is None and row.format == "gguf":
+        # no engine to compile for, or the fit refused: llama.cpp's estimate, which names the levers
+        result = fit_model(cfg, row, hardware=hw, mmproj=mmproj_for(cfg, row))
+        est, refusal = result.estimate, refusal or result.refusal
+    head = [("command", command)]
+    if spec is not None and not spec.checks_api_key:
+        head.append(("api key", "not checked by this engine; it listens on 127.0.0.1 only"))
+    if est is None:
+        _print_engine_sized(row, engine, spec, head)
+        return
     s = est.settings
     where = _PLACEMENT[est.placement]
     if est.placement != "cpu" and hw.gpus:
         where += f" ({len(hw.gpus)} x {hw.gpus[0].name})"
     ctx_note = f"requested {est.requested_ctx}, trained {est.trained_ctx}"
-    if result.refusal is None and est.reduced:
+    if refusal is None and est.reduced:
         ctx_note += ", reduced to fit"
     rows = [
-        ("command", command),
+        *head,
         ("placement", where),
         ("weights", human_bytes(est.weights)),
         (
@@ -200,10 +233,26 @@ def _print_profile(cfg: Config, row: ModelRow, engine: EngineRow | None, lane_er
             "available",
             f"{human_bytes(est.available)} ({where} free after {human_bytes(est.headroom)} headroom)",
         ),
-        ("fitted ctx", f"{est.ctx_size if result.refusal is None else '-'} ({ctx_note})"),
+        ("fitted ctx", f"{est.ctx_size if refusal is None else '-'} ({ctx_note})"),
     ]
     console.print("profile", highlight=False)
     for k, v in rows:
         console.print(f"  {k:<17} {v}", highlight=False, soft_wrap=True)
-    if result.refusal is not None:
-        raise fail(escape(result.refusal))
+    if refusal is not None:
+        raise fail(escape(refusal))
+
+
+def _print_engine_sized(
+    row: ModelRow, engine: EngineRow | None, spec: LaunchSpec | None, head: list[tuple[str, str]]
+) -> None:
+    """The profile of a model Blazar has no memory estimate for (safetensors, MLX): the engine sizes its own."""
+    rows = list(head)
+    if spec is not None:
+        slots = f"{spec.parallel} slot{'s' if spec.parallel > 1 else ''}"
+        per = f"{spec.ctx_per_slot} tokens" if spec.ctx_per_slot else "the engine's default"
+        rows.append(("context", f"{slots} x {per}"))
+    who = f"the {engine.kind} engine" if engine is not None else "its engine"
+    rows.append(("memory", f"not estimated for {row.format} weights; {who} sizes its own"))
+    console.print("profile", highlight=False)
+    for k, v in rows:
+        console.print(f"  {k:<17} {v}", highlight=False, soft_wrap=True)

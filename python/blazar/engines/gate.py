@@ -2,8 +2,9 @@
 
 Three steps: ``BINARY --version`` exits 0; when the catalog holds a model of the lane, the engine starts as a server
 on a free 127.0.0.1 port and answers ``/health``; then one short generation through ``/v1/chat/completions``.
-It owns the gate's command lines (``gate_argv``), the waits and stopping the server it started (by PID, SIGTERM
-then SIGKILL). It never touches the store or moves files; a failure is ``GateFailed``.
+It owns the gate's command lines (``gate_argv``, built by the same per-lane builders as the launch profiles, in
+``engines/argv.py``), the waits and stopping the server it started (by PID, SIGTERM then SIGKILL). It never
+touches the store or moves files; a failure is ``GateFailed``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from pathlib import Path
 
 import httpx
 
+from blazar.catalog import split_set
+from blazar.engines import argv
 from blazar.errors import EngineError
 
 VERSION_TIMEOUT_SECS = 60.0
 GEN_TIMEOUT_SECS = 120.0
 GEN_MAX_TOKENS = 4
+GATE_CTX = 512
+"""The llama-cpp gate's context: enough for its one short generation, small enough to start fast."""
 
 
 class GateFailed(EngineError):
@@ -47,28 +52,18 @@ def free_port() -> int:
 
 
 def gate_argv(kind: str, binary: Path, model: Path, port: int) -> list[str]:
-    """The command line that starts ``binary`` as a server of ``model`` on 127.0.0.1:``port`` for the gate."""
-    host, p = "127.0.0.1", str(port)
+    """The command line that starts ``binary`` as a server of ``model`` on 127.0.0.1:``port`` for the gate: the
+    launch profile's own builder with no API key and the engine's defaults (llama-cpp: a small context)."""
     if kind == "llama-cpp":
-        return [str(binary), "--host", host, "--port", p, "--model", str(model), "--ctx-size", "512"]
+        return argv.llama_cpp(binary, model, port=port, ctx_size=GATE_CTX)
     if kind == "mistralrs":
-        return [
-            str(binary),
-            "--serve-ip",
-            host,
-            "--port",
-            p,
-            "gguf",
-            "-m",
-            str(model.parent),
-            "-f",
-            model.name,
-        ]
+        gguf = (split_set(model) or [model]) if model.suffix.lower() == ".gguf" else []
+        return argv.mistralrs(binary, model, port=port, gguf_files=gguf)
     if kind == "sglang":
-        return [str(binary), "--model-path", str(model), "--host", host, "--port", p]
+        return argv.sglang(binary, model, port=port)
     if kind == "mlx":
-        return [str(binary), "--model", str(model), "--host", host, "--port", p]
-    return [str(binary), "--host", host, "--port", p, "--model", str(model)]
+        return argv.mlx(binary, model, port=port)
+    return [str(binary), "--host", argv.HOST, "--port", str(port), "--model", str(model)]
 
 
 def _tail(text: str | bytes, n: int = 800) -> str:

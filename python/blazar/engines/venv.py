@@ -1,9 +1,11 @@
 """Venv lanes (SGLang, mlx-lm): ``requirement==version`` pip-installed into ``<tag>/venv`` behind a launcher.
 
 The launcher is a small shell script named after the lane's binary (``sglang-server``, ``mlx-lm-server``) beside
-the venv: ``--version`` prints the installed distribution's version, anything else runs
-``venv/bin/python -m MODULE ARGS...``. It finds the venv relative to itself, so the tag dir can be moved. This
-module owns creating the venv, the pip call and the launcher text; it never downloads except through pip.
+the venv: ``--version`` prints the installed distribution's version; ``--blazar-api-key-file FILE FLAG ARGS...``
+runs the module with ``ARGS... FLAG KEY``, the key read from FILE inside Python, so it never appears on a command
+line (``/proc/PID/cmdline`` is readable by every local user); anything else runs ``venv/bin/python -m MODULE
+ARGS...``. It finds the venv relative to itself, so the tag dir can be moved. This module owns creating the venv,
+the pip call and the launcher text; it never downloads except through pip.
 """
 
 from __future__ import annotations
@@ -20,6 +22,15 @@ from blazar.errors import EngineError
 PIP_TIMEOUT_SECS = 3600
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
+KEY_FILE_FLAG = "--blazar-api-key-file"
+"""The launcher's first argument that makes it read the engine's API key from a file (see the module doc)."""
+
+_KEY_SHIM = (
+    "import runpy, sys; path, flag = sys.argv[1:3]; key = open(path).read().strip(); "
+    "sys.argv = [sys.argv[0], *sys.argv[3:], flag, key]; "
+    'runpy.run_module("{module}", run_name="__main__", alter_sys=True)'
+)
+
 
 def launcher_text(spec: VenvSpec) -> str:
     for what, value in (("distribution", spec.distribution), ("module", spec.module)):
@@ -34,8 +45,25 @@ def launcher_text(spec: VenvSpec) -> str:
         "'import importlib.metadata as m, sys; print(sys.argv[1], \"version\", m.version(sys.argv[1]))' "
         f"{spec.distribution}\n"
         "fi\n"
+        f'if [ "$1" = "{KEY_FILE_FLAG}" ]; then\n'
+        "  key_file=$2 key_flag=$3\n"
+        "  shift 3\n"
+        f"  exec \"$here/venv/bin/python\" -c '{_KEY_SHIM.format(module=spec.module)}' "
+        '"$key_file" "$key_flag" "$@"\n'
+        "fi\n"
         f'exec "$here/venv/bin/python" -m {spec.module} "$@"\n'
     )
+
+
+def reads_key_file(launcher: Path) -> bool:
+    """Whether ``launcher`` is a Blazar launcher that takes ``KEY_FILE_FLAG`` (launchers written before it do not;
+    a binary registered with ``engine add`` is not a launcher at all)."""
+    try:
+        with launcher.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"#!/bin/sh\n# Blazar launcher:") and KEY_FILE_FLAG.encode() in head
 
 
 def launched_argv(tag_dir: Path, spec: VenvSpec, args: list[str]) -> list[str]:

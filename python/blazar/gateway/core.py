@@ -114,6 +114,8 @@ async def _dispatch(
     child, load_ns = await ready_child(sup, req, canon)
     check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
     path, body = render_engine(canon)
+    if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
+        body["model"] = child.spec.engine_model
     slot = req.gate.session_slot(req, key, slots)
     if slot is not None:
         body["id_slot"] = slot
@@ -192,6 +194,8 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
 async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     child, load_ns = await ready_child(sup, req, canon)
     path, body = render_engine(canon)
+    if child.spec.engine_model is not None:
+        body["model"] = child.spec.engine_model
     try:
         t0 = time.perf_counter()
         _status, data, _ctype = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)

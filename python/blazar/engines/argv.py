@@ -1,0 +1,138 @@
+"""The engines' command lines: one builder per lane, the one place that knows which flag carries what.
+
+The launch-profile compilers (``profile.py`` for llama-cpp, ``profile_lanes.py`` for the others) build their argv
+here with every setting; the install gate (``gate.py``) builds its own here with the least that starts a server.
+Pure: nothing is read from disk. ``port`` and ``api_key_file`` may be the supervisor's ``{port}`` and
+``{api_key_file}`` placeholders. Every server binds 127.0.0.1 only.
+
+Where the flags were read (each engine's own argument definitions):
+
+- llama-cpp: ``llama-server --help`` of the build the tests run.
+- sglang: sglang ``python/sglang/srt/server_args.py`` (``--model-path``, ``--host``, ``--port``,
+  ``--context-length`` (per request), ``--max-running-requests``, ``--served-model-name``, ``--chat-template``
+  (a built-in name or a template file), ``--is-embedding``, ``--api-key`` (a value, no file form)); sglang
+  ``python/sglang/srt/utils/auth.py`` exempts ``/health`` and ``/metrics`` from the key. A request's ``model``
+  of the form ``base:adapter`` asks for a LoRA adapter, so the model is served under a name without a colon.
+- mlx-lm: ``mlx_lm/server.py`` (``--model``, ``--host``, ``--port``, ``--chat-template`` (the template text),
+  ``--decode-concurrency``, ``--prompt-concurrency``; ``GET /health``). No API key and no context flag. A
+  request's ``model`` names what to load; ``default_model`` is the ``--model`` one.
+- mistral.rs: ``mistralrs-cli/src/args/`` (the ``mistralrs serve`` CLI, which replaced ``mistralrs-server`` in
+  0.8.5: ``-m/--model-id``, ``--format gguf``, ``-f/--quantized-file`` with ``;`` between shards, ``--host``,
+  ``--port``, ``--max-seqs``, ``--max-seq-len`` and ``--max-batch-size`` (device mapping), ``--pa-context-len``
+  (the paged KV cache, else 90% of VRAM on CUDA), ``--cpu``, ``--chat-template FILE``, ``--no-ui``;
+  ``GET /health``). No API key. A request's ``model`` must be ``default`` or the loaded model's id
+  (``mistralrs-server-core/src/chat_completion.rs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from blazar.engines.venv import KEY_FILE_FLAG
+
+HOST = "127.0.0.1"
+
+ENGINE_MODEL: dict[str, str] = {"mlx": "default_model", "mistralrs": "default"}
+"""The ``model`` a request to a child of these lanes must carry to reach the model it was started with."""
+
+
+def llama_cpp(
+    binary: Path,
+    model: Path,
+    *,
+    port: int | str,
+    ctx_size: int,
+    alias: str | None = None,
+    api_key_file: str | None = None,
+) -> list[str]:
+    """``llama-server``: the model, where it listens, its key file and context (the compiler adds the rest)."""
+    argv = [str(binary), "--model", str(model)]
+    if alias is not None:
+        argv += ["--alias", alias]
+    argv += ["--host", HOST, "--port", str(port)]
+    if api_key_file is not None:
+        argv += ["--api-key-file", api_key_file]
+    return [*argv, "--ctx-size", str(ctx_size)]
+
+
+def sglang(
+    binary: Path,
+    model_dir: Path,
+    *,
+    port: int | str,
+    api_key_file: str | None = None,
+    served_name: str | None = None,
+    context_length: int = 0,
+    max_running_requests: int = 0,
+    chat_template: str | None = None,
+    embeddings: bool = False,
+) -> list[str]:
+    """SGLang through its venv launcher; with ``api_key_file`` the launcher reads the key and hands it to
+    ``--api-key`` inside Python (``KEY_FILE_FLAG``). ``0`` leaves a number to SGLang."""
+    argv = [str(binary)]
+    if api_key_file is not None:
+        argv += [KEY_FILE_FLAG, api_key_file, "--api-key"]
+    argv += ["--model-path", str(model_dir), "--host", HOST, "--port", str(port)]
+    if served_name is not None:
+        argv += ["--served-model-name", served_name]
+    if context_length > 0:
+        argv += ["--context-length", str(context_length)]
+    if max_running_requests > 0:
+        argv += ["--max-running-requests", str(max_running_requests)]
+    if chat_template is not None:
+        argv += ["--chat-template", chat_template]
+    if embeddings:
+        argv.append("--is-embedding")
+    return argv
+
+
+def mlx(
+    binary: Path,
+    model_dir: Path,
+    *,
+    port: int | str,
+    concurrency: int = 0,
+    chat_template: str | None = None,
+) -> list[str]:
+    """mlx-lm's server through its venv launcher; ``concurrency`` caps both its decode and prompt batches."""
+    argv = [str(binary), "--model", str(model_dir), "--host", HOST, "--port", str(port)]
+    if concurrency > 0:
+        argv += ["--decode-concurrency", str(concurrency), "--prompt-concurrency", str(concurrency)]
+    if chat_template is not None:
+        argv += ["--chat-template", chat_template]
+    return argv
+
+
+def mistralrs(
+    binary: Path,
+    model: Path,
+    *,
+    port: int | str,
+    gguf_files: Sequence[Path] = (),
+    max_seqs: int = 0,
+    max_seq_len: int = 0,
+    kv_tokens: int = 0,
+    cpu: bool = False,
+    chat_template_file: Path | None = None,
+) -> list[str]:
+    """``mistralrs serve``: a GGUF (``gguf_files`` all its shards, in ``model``'s directory) or, without them, the
+    safetensors directory ``model``. ``max_seq_len`` is one request's context, ``kv_tokens`` the whole KV cache."""
+    argv = [str(binary), "serve"]
+    if gguf_files:
+        names = ";".join(p.name for p in gguf_files)
+        argv += ["-m", str(model.parent), "--format", "gguf", "-f", names]
+    else:
+        argv += ["-m", str(model)]
+    argv += ["--host", HOST, "--port", str(port), "--no-ui"]
+    if max_seqs > 0:
+        argv += ["--max-seqs", str(max_seqs), "--max-batch-size", str(max_seqs)]
+    if max_seq_len > 0:
+        argv += ["--max-seq-len", str(max_seq_len)]
+    if kv_tokens > 0:
+        argv += ["--pa-context-len", str(kv_tokens)]
+    if cpu:
+        argv.append("--cpu")
+    if chat_template_file is not None:
+        argv += ["--chat-template", str(chat_template_file)]
+    return argv

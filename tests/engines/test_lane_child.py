@@ -1,0 +1,117 @@
+"""A venv lane end to end with a stand-in package: the sglang lane pip-installed from a local wheel whose module is
+a tiny OpenAI-style HTTP server. `blazar serve` routes a quantized safetensors model to it, the supervisor starts
+it from the compiled launch profile (the launcher hands it the API key read from the key file), and a chat request
+comes back through the gateway. The stand-in answers only with the right key and the model name the profile
+serves under, so the reply proves both arrived; the key never shows on the child's command line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from blazar.engines.installer import install
+from blazar.paths import DataDir
+from blazar.store import Store
+from tests.conftest import Daemon, cleanup, make_daemon
+from tests.engines.conftest import write_manifest
+from tests.engines.test_venv import sglang_lane, stand_in_wheel
+
+STAND_IN_SERVER = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+args = sys.argv[1:]
+
+
+def opt(name):
+    return args[args.index(name) + 1] if name in args else None
+
+
+KEY, SERVED = opt("--api-key"), opt("--served-model-name")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def reply(self, status, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.reply(200, {"status": "ok"}) if self.path == "/health" else self.reply(404, {})
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        if KEY is None or self.headers.get("authorization") != "Bearer " + KEY:
+            return self.reply(401, {"error": "Unauthorized"})
+        if req.get("model") != SERVED:
+            return self.reply(400, {"error": "no model " + repr(req.get("model"))})
+        text = "stand-in for " + SERVED + " with " + opt("--context-length") + " tokens"
+        self.reply(200, {
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": SERVED,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11},
+        })
+
+    def log_message(self, *a):
+        pass
+
+
+ThreadingHTTPServer((opt("--host"), int(opt("--port"))), Handler).serve_forever()
+"""
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Daemon]:
+    d = make_daemon(tmp_path / "d", 'ctx_size = 8192\n[models."qwen-awq"]\nparallel = 2\n')
+    data = DataDir(d.data_dir).ensure()
+    wheels = tmp_path / "wheels"
+    stand_in_wheel(wheels, server=STAND_IN_SERVER)
+    manifest = write_manifest(tmp_path / "m.json", {"sglang": sglang_lane(wheels)})
+    weights = tmp_path / "Qwen2.5-0.5B-Instruct-AWQ"
+    weights.mkdir()
+    (weights / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "awq"}}))
+    (weights / "model.safetensors").write_bytes(b"\0" * 8)
+    store = Store.open(data.db)
+    try:
+        install(store, data, manifest, "sglang", platform="linux-x86_64")
+        with (
+            store.transaction()
+        ):  # the catalog imports GGUF only so far: the row a safetensors import would add
+            store.conn.execute(
+                "INSERT INTO models (name, path, format, size_bytes, quantization, created_at)"
+                " VALUES (?, ?, 'safetensors-quantized', 8, 'awq', ?)",
+                ("qwen-awq:latest", str(weights), datetime.now(UTC).isoformat()),
+            )
+    finally:
+        store.close()
+    d.start()
+    yield d
+    cleanup(d)
+
+
+def test_the_supervisor_starts_a_venv_lane_child_that_answers_through_the_gateway(served: Daemon) -> None:
+    r = httpx.post(
+        served.url + "/v1/chat/completions",
+        json={"model": "qwen-awq", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["message"]["content"] == "stand-in for qwen-awq--latest with 4096 tokens"
+    assert body["model"] == "qwen-awq" and body["usage"]["total_tokens"] == 11
+
+    (pid,) = served.child_pids()
+    key = (served.data_dir / "run" / "qwen-awq--latest.apikey").read_text()
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"--model-path" in cmdline and b"--max-running-requests" in cmdline
+    assert key.encode() not in b"\0".join(cmdline), "the engine's key is never on its command line"
