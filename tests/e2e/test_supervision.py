@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -59,6 +60,40 @@ def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object
     assert again.status_code == 200, again.text
     [new_pid] = d.child_pids()
     assert new_pid != pid and pid_alive(new_pid)
+
+
+def test_child_killed_mid_stream_ends_the_stream_with_the_dialects_error(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    story = [{"role": "user", "content": "Write a long story about the sea."}]
+    died = "engine for 'smollm2:latest' died while serving the request"
+    for path, body, ending in [
+        (
+            "/v1/chat/completions",
+            {"model": "smollm2", "messages": story, "max_tokens": 400, "ignore_eos": True, "stream": True},
+            'data: {"error":{"message":"' + died,
+        ),
+        (
+            "/v1/messages",
+            {"model": "smollm2", "messages": story, "max_tokens": 400, "stream": True},
+            'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"' + died,
+        ),
+        (
+            "/api/chat",
+            {"model": "smollm2", "messages": story, "options": {"num_predict": 400}},
+            '{"error":"' + died,
+        ),
+    ]:
+        assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+        [pid] = d.child_pids()
+        with httpx.stream("POST", d.url + path, json=body, timeout=30) as r:
+            chunks = r.iter_bytes()  # keep a reference: a dropped generator closes the stream
+            first = next(chunks)
+            os.kill(pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            rest = b"".join(chunks)  # the stream ends: no hang until the client's timeout
+        assert time.monotonic() - t0 < 15, path
+        assert ending in (first + rest).decode(), (path, rest[-400:])
 
 
 def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None:

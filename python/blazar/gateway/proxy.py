@@ -194,6 +194,11 @@ async def forward_stream(
             except Exception:
                 log.exception("stream relay for '%s' failed", child.model)
                 await _send_quietly(transport, translator.abort("blazar failed while relaying the stream"))
+            finally:
+                # Granian ends the response when the transport is freed. A failed read leaves its exception in
+                # aiohttp's reader, and that exception's traceback holds this frame: a reference cycle that
+                # would keep the transport, and so the client's stream, open until the next full collection.
+                del transport
         finally:
             resp.release()
 
