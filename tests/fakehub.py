@@ -1,11 +1,12 @@
 """A local HTTP server laid out like the Hugging Face Hub's API, for pull tests; it listens on 127.0.0.1 only.
 
 Routes: ``GET /api/models/{repo}[/revision/{rev}]`` (``?blobs=true`` adds ``size`` and ``lfs``),
-``HEAD``/``GET /{repo}/resolve/{rev}/{path}`` (GGUF files are "LFS": a 302 to ``/cdn/...`` carrying
+``HEAD``/``GET /{repo}/resolve/{rev}/{path}`` (GGUF and safetensors files are "LFS": a 302 to ``/cdn/...`` carrying
 ``X-Linked-Etag`` and ``X-Linked-Size``; other files are served in place), and ``/cdn/{repo}/{path}`` with
 ``Range``. Faults on demand: ``drops[path]`` (cut the connection after that many bytes of the file, one
 entry per GET), ``corrupt`` (serve flipped bytes under the true sha256), ``token`` (demand a Bearer token),
-``ignore_range``, ``slow``. Also a tiny GGUF writer for synthetic models.
+``ignore_range``, ``slow``. Also writers for synthetic models: a tiny GGUF, and safetensors model directories
+(plain, AWQ, MLX) as a Hub repo or a user's folder holds them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import orjson
 
+_LFS = (".gguf", ".safetensors")
 COMMIT = "5f1e9c3b2a7d4e6f8091a2b3c4d5e6f708192a3b"
 
 
@@ -186,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
             blob = files.get(file)
             if blob is None:
                 return self._error(404, "EntryNotFound", f"{file} does not exist", head)
-            if file.endswith(".gguf"):  # LFS: redirect to the CDN, metadata on the redirect
+            if file.endswith(_LFS):  # LFS: redirect to the CDN, metadata on the redirect
                 self._send(
                     302,
                     {
@@ -213,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
             entry: dict[str, Any] = {"rfilename": name}
             if blobs:
                 entry["size"] = blob.size
-                if name.endswith(".gguf"):
+                if name.endswith(_LFS):
                     entry["lfs"] = {"sha256": blob.sha256, "size": blob.size, "pointerSize": 134}
             siblings.append(entry)
         body = orjson.dumps({"id": repo, "sha": COMMIT, "private": False, "siblings": siblings})
@@ -322,3 +324,69 @@ def tiny_gguf(floats: int = 1 << 18, seed: int = 7) -> bytes:
         "llama.context_length": 512,
     }
     return gguf_bytes(meta, [("token_embd.weight", floats)], seed=seed)
+
+
+# -- synthetic safetensors model directories ----------------------------------------------------------------
+
+
+def safetensors_bytes(tensors: dict[str, tuple[str, list[int]]], seed: int = 0) -> bytes:
+    """A valid safetensors file: an 8-byte little-endian header length, the JSON header, then the tensor data
+    (``tensors`` maps a name to its dtype and shape; the data is random)."""
+    sizes = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "U8": 1}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        n = sizes[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = orjson.dumps(header)
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + random.Random(seed).randbytes(offset)
+
+
+def model_dir_files(kind: str = "plain", shards: int = 1) -> dict[str, bytes]:
+    """The files of a tiny model directory as a Hub repo or a user's folder holds them: ``plain`` (bf16),
+    ``awq`` (``quantization_config``) or ``mlx`` (mlx-lm's ``quantization`` table); plus a README that is not
+    taken. With ``shards`` > 1 the weights are split with a ``model.safetensors.index.json``."""
+    config: dict[str, Any] = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+    }
+    if kind == "awq":
+        config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    elif kind == "mlx":
+        config["quantization"] = {"bits": 4, "group_size": 64}
+    files: dict[str, bytes] = {
+        "config.json": orjson.dumps(config),
+        "generation_config.json": b'{"eos_token_id": 2}',
+        "tokenizer.json": b'{"version": "1.0", "model": {"type": "BPE"}}',
+        "tokenizer_config.json": orjson.dumps(
+            {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}
+        ),
+        "special_tokens_map.json": b"{}",
+        "README.md": b"# a tiny model\n",
+    }
+    names = (
+        [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+        if shards > 1
+        else ["model.safetensors"]
+    )
+    weight_map = {}
+    for i, name in enumerate(names):
+        tensor = f"model.layers.{i}.weight"
+        files[name] = safetensors_bytes({tensor: ("BF16", [64, 32])}, seed=i)
+        weight_map[tensor] = name
+    if shards > 1:
+        files["model.safetensors.index.json"] = orjson.dumps({"metadata": {}, "weight_map": weight_map})
+    return files
+
+
+def write_model_dir(folder: Path, kind: str = "plain", shards: int = 1) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in model_dir_files(kind, shards).items():
+        (folder / name).write_bytes(data)
+    return folder

@@ -3,14 +3,20 @@
 Each catalog name owns exactly one link to its weights (hard links share the data), so ``rm`` unlinks that
 name's entry only. A split GGUF (llama.cpp's ``-00001-of-0000N.gguf`` shards) is kept native: its shards are
 linked side by side under ``models/<name>/<tag>/`` with their own file names and the row points at the first
-shard, which is what engines load. It never starts engines or talks HTTP.
+shard, which is what engines load. A model directory (safetensors, quantized safetensors or MLX: see
+``model_dir`` for which files one takes) is linked file by file into ``models/<name>/<tag>/``, built under
+``models/.importing/`` and renamed into place whole, so no half-imported folder ever carries a name (an aside
+folder a killed import left is removed by the next import); the row points at the folder and its format is
+``engines.lanes.detect_format``'s. ``rm`` renames a folder aside before deleting it. It never starts engines or
+talks HTTP.
 
 Digests: the ``sha256`` column holds the hex sha256 of the model's weights, which the Ollama API serves as
 ``digest``. For one file it is the sha256 of the file, which is also the Hub's LFS sha256 of it. For a split
 GGUF it is the sha256 of the shards' sha256 hex strings, in shard order, each followed by a newline
-(``split_digest``): it covers every shard, and a pull can record it from the Hub's per-shard values. Where it
-comes from: ``pull`` hands over the sha256 its download verified (no rehash); ``import`` hashes while copying,
-or reads a hard-linked file once in 1 MiB blocks; ``cp`` reuses the source row's value. Rows written before
+(``split_digest``): it covers every shard, and a pull can record it from the Hub's per-shard values. For a
+model directory it is the sha256 of ``sha256sum``-style lines, one per file sorted by name (``dir_digest``).
+Where it comes from: ``pull`` hands over the sha256s its download verified (no rehash); ``import`` hashes while
+copying, or reads a hard-linked file once in 1 MiB blocks; ``cp`` reuses the source row's value. Rows written before
 digests were recorded have NULL and are filled the first time a digest is wanted: ``fill_digest`` in the
 calling thread (the CLI), ``digest`` in a worker thread for the gateway, never on its event loop.
 """
@@ -24,8 +30,9 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,18 +41,33 @@ import orjson
 
 from blazar import names
 from blazar._native import GgufError, read_gguf_metadata
+from blazar.digests import (
+    HASH_BLOCK,
+    CopyProgress,
+    DigestCancelled,
+    model_digest,
+    sha256_file,
+    split_digest,
+    split_set,
+)
 from blazar.errors import CatalogError, ModelNotFound, StoreError
 from blazar.gguf_info import GgufSummary, summarize
+from blazar.model_dir import DirSummary, alive, dir_digest, inspect_dir, small_config
 from blazar.paths import DataDir, safe_component
 from blazar.store import Store
 
 log = logging.getLogger("blazar.catalog")
 
-CopyProgress = Callable[[int, int], None]
-"""Called as (bytes_done, bytes_total) while copying, or while hashing a file that was linked."""
-
-HASH_BLOCK = 1 << 20
-"""Bytes per read when hashing a file that is already in place."""
+__all__ = [
+    "HASH_BLOCK",
+    "CopyProgress",
+    "DigestCancelled",
+    "ModelRow",
+    "model_digest",
+    "sha256_file",
+    "split_digest",
+    "split_set",
+]
 
 _COLS = (
     "name, path, format, size_bytes, architecture, parameter_count, context_length, quantization,"
@@ -87,18 +109,6 @@ def _row(r: tuple[object, ...]) -> ModelRow:
     )
 
 
-_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-
-
-def split_set(first: Path) -> list[Path] | None:
-    """The shard paths of the split GGUF whose first shard is ``first``, in order; None for any other file."""
-    m = _SHARD.match(first.name)
-    if m is None or int(m["no"]) != 1 or int(m["count"]) < 1:
-        return None
-    count = m["count"]
-    return [first.with_name(f"{m['prefix']}-{i:05d}-of-{count}.gguf") for i in range(1, int(count) + 1)]
-
-
 def read_header(path: Path) -> dict[str, object]:
     """The GGUF header of ``path``; a corrupt or truncated file is a CatalogError naming the file."""
     try:
@@ -114,43 +124,6 @@ def inspect(path: Path) -> GgufSummary:
 
 
 # -- digests ----------------------------------------------------------------------------------------------
-
-
-class DigestCancelled(Exception):
-    """Hashing was cancelled (the gateway is shutting down); nothing was recorded."""
-
-
-def sha256_file(
-    path: Path, progress: CopyProgress | None = None, cancel: threading.Event | None = None
-) -> str:
-    """The hex sha256 of ``path``, read once in ``HASH_BLOCK`` pieces; OSError if it cannot be read."""
-    h = hashlib.sha256()
-    buf = bytearray(HASH_BLOCK)
-    view = memoryview(buf)
-    done = 0
-    with path.open("rb", buffering=0) as f:
-        total = os.fstat(f.fileno()).st_size
-        while n := f.readinto(buf):
-            if cancel is not None and cancel.is_set():
-                raise DigestCancelled(f"hashing {path} was cancelled")
-            h.update(view[:n])
-            done += n
-            if progress:
-                progress(done, total)
-    return h.hexdigest()
-
-
-def split_digest(shard_sha256s: Sequence[str]) -> str:
-    """A split GGUF's digest: the sha256 of its shards' hex sha256s in shard order, one per line."""
-    return hashlib.sha256("".join(f"{s}\n" for s in shard_sha256s).encode("ascii")).hexdigest()
-
-
-def model_digest(path: Path, cancel: threading.Event | None = None) -> str:
-    """The digest of the weights a catalog row points at (its file, or its split set when ``path`` is shard 1)."""
-    shards = split_set(path)
-    if shards is None:
-        return sha256_file(path, cancel=cancel)
-    return split_digest([sha256_file(s, cancel=cancel) for s in shards])
 
 
 def _check_sha256(value: str) -> str:
@@ -368,7 +341,7 @@ class Catalog:
         sha256: str | None = None,
     ) -> None:
         meta = header.get("metadata")
-        small = (
+        small: dict[str, object] = (
             {
                 k: v
                 for k, v in meta.items()
@@ -377,25 +350,140 @@ class Catalog:
             if isinstance(meta, dict)
             else {}
         )
+        self._write_row(
+            full,
+            dest,
+            "gguf",
+            dest.stat().st_size if size is None else size,
+            (info.architecture, info.parameter_count, info.context_length, info.quantization),
+            info.has_chat_template,
+            small,
+            sha256,
+        )
+
+    def _write_row(
+        self,
+        full: str,
+        dest: Path,
+        fmt: str,
+        size: int,
+        facts: tuple[str | None, int | None, int | None, str | None],
+        has_chat_template: bool,
+        metadata: Mapping[str, object],
+        sha256: str | None,
+    ) -> None:
+        """One ``models`` row; ``facts`` is (architecture, parameter_count, context_length, quantization)."""
         with self.store.transaction():
             self.store.conn.execute(
                 "INSERT INTO models (name, path, format, size_bytes, architecture, parameter_count,"
                 " context_length, quantization, has_chat_template, metadata_json, created_at, sha256)"
-                " VALUES (?, ?, 'gguf', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     full,
                     str(dest),
-                    dest.stat().st_size if size is None else size,
-                    info.architecture,
-                    info.parameter_count,
-                    info.context_length,
-                    info.quantization,
-                    int(info.has_chat_template),
-                    orjson.dumps(small).decode(),
+                    fmt,
+                    size,
+                    *facts,
+                    int(has_chat_template),
+                    orjson.dumps(metadata).decode(),
                     datetime.now(UTC).isoformat(),
                     sha256,
                 ),
             )
+
+    # -- model directories (safetensors, MLX) ------------------------------------------------------------
+
+    def import_dir(
+        self,
+        src: Path,
+        name: str | None = None,
+        progress: CopyProgress | None = None,
+        *,
+        sha256s: Mapping[str, str] | None = None,
+    ) -> ModelRow:
+        """Add a model directory (``model_dir``: config.json, safetensors, tokenizer...) as ``models/<name>/<tag>/``.
+
+        ``sha256s`` maps each file to take to its verified sha256 (a pull): exactly those files are taken and
+        nothing is hashed. Without it ``model_dir.pick`` chooses the files and each is hashed while copied, or
+        read once after a hard link. The directory is built aside and renamed into place whole.
+        """
+        known = None if sha256s is None else {k: _check_sha256(v) for k, v in sha256s.items()}
+        src = src.expanduser().resolve()
+        summary = inspect_dir(src, only=None if known is None else known.keys())
+        full = names.normalize(name) if name else names.default_name_for_dir(src.name)
+        digest = None if known is None else dir_digest(known)
+        return self._add_dir(src, summary, full, progress, digest, compute=known is None)
+
+    def _add_dir(
+        self,
+        src: Path,
+        summary: DirSummary,
+        full: str,
+        progress: CopyProgress | None,
+        digest: str | None,
+        *,
+        compute: bool,
+    ) -> ModelRow:
+        """Link or copy ``summary.files`` into an aside folder, rename it to the name's folder, add the row with
+        ``digest``, or with the digest of the bytes hashed on the way (``compute``)."""
+        if self.find(full) is not None:
+            raise CatalogError(
+                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick --name"
+            )
+        self._check_free(full)
+        sizes = {f: (src / f).stat().st_size for f in summary.files}
+        total, before = sum(sizes.values()), 0
+        dest = self._file_for(full, "")
+        aside = self._aside()
+        try:
+            shas: dict[str, str] = {}
+            for f in summary.files:
+                step = None if progress is None else (lambda d, _t, b=before: progress(b + d, total))
+                shas[f] = _link_or_copy(src / f, aside / f, step, digest=compute) or ""
+                before += sizes[f]
+            if compute:
+                digest = dir_digest(shas)
+            self._discard(dest)  # a folder no row names: left by a crash between the rename and the row
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(aside, dest)
+        except BaseException:
+            shutil.rmtree(aside, ignore_errors=True)
+            raise
+        try:
+            facts = (
+                summary.architecture,
+                summary.parameter_count,
+                summary.context_length,
+                summary.quantization,
+            )
+            meta = small_config(summary.config)
+            self._write_row(full, dest, summary.format, total, facts, summary.has_chat_template, meta, digest)
+        except BaseException:
+            self._discard(dest)
+            self._prune(dest.parent)
+            raise
+        return self.get(full)
+
+    def _aside(self) -> Path:
+        """A fresh folder under ``models/.importing/`` (same filesystem, so renaming it into place is atomic);
+        folders there whose process is gone are removed first."""
+        root = self.data.models / ".importing"
+        root.mkdir(parents=True, exist_ok=True)
+        for old in root.iterdir():
+            pid = old.name.partition("-")[0]
+            if pid.isdigit() and not alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+        aside = root / f"{os.getpid()}-{os.urandom(6).hex()}"
+        aside.mkdir()
+        return aside
+
+    def _discard(self, folder: Path) -> None:
+        """Remove a model folder: renamed aside first, so it is never seen half-deleted under its name."""
+        if not folder.is_dir():
+            return
+        gone = self._aside()
+        os.rename(folder, gone / folder.name)
+        shutil.rmtree(gone, ignore_errors=True)
 
     def copy(self, src_name: str, dest_name: str) -> ModelRow:
         """A second name for the same weights, as a hard link (zero copy on one filesystem).
@@ -404,6 +492,10 @@ class Catalog:
         source without one leaves the copy without one too, and each is filled when first wanted.
         """
         src = self.get(src_name)
+        if src.path.is_dir():
+            full = names.normalize(dest_name)
+            summary = inspect_dir(src.path, only=[p.name for p in src.path.iterdir() if p.is_file()])
+            return self._add_dir(src.path, summary, full, None, src.sha256, compute=False)
         shards = split_set(src.path)
         if shards is not None:
             return self._add_split(shards, dest_name, src.sha256, compute=False)
@@ -426,7 +518,10 @@ class Catalog:
         with self.store.transaction():
             self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))
             self.store.conn.execute("DELETE FROM profiles WHERE model = ?", (row.name,))
-        if row.path.is_relative_to(self.data.models):
+        if row.path.is_relative_to(self.data.models) and row.path.is_dir():
+            self._discard(row.path)
+            self._prune(row.path.parent)
+        elif row.path.is_relative_to(self.data.models):
             for p in split_set(row.path) or [row.path]:
                 p.unlink(missing_ok=True)
             self._prune(row.path.parent)

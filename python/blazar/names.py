@@ -40,3 +40,9 @@ def default_name_for_file(stem: str) -> str:
     cleaned = re.sub(r"[^a-z0-9._/-]+", "-", base).strip("-.") or "model"
     tag = re.sub(r"[^a-z0-9._-]+", "-", tag).strip("-.") or "latest"
     return normalize(f"{cleaned}:{tag}")
+
+
+def default_name_for_dir(dirname: str) -> str:
+    """A catalog name from a model directory's name: 'Qwen2.5-0.5B-Instruct-AWQ' -> 'qwen2.5-0.5b-instruct-awq:latest'."""
+    cleaned = re.sub(r"[^a-z0-9._-]+", "-", dirname.lower()).strip("-.") or "model"
+    return normalize(f"{cleaned[: MAX_NAME - 7]}:latest")

@@ -8,6 +8,7 @@ from pathlib import Path
 import apsw
 
 from tests.conftest import make_daemon
+from tests.fakehub import write_model_dir
 
 
 def test_catalog_commands(tmp_path: Path, model_file: Path) -> None:
@@ -73,3 +74,40 @@ def test_bad_config_is_one_line(tmp_path: Path) -> None:
     d = make_daemon(tmp_path, "prot = 1\n")
     r = d.cli("ls", check=False)
     assert r.returncode == 1 and "unknown key 'prot'" in r.stderr and "did you mean 'port'" in r.stderr
+
+
+def test_directory_models_through_the_cli(tmp_path: Path) -> None:
+    d = make_daemon(tmp_path)
+    src = write_model_dir(tmp_path / "Qwen2.5-0.5B-Instruct-AWQ", "awq")
+    out = d.cli("import", str(src)).stdout
+    assert "imported qwen2.5-0.5b-instruct-awq:latest (0.0 MB, safetensors-quantized, AWQ)" in out
+    d.cli("import", str(write_model_dir(tmp_path / "mlx", "mlx")), "--name", "tiny-mlx")
+    d.cli("cp", "qwen2.5-0.5b-instruct-awq", "awq2")
+    _header, *rows = d.cli("ls").stdout.splitlines()
+    assert [r.split()[0] for r in rows] == [
+        "awq2:latest",
+        "qwen2.5-0.5b-instruct-awq:latest",
+        "tiny-mlx:latest",
+    ]
+    assert rows[0].split()[1] == rows[1].split()[1] and rows[0].split()[-2:] == ["AWQ", "qwen2"]
+    shown = d.cli("show", "awq2").stdout
+    for needle in (
+        "format            safetensors-quantized",
+        "architecture      qwen2",
+        "context length    32768",
+        "quantization      AWQ",
+        "chat template     yes",
+        "serving lane      unavailable: model 'awq2:latest' is quantized safetensors (AWQ), which only the sglang",
+    ):
+        assert needle in shown, shown
+    assert "an MLX model directory, which only the mlx lane serves" in d.cli("show", "tiny-mlx").stdout
+    d.cli("rm", "qwen2.5-0.5b-instruct-awq")
+    assert (d.data_dir / "models" / "awq2" / "latest" / "model.safetensors").is_file()
+    d.cli("rm", "awq2")
+    assert not (d.data_dir / "models" / "awq2").exists()
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    bad = d.cli("import", str(notes), check=False)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
+    assert "expected a GGUF file, or a directory with config.json and *.safetensors weights" in bad.stderr

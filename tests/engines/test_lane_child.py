@@ -1,14 +1,12 @@
 """A venv lane end to end with a stand-in package: the sglang lane pip-installed from a local wheel whose module is
-a tiny OpenAI-style HTTP server. `blazar serve` routes a quantized safetensors model to it, the supervisor starts
-it from the compiled launch profile (the launcher hands it the API key read from the key file), and a chat request
-comes back through the gateway. The stand-in answers only with the right key and the model name the profile
+a tiny OpenAI-style HTTP server. A quantized safetensors model directory is imported with `blazar import DIR`,
+`blazar serve` routes it to that lane, the supervisor starts it from the compiled launch profile (the launcher
+hands it the API key read from the key file), and a chat request comes back through the gateway. The stand-in answers only with the right key and the model name the profile
 serves under, so the reply proves both arrived; the key never shows on the child's command line."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -20,6 +18,7 @@ from blazar.store import Store
 from tests.conftest import Daemon, cleanup, make_daemon
 from tests.engines.conftest import write_manifest
 from tests.engines.test_venv import sglang_lane, stand_in_wheel
+from tests.fakehub import write_model_dir
 
 STAND_IN_SERVER = """
 import json, sys
@@ -77,23 +76,15 @@ def served(tmp_path: Path) -> Iterator[Daemon]:
     wheels = tmp_path / "wheels"
     stand_in_wheel(wheels, server=STAND_IN_SERVER)
     manifest = write_manifest(tmp_path / "m.json", {"sglang": sglang_lane(wheels)})
-    weights = tmp_path / "Qwen2.5-0.5B-Instruct-AWQ"
-    weights.mkdir()
-    (weights / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "awq"}}))
-    (weights / "model.safetensors").write_bytes(b"\0" * 8)
+    weights = write_model_dir(tmp_path / "Qwen2.5-0.5B-Instruct-AWQ", "awq")
     store = Store.open(data.db)
     try:
         install(store, data, manifest, "sglang", platform="linux-x86_64")
-        with (
-            store.transaction()
-        ):  # the catalog imports GGUF only so far: the row a safetensors import would add
-            store.conn.execute(
-                "INSERT INTO models (name, path, format, size_bytes, quantization, created_at)"
-                " VALUES (?, ?, 'safetensors-quantized', 8, 'awq', ?)",
-                ("qwen-awq:latest", str(weights), datetime.now(UTC).isoformat()),
-            )
     finally:
         store.close()
+    imported = d.cli("import", str(weights), "--name", "qwen-awq").stdout
+    assert "imported qwen-awq:latest" in imported and "safetensors-quantized, AWQ" in imported
+    assert "serving lane      sglang " in d.cli("show", "qwen-awq").stdout
     d.start()
     yield d
     cleanup(d)
@@ -113,5 +104,9 @@ def test_the_supervisor_starts_a_venv_lane_child_that_answers_through_the_gatewa
     (pid,) = served.child_pids()
     key = (served.data_dir / "run" / "qwen-awq--latest.apikey").read_text()
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    assert b"--model-path" in cmdline and b"--max-running-requests" in cmdline
+    assert (
+        cmdline[cmdline.index(b"--model-path") + 1]
+        == str(served.data_dir / "models" / "qwen-awq" / "latest").encode()
+    )
+    assert b"--max-running-requests" in cmdline
     assert key.encode() not in b"\0".join(cmdline), "the engine's key is never on its command line"

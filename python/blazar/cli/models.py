@@ -26,21 +26,31 @@ from blazar.profile_lanes import trained_context
 
 @handles_errors
 def import_cmd(
-    path: Annotated[Path, typer.Argument(help="A GGUF file to add to the catalog.")],
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="A GGUF file, or a model directory (config.json + *.safetensors + tokenizer files; MLX too)."
+        ),
+    ],
     name: Annotated[
-        str | None, typer.Option(help="Catalog name as name[:tag]; derived from the file name.")
+        str | None, typer.Option(help="Catalog name as name[:tag]; derived from the file or directory name.")
     ] = None,
 ) -> None:
-    """Add a GGUF file to the catalog (a hard link on the same filesystem, else a copy) and record its sha256."""
+    """Add a GGUF file or a safetensors/MLX model directory to the catalog (hard links on the same filesystem,
+    else copies) and record its sha256."""
     with opened() as (_cfg, data, store):
         cat = Catalog(store, data)
+        add = cat.import_dir if path.is_dir() else cat.import_file
         if is_tty():
             with Progress(BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console) as bar:
                 task = bar.add_task("copy", total=None)
-                row = cat.import_file(path, name, lambda d, t: bar.update(task, completed=d, total=t))
+                row = add(path, name, lambda d, t: bar.update(task, completed=d, total=t))
         else:
-            row = cat.import_file(path, name)
-    console.print(f"imported {row.name} ({row.size_bytes / 1e6:.1f} MB, {row.quantization})", highlight=False)
+            row = add(path, name)
+    what = row.quantization or "-"
+    if row.format != "gguf":
+        what = f"{row.format}, {what}"
+    console.print(f"imported {row.name} ({row.size_bytes / 1e6:.1f} MB, {what})", highlight=False)
 
 
 @handles_errors
@@ -141,8 +151,10 @@ def show_cmd(
             ("format", row.format),
             ("path", str(row.path)),
             ("architecture", row.architecture or "-"),
+            ("parameters", human_params(row.parameter_count) if row.parameter_count else "-"),
             ("context length", str(row.context_length or trained_context(_weights_dir(row)) or "-")),
             ("quantization", row.quantization or "-"),
+            ("chat template", "yes" if row.has_chat_template else "no"),
         ]
     if lane is not None:
         lines.append(("serving lane", lane))
