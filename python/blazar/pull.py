@@ -1,9 +1,10 @@
 """Pulling models: a name (an alias, ``hf:org/repo[@rev][:file.gguf]`` or Ollama's ``hf.co/org/repo[:quant]``)
 becomes Hub files, verified downloads and a catalog row.
 
-Steps: ``parse_ref`` (pure) -> ``plan`` (the Hub listing; picks the GGUF) -> ``fetch`` (downloads under
-``models/.downloads/``, on the catalog's filesystem) -> ``register`` (``Catalog.import_file`` or
-``import_split``, a hard link; then the downloads go). The sha256 each file was hashed to while it downloaded
+Steps: ``parse_ref`` (pure) -> ``plan`` (the Hub listing; picks the GGUF, or, in a repo with no GGUF, the
+files of a safetensors or MLX model directory: ``model_dir.SERVER_FILES``) -> ``fetch`` (downloads under
+``models/.downloads/``, on the catalog's filesystem) -> ``register`` (``Catalog.import_file``, ``import_split``
+or ``import_dir``, hard links; then the downloads go). The sha256 each file was hashed to while it downloaded
 (and checked against the Hub's LFS sha256) becomes the catalog row's digest: registering never reads the
 weights again, which matters because ``pull_events`` registers on the event loop. ``pull`` runs them in the calling thread (the CLI);
 ``pull_events`` runs the network steps in a worker thread and the catalog step on the caller's event loop, as
@@ -28,6 +29,7 @@ from blazar.aliases import ALIASES
 from blazar.catalog import Catalog, ModelRow
 from blazar.errors import BlazarError, CatalogError
 from blazar.hub import CHUNK_BYTES, Downloaded, Hub, HubFile, RepoInfo, check_repo_id
+from blazar.model_dir import pick
 from blazar.paths import safe_component
 
 log = logging.getLogger("blazar.pull")
@@ -69,7 +71,9 @@ class Plan:
     revision: str
     """The commit the listing came from: every shard is fetched from the same one."""
     files: tuple[HubFile, ...]
-    """One file, or a split GGUF's shards in order (the first is what the catalog points at)."""
+    """One file, or a split GGUF's shards in order (the first is what the catalog points at), or the files of a
+    model directory (``directory``)."""
+    directory: bool = False
 
     @property
     def total(self) -> int | None:
@@ -220,7 +224,12 @@ def choose(ref: Ref, info: RepoInfo) -> tuple[HubFile, ...]:
     where = f"{info.repo_id}" + (f"@{ref.revision}" if ref.revision != "main" else "")
     if not groups:
         sample = ", ".join(f.path for f in info.files[:12]) or "no files"
-        raise PullError(f"{where} has no GGUF files (it has: {sample}); Blazar pulls GGUF models", 404)
+        whole = (
+            f"; a safetensors or MLX repo is pulled whole, with no file or quantization: blazar pull hf:{info.repo_id}"
+            if model_dir_files(info)
+            else "; Blazar pulls GGUF files, or a model directory (config.json and *.safetensors)"
+        )
+        raise PullError(f"{where} has no GGUF files (it has: {sample}){whole}", 404)
     if ref.file is not None:
         hit = [g for g in groups if any(f.path == ref.file for f in g)]
         if not hit:
@@ -252,16 +261,30 @@ def choose(ref: Ref, info: RepoInfo) -> tuple[HubFile, ...]:
     return _check_complete(best, info.repo_id)
 
 
+def model_dir_files(info: RepoInfo) -> tuple[HubFile, ...]:
+    """The files of the repo's model directory (top level, ``model_dir.pick``); empty when it has no
+    ``config.json`` or no ``*.safetensors``."""
+    top = {f.path: f for f in info.files if "/" not in f.path}
+    chosen = pick(top)
+    if "config.json" not in chosen or not any(n.endswith(".safetensors") for n in chosen):
+        return ()
+    return tuple(top[n] for n in chosen)
+
+
 def plan(hub: Hub, ref: Ref) -> Plan:
-    """List the repo and choose; files the listing gave no size or sha256 for are asked about one by one."""
+    """List the repo and choose: a GGUF (or split set) when it has any, else its safetensors/MLX model directory
+    when the name picks no file; files the listing gave no size or sha256 for are asked about one by one."""
     info = hub.repo_info(ref.repo_id, ref.revision)
+    directory = ref.file is None and ref.quant is None and not _groups(info.files)
+    picked = model_dir_files(info) if directory else ()
+    directory = bool(picked)
     files = tuple(
         f
-        if f.size is not None and f.sha256 is not None
+        if f.size is not None and (f.sha256 is not None or directory)
         else _merge(f, hub.file_info(ref.repo_id, f.path, info.revision))
-        for f in choose(ref, info)
+        for f in (picked or choose(ref, info))
     )
-    return Plan(ref, info.revision, files)
+    return Plan(ref, info.revision, files, directory)
 
 
 def _merge(listed: HubFile, head: HubFile) -> HubFile:
@@ -324,11 +347,15 @@ def _progress(f: HubFile, emit: Emit) -> Callable[[int, int | None], None]:
     return report
 
 
-def register(catalog: Catalog, files: Sequence[Downloaded], name: str) -> ModelRow:
+def register(
+    catalog: Catalog, files: Sequence[Downloaded], name: str, *, directory: bool = False
+) -> ModelRow:
     """Add the downloads to the catalog (hard links) with the sha256 they were verified against, then remove
     them from the download folder."""
     paths = [f.path for f in files]
     try:
+        if directory:
+            return catalog.import_dir(paths[0].parent, name, sha256s={f.path.name: f.sha256 for f in files})
         if len(files) == 1:
             return catalog.import_file(paths[0], name, sha256=files[0].sha256)
         return catalog.import_split(paths, name, sha256s=[f.sha256 for f in files])
@@ -372,7 +399,7 @@ def pull(
         if hub is None:
             client.close()
     say(Event("writing manifest"))
-    row = register(catalog, files, target)
+    row = register(catalog, files, target, directory=p.directory)
     say(Event("success"))
     return PullResult(row, p)
 
@@ -433,13 +460,13 @@ async def pull_events(
     try:
         while (event := await queue.get()) is not None:
             yield event
-        _plan, files = await done
+        p, files = await done
     finally:
         if not done.done():
             cancel.set()
             done.add_done_callback(_quietly)
     yield Event("writing manifest")
-    register(catalog, files, target)
+    register(catalog, files, target, directory=p.directory)
     yield Event("success")
 
 

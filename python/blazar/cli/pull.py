@@ -81,7 +81,8 @@ def pull_cmd(
         bool, typer.Option("--aliases", help="List the built-in short names and exit.")
     ] = False,
 ) -> None:
-    """Download a GGUF model from the Hugging Face Hub into the catalog (resumable, sha256-checked).
+    """Download a model from the Hugging Face Hub into the catalog (resumable, sha256-checked): a GGUF, or, from a
+    repo with no GGUF, its safetensors or MLX model directory (config, weights, tokenizer and template files).
 
     Reads HF_ENDPOINT (another Hub or a mirror) and HF_TOKEN (gated or private repos) from the environment.
     """
@@ -112,7 +113,10 @@ def pull_cmd(
         console.print(f"{row.name} is already in the catalog (remove it with: blazar rm {row.name})")
         return
     files = result.plan.files
-    what = files[0].path + (f" (+{len(files) - 1} shards)" if len(files) > 1 else "")
+    if result.plan.directory:
+        what = f"{len(files)} files ({row.format})"
+    else:
+        what = files[0].path + (f" (+{len(files) - 1} shards)" if len(files) > 1 else "")
     console.print(
         f"pulled {row.name} from {result.plan.ref.repo_id} {what}: {row.size_bytes / 1e6:.1f} MB, "
         f"{human_params(row.parameter_count or 0)} params, {row.quantization or '-'}",
