@@ -137,3 +137,21 @@ def test_a_body_that_is_not_an_object_is_named_in_json_terms(
         with pytest.raises(DialectError) as e:
             asyncio.run(handler(_sup(Catalog(store, data)), req, None))
         assert e.value.status == 400 and e.value.message == f"the request body must be a JSON object, {said}"
+
+
+def test_show_describes_a_model_directory(tmp_path: Path) -> None:
+    """/api/show on a safetensors folder answers from config.json and the tokenizer files (no GGUF to read)."""
+    from tests.fakehub import write_model_dir
+
+    data = DataDir(tmp_path / "data").ensure()
+    with Store.open(data.db) as store:
+        cat = Catalog(store, data)
+        cat.import_dir(write_model_dir(tmp_path / "Qwen-Dir", "awq"), "qwen")
+        status, _, body = asyncio.run(ollama_admin.show(_sup(cat), _show("qwen"), None))
+        shown = orjson.loads(body)
+        assert status == 200
+        info = shown["model_info"]
+        assert info["model_type"] == "qwen2" and info["max_position_embeddings"] == 32768
+        assert info["general.architecture"] == "qwen2"
+        assert shown["template"] and shown["details"]["format"] == "safetensors-quantized"
+        assert shown["parameters"].startswith("num_ctx ")

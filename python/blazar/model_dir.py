@@ -263,6 +263,34 @@ def _has_template(directory: Path, files: Iterable[str]) -> bool:
     return False
 
 
+def chat_template(directory: Path) -> str:
+    """The model directory's chat template text: ``chat_template.jinja``, else ``chat_template.json``'s or
+    ``tokenizer_config.json``'s ``chat_template`` (a string; the first of a list of named templates); else ""."""
+    jinja = directory / "chat_template.jinja"
+    if jinja.is_file():
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return ""
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        if not (directory / name).is_file():
+            continue
+        try:
+            value = _read_json(directory / name).get("chat_template")
+        except CatalogError:
+            continue
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            value = value[0].get("template")
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def read_config(directory: Path) -> dict[str, object]:
+    """``config.json`` of a model directory as a JSON object (CatalogError when unreadable)."""
+    return _read_json(directory / "config.json")
+
+
 def small_config(config: Mapping[str, object]) -> dict[str, object]:
     """The scalar top-level values of ``config.json``, for the row's ``metadata_json``."""
     return {k: v for k, v in config.items() if isinstance(v, str | int | float | bool)}

@@ -18,6 +18,7 @@ from blazar import names
 from blazar.catalog import ModelRow, read_header
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gguf_info import human_params
+from blazar.model_dir import chat_template, read_config, small_config
 from blazar.profile import model_settings
 from blazar.supervisor import State, Supervisor
 
@@ -119,14 +120,21 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
     body = req.json_object()
     m = sup.catalog.get(_model_name(body))
     digest = await sup.catalog.digest(m)
-    header = read_header(m.path)
-    meta = header.get("metadata")
-    md: dict[str, Any] = dict(meta) if isinstance(meta, dict) else {}
-    template = md.pop("tokenizer.chat_template", "")
-    model_info: dict[str, object] = {
-        k: (v if isinstance(v, str | int | float | bool | list) else None) for k, v in md.items()
-    }
-    model_info["general.parameter_count"] = header.get("parameter_count")
+    if m.path.is_dir():  # safetensors / MLX: what config.json and the tokenizer files say
+        md: dict[str, Any] = {}
+        model_info: dict[str, object] = dict(small_config(read_config(m.path)))
+        model_info["general.architecture"] = m.architecture
+        model_info["general.parameter_count"] = m.parameter_count
+        template: object = chat_template(m.path)
+    else:
+        header = read_header(m.path)
+        meta = header.get("metadata")
+        md = dict(meta) if isinstance(meta, dict) else {}
+        template = md.pop("tokenizer.chat_template", "")
+        model_info = {
+            k: (v if isinstance(v, str | int | float | bool | list) else None) for k, v in md.items()
+        }
+        model_info["general.parameter_count"] = header.get("parameter_count")
     ctx = model_settings(sup.cfg, m.name).ctx_size
     params = [f"num_ctx {ctx or m.context_length}"]
     caps = ["completion"]
