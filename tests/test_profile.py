@@ -137,6 +137,13 @@ def test_overrides_win_over_defaults(tmp_path: Path, model_file: Path) -> None:
     assert compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY, ctx_size=1024).ctx_size == 1024
 
 
+def test_a_requested_context_is_capped_at_the_trained_one(tmp_path: Path, model_file: Path) -> None:
+    cfg = cfg_from(tmp_path, "parallel = 2\n")
+    spec = compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY, ctx_size=1 << 40)
+    assert spec.ctx_size == 2 * 8192  # SmolLM2 was trained on 8192 per sequence; each of 2 slots gets that
+    assert compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY, ctx_size=4096).ctx_size == 4096
+
+
 def test_on_a_gpu_llama_cpp_places_the_layers(tmp_path: Path, model_file: Path) -> None:
     gpu = Hardware((Gpu(0, "Test GPU", 8 * GIB, 8 * GIB),), "1.0", "", "test CPU", 2, 2, 16 * GIB, 16 * GIB)
     spec = compile_profile(cfg_from(tmp_path), row(model_file), ENGINE, hardware=gpu)

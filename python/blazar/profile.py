@@ -174,7 +174,11 @@ def fit_model(
     settings: KvSettings | None = None,
 ) -> Fit:
     """The memory fit for serving ``model`` with the config's settings (``ctx_size`` overrides the config's,
-    ``settings`` the config's KV cache settings: for engines that do not take llama.cpp's cache flags)."""
+    ``settings`` the config's KV cache settings: for engines that do not take llama.cpp's cache flags).
+
+    ``ctx_size`` is a request's (Ollama's ``num_ctx`` times the slots): it is capped at the context the model was
+    trained on per slot, as Ollama caps it, so that one request cannot make the engine restart with a context
+    sized to all free memory (``num_ctx: 1e308`` asked for a million cells and a minute of loading)."""
     st = model_settings(cfg, model.name)
     header = read_header(model.path)
     md = header.get("metadata")
@@ -182,6 +186,15 @@ def fit_model(
         shape = kv_shape(md if isinstance(md, Mapping) else {})
     except ValueError as e:
         raise CatalogError(f"model '{model.name}' ({model.path}): {e}") from None
+    if ctx_size is not None and ctx_size > shape.trained_ctx * st.parallel:
+        log.warning(
+            "%s: a request asked for context %d; the model was trained on %d per slot, so using %d",
+            model.name,
+            ctx_size,
+            shape.trained_ctx,
+            shape.trained_ctx * st.parallel,
+        )
+        ctx_size = shape.trained_ctx * st.parallel
     req = FitRequest(
         model=model.name,
         shape=shape,
