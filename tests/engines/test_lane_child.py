@@ -110,3 +110,23 @@ def test_the_supervisor_starts_a_venv_lane_child_that_answers_through_the_gatewa
     )
     assert b"--max-running-requests" in cmdline
     assert key.encode() not in b"\0".join(cmdline), "the engine's key is never on its command line"
+
+
+def test_llama_server_only_features_are_refused_with_the_fix_on_another_lane(served: Daemon) -> None:
+    """Token counting (/apply-template + /tokenize) and fill-in-the-middle (/infill) exist only in llama-server:
+    on the sglang lane they are a 503 that names the lane and the fix, in the caller's dialect."""
+    count = httpx.post(
+        served.url + "/v1/messages/count_tokens",
+        json={"model": "qwen-awq", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=60,
+    )
+    assert count.status_code == 503, count.text
+    err = count.json()
+    assert err["type"] == "error" and "runs on the sglang lane" in err["error"]["message"]
+    infill = httpx.post(
+        served.url + "/api/generate",
+        json={"model": "qwen-awq", "prompt": "def f(", "suffix": "return 1", "stream": False},
+        timeout=60,
+    )
+    assert infill.status_code == 503, infill.text
+    assert "fill-in-the-middle (suffix) needs llama-server's /infill" in infill.json()["error"]

@@ -27,6 +27,7 @@ async def count_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
     canon = dialect.parse_count_tokens(req.json())
     core.claim(sup, req, canon)  # the key's scope covers counting too: it runs the model's engine
     child, _ = await core.ready_child(sup, req, canon)
+    core.llama_only(child, "counting tokens", "/apply-template and /tokenize")
     _path, chat = render_engine(canon)
     template_req = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
     _s, data, _c = await proxy.forward_whole(

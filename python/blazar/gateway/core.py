@@ -16,6 +16,7 @@ import orjson
 from blazar import names
 from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
+from blazar.errors import LaneError
 from blazar.gateway import forced_tools, proxy
 from blazar.gateway.http import Request
 from blazar.preflight import check_request_fits
@@ -76,6 +77,16 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
     return target
 
 
+def llama_only(child: Child, feature: str, endpoint: str) -> None:
+    """Refuse, with the fix, a feature that exists only as a llama-server endpoint when ``child`` runs elsewhere."""
+    if child.lane != "llama-cpp":
+        raise LaneError(
+            f"{feature} needs llama-server's {endpoint}, but model '{child.model}' runs on the {child.lane} lane;"
+            f' serve it with llama-cpp (engine = "llama-cpp" under [models."{child.model}"] in config.toml, for a'
+            " GGUF) to use it"
+        )
+
+
 async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
     """The child for ``canon`` and the load time in ns when this request had to start it (else 0)."""
     t0 = time.perf_counter()
@@ -116,7 +127,7 @@ async def _dispatch(
     path, body = render_engine(canon)
     if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
         body["model"] = child.spec.engine_model
-    slot = req.gate.session_slot(req, key, slots)
+    slot = req.gate.session_slot(req, key, slots) if child.lane == "llama-cpp" else None
     if slot is not None:
         body["id_slot"] = slot
         body.setdefault("cache_prompt", True)

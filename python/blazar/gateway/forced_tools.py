@@ -22,7 +22,10 @@ from blazar.supervisor import Child, Supervisor
 
 
 async def template_emits_tool_calls(sup: Supervisor, child: Child) -> bool:
-    """Whether the child's chat template can produce tool calls (asked once per child, from ``/props``)."""
+    """Whether the child's chat template can produce tool calls (asked once per child, from llama-server's
+    ``/props``). Other engines (sglang, mlx-lm, mistral.rs) take ``tool_choice`` themselves and are trusted to."""
+    if child.lane != "llama-cpp":
+        return True
     if child.tool_calls_supported is None:
         _s, data, _c = await proxy.get_whole(sup, child, "/props")
         caps = orjson.loads(data).get("chat_template_caps") or {}

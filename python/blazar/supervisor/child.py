@@ -71,6 +71,7 @@ class Child:
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
         self.base_url = ""
         self.request_headers: dict[str, str] = {}
+        self.lane = "llama-cpp"  # the engine kind serving it (set by the pool from the routed engine)
         self.num_ctx: int | None = None  # the Ollama num_ctx it was started for (None: the config's context)
         self.catalog_checked = 0.0  # monotonic time the catalog last confirmed this child's model
 

@@ -190,6 +190,7 @@ class Supervisor:
             compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total
         )
         child = Child(key, model.name, spec, self.data)
+        child.lane = engine.kind
         child.num_ctx = num_ctx
         ov = self.cfg.model_override(model.name)
         if ov.idle_timeout_secs is not None:
