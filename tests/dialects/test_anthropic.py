@@ -71,6 +71,9 @@ def test_max_tokens_is_required() -> None:
         anthropic.parse_messages, msgs(max_tokens="5")
     )
     assert "got integer -1" in refused(anthropic.parse_messages, msgs(max_tokens=-1))
+    assert refused(anthropic.parse_messages, msgs(max_tokens=2**63 - 1)) == (
+        "max_tokens: Input should be less than or equal to 2147483647, got integer 9223372036854775807"
+    )
     assert anthropic.parse_messages(msgs(max_tokens=0)).params == {"max_tokens": 0}
 
 

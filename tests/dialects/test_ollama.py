@@ -158,6 +158,8 @@ def test_load_time_retired_and_unknown_options_become_notes() -> None:
         ({"temperature": "hot"}, 'option "temperature" must be a number, got string "hot"'),
         ({"top_k": True}, 'option "top_k" must be an integer, got boolean true'),
         ({"num_ctx": "2048"}, 'option "num_ctx" must be an integer'),
+        ({"num_ctx": 1e308}, 'option "num_ctx" must be at most 2147483647, got number 1e+308'),
+        ({"num_predict": 2**31}, 'option "num_predict" must be at most 2147483647, got integer 2147483648'),
         ({"use_mmap": 1}, 'option "use_mmap" must be a boolean, got integer 1'),
         ({"stop": [1]}, 'option "stop" must be a string or an array of strings'),
     ],

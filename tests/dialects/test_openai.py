@@ -317,6 +317,9 @@ def test_logprobs() -> None:
             "'max_tokens' must be a non-negative integer, got integer -1; omit it for no limit",
         ),
         ({"max_completion_tokens": "9"}, "'max_completion_tokens' must be a non-negative integer"),
+        # llama.cpp counts tokens in 32 bits: 2**31 wrapped to a refusal, 2**63-1 to "no limit"
+        ({"max_tokens": 2**31}, "'max_tokens' must be at most 2147483647, got integer 2147483648"),
+        ({"max_completion_tokens": 2**63 - 1}, "'max_completion_tokens' must be at most 2147483647"),
         ({"stop": 5}, "'stop' must be a string or an array of strings, got integer 5"),
         ({"stop": ["a", 1]}, "'stop' must be a string or an array of strings"),
         ({"stream": "yes"}, "'stream' must be a boolean, got string \"yes\""),

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from blazar.dialects.canonical import (
+    MAX_TOKENS,
     CanonicalRequest,
     DialectError,
     image_data_uri,
@@ -69,6 +70,10 @@ def parse_messages(body: Any) -> CanonicalRequest:
     if not is_int(max_tokens) or max_tokens < 0:
         raise DialectError(
             400, f"max_tokens: Input should be a non-negative integer, got {shown(max_tokens)}"
+        )
+    if max_tokens > MAX_TOKENS:
+        raise DialectError(
+            400, f"max_tokens: Input should be less than or equal to {MAX_TOKENS}, got {shown(max_tokens)}"
         )
     req = _parse(body, _MESSAGES_KEYS)
     stream = body.get("stream")

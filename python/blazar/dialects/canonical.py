@@ -303,6 +303,11 @@ def shown(value: Any) -> str:
     return "an object" if kind == "object" else kind
 
 
+MAX_TOKENS = 2**31 - 1
+"""The largest token count (max_tokens, num_predict, num_ctx) a request may name: llama.cpp reads them as 32-bit
+ints, so a larger one wraps (2**31 came back refused as -2147483648, 2**63-1 silently meant no limit)."""
+
+
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 

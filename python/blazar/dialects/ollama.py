@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from blazar.dialects.canonical import (
+    MAX_TOKENS,
     CanonicalRequest,
     DialectError,
     arguments_json,
@@ -290,9 +291,9 @@ def _options(value: Any, req: CanonicalRequest, *, embedding: bool) -> None:
         if v is None:
             continue
         if key == "num_ctx":
-            req.options_ctx = _typed(key, v, "int")
+            req.options_ctx = _token_count(key, v)
         elif key == "num_predict":
-            n = _typed(key, v, "int")
+            n = _token_count(key, v)
             if embedding:
                 req.notes.append("option num_predict does not apply to embeddings and is ignored")
             elif n >= 0:  # -1 = unlimited, -2 = fill the context: the engine's own default
@@ -318,6 +319,13 @@ def _options(value: Any, req: CanonicalRequest, *, embedding: bool) -> None:
             req.notes.append(f"option {key} is no longer supported by llama.cpp and is ignored")
         else:
             req.notes.append(f"option {key} is not a known option and is ignored")
+
+
+def _token_count(key: str, value: Any) -> int:
+    n: int = _typed(key, value, "int")
+    if n > MAX_TOKENS:
+        raise DialectError(400, f'option "{key}" must be at most {MAX_TOKENS}, got {shown(value)}')
+    return n
 
 
 def _typed(key: str, value: Any, kind: str) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from blazar.dialects.canonical import (
+    MAX_TOKENS,
     CanonicalRequest,
     DialectError,
     function_tools,
@@ -270,6 +271,10 @@ def _max_tokens(body: dict[str, Any], params: dict[str, Any], keys: tuple[str, .
         if not is_int(value) or value < 0:
             raise DialectError(
                 400, f"'{key}' must be a non-negative integer, got {shown(value)}; omit it for no limit"
+            )
+        if value > MAX_TOKENS:
+            raise DialectError(
+                400, f"'{key}' must be at most {MAX_TOKENS}, got {shown(value)}; omit it for no limit"
             )
         params["max_tokens"] = value
         return
