@@ -83,7 +83,8 @@ def test_trace_id_on_every_response(daemon: Daemon) -> None:
     ("body", "status", "needle"),
     [
         (b"{not json", 400, "not valid JSON"),
-        (b"\xff\xfe{}", 400, "not valid JSON"),
+        (b"\xff\xfe{}", 400, "request body is not valid UTF-8 (byte 0 is 0xff); send JSON encoded as UTF-8"),
+        (b'{"model": "sm\xc3ollm2"}', 400, "request body is not valid UTF-8 (byte 13 is 0xc3)"),
         (b"[1, 2]", 400, "must be a JSON object"),
         (b'{"model": 7, "messages": [{"role": "user", "content": "hi"}]}', 400, "'model' is required"),
         (b'{"model": "smollm2", "messages": "hi"}', 400, "'messages' is required"),

@@ -53,6 +53,19 @@ class HttpError(Exception):
         self.source = source
 
 
+def _not_json(body: bytes, e: orjson.JSONDecodeError) -> str:
+    """Why ``body`` did not parse; bytes that are not UTF-8 are named as such (orjson calls them "str is not
+    valid UTF-8: surrogates not allowed", which speaks of Python strings)."""
+    try:
+        body.decode()
+    except UnicodeDecodeError as u:
+        return (
+            f"request body is not valid UTF-8 (byte {u.start} is 0x{body[u.start]:02x}); "
+            "send JSON encoded as UTF-8"
+        )
+    return f"request body is not valid JSON: {e}"
+
+
 class ClientGone(Exception):
     """The client closed the connection before it was answered: nobody is left to answer. ``when`` says at what
     point, for the log line."""
@@ -107,7 +120,7 @@ class Request:
         try:
             return orjson.loads(self.body)
         except orjson.JSONDecodeError as e:
-            raise HttpError(400, f"request body is not valid JSON: {e}") from None
+            raise HttpError(400, _not_json(self.body, e)) from None
 
     def json_object(self) -> dict[str, Any]:
         """The body as a JSON object, or a 400 that says what is wrong with it, worded as the dialect parsers
