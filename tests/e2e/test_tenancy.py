@@ -210,6 +210,27 @@ def test_session_pins_child_and_slot(daemon_factory: object) -> None:
     assert [s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]] == ["conv-2"]
 
 
+def test_a_scoped_key_sees_and_closes_only_its_own_sessions(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    mine = "sk-mine-0123456789abcdef"
+    d: Daemon = daemon_factory(KEYS + f'\n[[keys]]\nname = "mine"\nsecret = "{mine}"\nmodels = ["smollm2"]\n')
+    for secret in (ADMIN, mine):  # one session name, two keys: two sessions
+        r = post(d, "/v1/chat/completions", CHAT, {**bearer(secret), "x-blazar-session": "conv"})
+        assert r.status_code == 200, r.text
+
+    def listed(secret: str) -> list[tuple[str, str]]:
+        r = httpx.get(d.url + "/api/session", headers=bearer(secret))
+        return sorted((s["session"], s["key"]) for s in r.json()["sessions"])
+
+    assert listed(mine) == [("conv", "mine")]
+    assert listed(SCOPED) == []
+    assert listed(ADMIN) == [("conv", "admin"), ("conv", "mine")]  # a full-access key sees every key's
+    other = post(d, "/api/session", {"action": "close", "session": "conv"}, bearer(SCOPED))
+    assert other.status_code == 404 and "no open session named 'conv'" in other.json()["error"]["message"]
+    assert post(d, "/api/session", {"action": "close", "session": "conv"}, bearer(mine)).status_code == 200
+    assert listed(ADMIN) == [("conv", "admin")]
+
+
 def test_cors(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory('cors_origins = ["http://app.local"]\n' + KEYS)

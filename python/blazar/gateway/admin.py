@@ -69,7 +69,8 @@ async def rotate_key(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def sessions_list(sup: Supervisor, req: Request, proto: Any) -> Response:
-    return 200, JSON_HEADERS, orjson.dumps({"sessions": req.gate.sessions.listing()})
+    gate = req.gate
+    return 200, JSON_HEADERS, orjson.dumps({"sessions": gate.sessions.listing(gate.sessions_seen_by(req))})
 
 
 async def session_action(sup: Supervisor, req: Request, proto: Any) -> Response:
@@ -82,6 +83,6 @@ async def session_action(sup: Supervisor, req: Request, proto: Any) -> Response:
     name = body.get("session") or req.headers.get("x-blazar-session")
     if not isinstance(name, str) or not name:
         raise HttpError(400, "name the session in 'session' or the x-blazar-session header")
-    if not req.gate.sessions.close(name):
+    if not req.gate.sessions.close(name, req.gate.sessions_seen_by(req)):
         raise HttpError(404, f"no open session named '{name}'", "not_found_error")
     return 200, JSON_HEADERS, orjson.dumps({"closed": name})

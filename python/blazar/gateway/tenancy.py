@@ -115,9 +115,15 @@ class Gate:
         req.engine_s += time.perf_counter() - t0  # queueing is waiting for engine capacity, not overhead
         return lease
 
+    def sessions_seen_by(self, req: Request) -> str | None:
+        """Whose sessions ``req`` may list and close: a key limited to some models, its own (sessions are opened
+        under the key's name); a full-access key, or anyone on an authless gateway, everyone's (``None``)."""
+        return req.key.name if req.key is not None and not req.key.full_access else None
+
     def session_slot(self, req: Request, model_key: str, slots: int) -> int | None:
         name = req.headers.get("x-blazar-session")
-        return self.sessions.pin(name, model_key, slots) if name else None
+        owner = req.key.name if req.key is not None else ""
+        return self.sessions.pin(name, model_key, slots, owner) if name else None
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
