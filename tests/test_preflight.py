@@ -15,7 +15,14 @@ import pytest
 
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.errors import BlazarError
-from blazar.preflight import PromptTooLong, check_prompt_fits, check_request_fits, estimate_tokens
+from blazar.preflight import (
+    ImagesUnreadable,
+    PromptTooLong,
+    check_images_readable,
+    check_prompt_fits,
+    check_request_fits,
+    estimate_tokens,
+)
 from tests.conftest import Assets, free_port
 
 
@@ -72,6 +79,18 @@ def test_estimate_counts_every_part_of_a_request() -> None:
 def test_runs_of_one_character_count_little() -> None:
     assert estimate_tokens(chat(" " * 6400)) == 50
     assert estimate_tokens(chat("=" * 640 + "ab" * 40)) == 15
+
+
+def test_images_for_a_model_that_cannot_read_them_are_refused() -> None:
+    picture = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    seeing = CanonicalRequest(model="m:latest", kind="chat", messages=[{"role": "user", "content": picture}])
+    check_images_readable(seeing, reads_images=True)
+    check_images_readable(chat("no picture here"), reads_images=False)
+    with pytest.raises(ImagesUnreadable) as exc:
+        check_images_readable(seeing, reads_images=False)
+    assert exc.value.status == 400 and str(exc.value).startswith(
+        "model 'm:latest' cannot read images: it runs without a vision projector (mmproj)"
+    )
 
 
 def test_check_request_fits() -> None:

@@ -119,6 +119,23 @@ TOOL_WRAP_BYTES = 64
 """Bytes a dialect may add around one tool when it is rendered in the canonical (OpenAI) shape."""
 
 
+class ImagesUnreadable(BlazarError):
+    """Images sent to a model whose engine cannot see them; the message says what to send instead."""
+
+    status = 400
+
+
+def check_images_readable(req: CanonicalRequest, reads_images: bool) -> None:
+    """Refuse, before dispatch, a request with images for an engine that cannot read them: llama.cpp without a
+    vision projector answers such a request with HTTP 500, which reads as Blazar's fault, not the request's."""
+    if not reads_images and req.has_images():
+        raise ImagesUnreadable(
+            f"model '{req.model}' cannot read images: it runs without a vision projector (mmproj). Send the "
+            "request without image parts, or use a vision model (a GGUF with its mmproj*.gguf beside it, or "
+            'mmproj set for it under [models."name:tag"] in config.toml)'
+        )
+
+
 def check_request_fits(req: CanonicalRequest, ctx_per_slot: int, body_len: int | None = None) -> None:
     """``check_prompt_fits`` for a canonical request (its ``max_tokens`` param, its model name).
 
