@@ -144,6 +144,12 @@ def test_a_requested_context_is_capped_at_the_trained_one(tmp_path: Path, model_
     assert compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY, ctx_size=4096).ctx_size == 4096
 
 
+def test_a_spec_reads_images_only_with_a_vision_projector(tmp_path: Path, model_file: Path) -> None:
+    assert not compile_profile(cfg_from(tmp_path), row(model_file), ENGINE, hardware=ROOMY).reads_images
+    given = cfg_from(tmp_path, '[models."smollm2:latest"]\nextra_args = ["--mmproj", "/models/proj.gguf"]\n')
+    assert compile_profile(given, row(model_file), ENGINE, hardware=ROOMY).reads_images
+
+
 def test_on_a_gpu_llama_cpp_places_the_layers(tmp_path: Path, model_file: Path) -> None:
     gpu = Hardware((Gpu(0, "Test GPU", 8 * GIB, 8 * GIB),), "1.0", "", "test CPU", 2, 2, 16 * GIB, 16 * GIB)
     spec = compile_profile(cfg_from(tmp_path), row(model_file), ENGINE, hardware=gpu)

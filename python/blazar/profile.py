@@ -37,6 +37,9 @@ PLACEHOLDERS = ("{port}", "{api_key_file}")
 _SHARD = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
 
 
+_VISION_FLAGS = frozenset({"--mmproj", "-mm", "--mmproj-url", "-mmu", "-hf", "-hfr", "--hf-repo"})
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything the supervisor needs to start one child, except the port and key, which it picks.
@@ -64,6 +67,15 @@ class LaunchSpec:
     @property
     def ctx_per_slot(self) -> int:
         return self.ctx_size // max(self.parallel, 1)
+
+    @property
+    def reads_images(self) -> bool:
+        """Whether the engine can take image parts. llama-server needs a vision projector: ``mmproj``, or one
+        given in ``extra_args`` (``--mmproj``, or fetched with ``-hf``); the other lanes (``engine_model`` set)
+        judge for themselves."""
+        if self.mmproj is not None or self.engine_model is not None:
+            return True
+        return any(a in _VISION_FLAGS for a in self.argv_template)
 
     def argv(self, *, port: int, api_key_file: Path) -> list[str]:
         """The argv with the placeholders filled. It also runs ``prepare(self)`` (idempotent), so a spawn that

@@ -124,8 +124,8 @@ async def _dispatch(
 ) -> Response | None:
     child, load_ns = await ready_child(sup, req, canon)
     check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
-    # llama-server reads images only through an mmproj; the other lanes (engine_model set) judge for themselves
-    check_images_readable(canon, child.spec.mmproj is not None or child.spec.engine_model is not None)
+    if canon.has_images():
+        check_images_readable(canon, child.spec.reads_images)
     path, body = render_engine(canon)
     if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
         body["model"] = child.spec.engine_model
