@@ -186,7 +186,9 @@ def stub_engine(app: Any) -> None:
     async def ensure_ready(model_name: str, *, embeddings: bool = False, num_ctx: int | None = None) -> Any:
         return child
 
-    async def forward_whole(sup: Any, child: Any, path: str, body: bytes) -> tuple[int, bytes, str]:
+    async def forward_whole(
+        sup: Any, child: Any, path: str, body: bytes, client: Any = None
+    ) -> tuple[int, bytes, str]:
         return 200, WHOLE_ENGINE_BODY, "application/json"
 
     app.sup.ensure_ready = ensure_ready
