@@ -5,11 +5,14 @@ watch starts only after ``WATCH_AFTER_SECS``, so a fast answer never creates it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
 from blazar.gateway import proxy
-from blazar.gateway.http import ClientGone
+from blazar.gateway.http import ClientGone, HttpError
 from blazar.gateway.proxy import _unless_gone
 
 
@@ -83,5 +86,89 @@ def test_a_fast_answer_never_watches(monkeypatch: pytest.MonkeyPatch) -> None:
         client, seen = Client(), []
         assert await _unless_gone(_work(0.01, "body", seen), client) == "body"
         assert client.fut is None  # client_disconnect() was never called
+
+    asyncio.run(main())
+
+
+class _DropFirst(asyncio.Protocol):
+    """A raw HTTP/1.1 engine stand-in on a real port: the first connection is closed once its request arrived
+    (what a keep-alive connection the engine closes as the request goes out looks like); later ones get 200."""
+
+    seen = 0
+    drop_all = False
+    open: ClassVar[list[asyncio.BaseTransport]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.buf = b""
+        _DropFirst.open.append(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if b"\r\n\r\n" not in self.buf:
+            return
+        head, _, rest = self.buf.partition(b"\r\n\r\n")
+        length = int(
+            next(
+                (ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")),
+                b"0",
+            )
+        )
+        if len(rest) < length:
+            return
+        _DropFirst.seen += 1
+        assert isinstance(self.transport, asyncio.Transport)
+        if _DropFirst.seen == 1 or _DropFirst.drop_all:
+            self.transport.close()
+            return
+        body = b'{"ok": true}'
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
+        self.buf = b""
+
+
+def test_a_pooled_connection_closed_under_a_request_is_retried_once() -> None:
+    import aiohttp
+
+    from blazar.gateway.proxy import forward_whole
+
+    async def main() -> None:
+        _DropFirst.seen = 0
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_DropFirst, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with aiohttp.ClientSession() as http:
+            child = SimpleNamespace(
+                base_url=f"http://127.0.0.1:{port}",
+                request_headers={},
+                model="m:latest",
+                key="m:latest",
+                alive=lambda: True,
+                inflight=0,
+                last_used=0.0,
+            )
+            sup = SimpleNamespace(http=http, cfg=SimpleNamespace(child_header_timeout_secs=5))
+            sup.lease = lambda c: contextlib.nullcontext(c)
+            status, data, _ = await forward_whole(sup, child, "/v1/chat/completions", b"{}")  # type: ignore[arg-type]
+            assert (status, data, _DropFirst.seen) == (200, b'{"ok": true}', 2)
+
+            _DropFirst.seen, _DropFirst.drop_all = 0, True  # every request dropped: one retry, then a failure
+            reaped: list[object] = []
+
+            async def reap(c: object) -> bool:
+                reaped.append(c)
+                return False
+
+            sup.reap = reap
+            with pytest.raises(HttpError) as exc:
+                await forward_whole(sup, child, "/v1/chat/completions", b"{}")  # type: ignore[arg-type]
+            assert exc.value.status == 502 and "ServerDisconnectedError" in exc.value.message
+            assert _DropFirst.seen == 2 and reaped == [child]  # two attempts, not more
+        for t in _DropFirst.open:
+            t.close()
+        server.close()
+        await server.wait_closed()
 
     asyncio.run(main())

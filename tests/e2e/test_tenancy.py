@@ -171,7 +171,10 @@ def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     d: Daemon = daemon_factory("queue_wait_secs = 1\n")
     assert post(d, "/v1/chat/completions", CHAT).status_code == 200  # the engine is up
     long = {**CHAT, "max_tokens": 300, "ignore_eos": True}
-    t = threading.Thread(target=post, args=(d, "/v1/chat/completions", long))
+    # a generous timeout: on a loaded machine 300 tokens can take minutes, and this request only holds the slot
+    t = threading.Thread(
+        target=httpx.post, args=(d.url + "/v1/chat/completions",), kwargs={"json": long, "timeout": 900}
+    )
     t.start()
     wait_for(lambda: busy_slots(d) > 0, 30, "the long request to occupy the only slot")
     r = post(d, "/v1/chat/completions", CHAT)

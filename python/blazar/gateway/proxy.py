@@ -28,22 +28,35 @@ _CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
 
 
 async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> aiohttp.ClientResponse:
-    """POST to the child and wait (bounded) for its response headers."""
-    try:
-        async with asyncio.timeout(float(sup.cfg.child_header_timeout_secs)):
-            return await sup.http.post(
-                child.base_url + path, data=body, headers=child.request_headers, timeout=_CONNECT_TIMEOUT
+    """POST to the child and wait (bounded) for its response headers.
+
+    A pooled connection the engine closed as the request went out (``ServerDisconnectedError`` before any
+    response byte, with the engine still running) is retried once on a fresh connection: the engine never saw
+    that request. A dead engine is never retried; it is reaped and answered with 502."""
+    retried = False
+    while True:
+        try:
+            async with asyncio.timeout(float(sup.cfg.child_header_timeout_secs)):
+                return await sup.http.post(
+                    child.base_url + path, data=body, headers=child.request_headers, timeout=_CONNECT_TIMEOUT
+                )
+        except TimeoutError:
+            await sup.evict(child.key, "no response headers within child_header_timeout_secs")
+            raise HttpError(
+                504,
+                f"engine for '{child.model}' sent no response headers within {sup.cfg.child_header_timeout_secs}s"
+                " (child_header_timeout_secs); it was stopped and the next request restarts it",
+                "engine_error",
+            ) from None
+        except aiohttp.ServerDisconnectedError as e:
+            if retried or not child.alive():
+                raise await _engine_failed(sup, child, e) from None
+            retried = True
+            log.info(
+                "engine for '%s' closed a pooled connection as a request went out; retrying once", child.model
             )
-    except TimeoutError:
-        await sup.evict(child.key, "no response headers within child_header_timeout_secs")
-        raise HttpError(
-            504,
-            f"engine for '{child.model}' sent no response headers within {sup.cfg.child_header_timeout_secs}s"
-            " (child_header_timeout_secs); it was stopped and the next request restarts it",
-            "engine_error",
-        ) from None
-    except (aiohttp.ClientError, OSError) as e:
-        raise await _engine_failed(sup, child, e) from None
+        except (aiohttp.ClientError, OSError) as e:
+            raise await _engine_failed(sup, child, e) from None
 
 
 async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> HttpError:

@@ -33,6 +33,8 @@ CATALOG_RECHECK_SECS = 1.0
 model, so a model removed by another process (``blazar rm``) is refused within about a second."""
 _HOT_MAX = 1024
 DRAIN_POLL_SECS = 0.025
+ENGINE_KEEPALIVE_SECS = 3.0
+"""How long an idle pooled connection to an engine is kept: under llama-server's 5 s keep-alive timeout."""
 
 
 def wants_restart(child: Child, num_ctx: int | None) -> bool:
@@ -79,7 +81,10 @@ class Supervisor:
     @property
     def http(self) -> aiohttp.ClientSession:
         if self._http is None:
-            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            # llama-server (cpp-httplib) closes a keep-alive connection idle for 5 s; aiohttp keeps idle ones
+            # for 15 s by default, so a request could go out on a connection the engine was closing.
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=ENGINE_KEEPALIVE_SECS)
+            self._http = aiohttp.ClientSession(connector=connector)
         return self._http
 
     def start_background(self) -> None:
