@@ -135,7 +135,7 @@ def test_a_pooled_connection_closed_under_a_request_is_retried_once() -> None:
     from blazar.gateway.proxy import forward_whole
 
     async def main() -> None:
-        _DropFirst.seen = 0
+        _DropFirst.seen, _DropFirst.drop_all = 0, False
         loop = asyncio.get_running_loop()
         server = await loop.create_server(_DropFirst, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
@@ -170,5 +170,26 @@ def test_a_pooled_connection_closed_under_a_request_is_retried_once() -> None:
             t.close()
         server.close()
         await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_a_disconnect_queued_as_the_answer_finishes_cancels_nothing_after() -> None:
+    """The client leaves in the same loop turn as the answer completes: the already queued callback must not
+    cancel the request task once ``_unless_gone`` has returned."""
+
+    async def main() -> None:
+        client = Client()
+
+        async def work() -> str:
+            await asyncio.sleep(0.05)  # the watch is armed by now
+            assert client.fut is not None
+            client.fut.set_result(None)  # queues on_gone for the next loop turn
+            return "body"
+
+        assert await _unless_gone(work(), client) == "body"
+        await asyncio.sleep(0.01)  # the queued callback runs here; it must not cancel this task
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
 
     asyncio.run(main())

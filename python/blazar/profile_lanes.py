@@ -81,9 +81,13 @@ def _context(cfg: Config, model: ModelRow, ctx_size: int | None) -> tuple[int, i
     st = model_settings(cfg, model.name)
     parallel = max(st.parallel, 1)
     requested = st.ctx_size if ctx_size is None else ctx_size
+    trained = trained_context(_model_dir(model)) or (model.context_length or 0)
+    if ctx_size is not None and trained and requested > trained * parallel:
+        requested = (
+            trained * parallel
+        )  # a request's num_ctx never asks for more than the model was trained on
     if requested > 0:
         return requested, requested // parallel, parallel
-    trained = trained_context(_model_dir(model)) or (model.context_length or 0)
     return trained * parallel, 0, parallel
 
 

@@ -147,10 +147,11 @@ def test_root_and_version(daemon: Daemon, client: Make) -> None:
 
 
 def test_num_ctx_restarts_the_engine_with_that_context(daemon_factory: object, client: Make) -> None:
-    """options.num_ctx: the engine restarts with that context per request (as Ollama reloads the model);
-    a request without it is served by whatever runs; the same num_ctx again does not restart."""
+    """options.num_ctx asking for more context than the engine runs with restarts it with that context per
+    request (as Ollama reloads the model), capped at the trained context; the same or a smaller num_ctx, or none,
+    is served by what runs, so one client can never shrink a shared engine or make it restart back and forth."""
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory()
+    d: Daemon = daemon_factory("ctx_size = 1024\n")
     c = client(d)
 
     def ps() -> tuple[int, int]:
@@ -160,15 +161,22 @@ def test_num_ctx_restarts_the_engine_with_that_context(daemon_factory: object, c
 
     c.chat(model="smollm2", messages=MESSAGES, options=OPTIONS)
     ctx0, pid0 = ps()
-    assert ctx0 == 4096  # the config's default
-    c.chat(model="smollm2", messages=MESSAGES, options={**OPTIONS, "num_ctx": 1024})
-    ctx1, pid1 = ps()
-    assert (ctx1, pid1 != pid0) == (1024, True)
-    c.chat(model="smollm2", messages=MESSAGES, options=OPTIONS)  # no num_ctx: served as it runs
-    c.chat(model="smollm2", messages=MESSAGES, options={**OPTIONS, "num_ctx": 1024})
-    assert ps() == (1024, pid1)
-    # The per-request context is enforced before dispatch: a prompt that cannot fit 256 tokens is a 400.
-    long = [{"role": "user", "content": "word " * 4000}]
+    assert ctx0 == 1024  # the config's
+    long = [{"role": "user", "content": "word " * 1500}]
     with pytest.raises(ollama.ResponseError) as exc:
-        c.chat(model="smollm2", messages=long, options={**OPTIONS, "num_ctx": 256})
-    assert exc.value.status_code == 400 and "a slot holds 256 tokens" in str(exc.value)
+        c.chat(model="smollm2", messages=long, options={**OPTIONS, "num_ctx": 512})  # smaller: no restart
+    assert exc.value.status_code == 400 and "1024" in str(exc.value)  # the engine still runs with 1024
+    assert ps() == (1024, pid0)
+    c.chat(
+        model="smollm2", messages=long, options={**OPTIONS, "num_ctx": 4096}
+    )  # more: restarted, and it fits
+    ctx1, pid1 = ps()
+    assert (ctx1, pid1 != pid0) == (4096, True)
+    c.chat(model="smollm2", messages=MESSAGES, options=OPTIONS)  # no num_ctx: served as it runs
+    c.chat(model="smollm2", messages=MESSAGES, options={**OPTIONS, "num_ctx": 2048})  # smaller: served as is
+    c.chat(model="smollm2", messages=MESSAGES, options={**OPTIONS, "num_ctx": 4096})
+    assert ps() == (4096, pid1)
+    c.chat(
+        model="smollm2", messages=MESSAGES, options={**OPTIONS, "num_ctx": 10**6}
+    )  # capped at 8192 trained
+    assert ps()[0] == 8192

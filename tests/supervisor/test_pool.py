@@ -40,14 +40,15 @@ def test_only_ready_children() -> None:
     assert idle_victims([c], now=100, default_timeout=1) == []
 
 
-def test_wants_restart_only_for_a_new_num_ctx() -> None:
+def test_wants_restart_only_for_more_context() -> None:
     from blazar.supervisor.pool import wants_restart
 
     c = Child("m", "m", LaunchSpec(("x",), ctx_size=4096, parallel=2), DataDir(Path("/nonexistent")))
     assert not wants_restart(c, None)  # no num_ctx: whatever runs serves
     assert not wants_restart(c, 2048)  # what it runs with per slot
-    assert wants_restart(c, 1024)
-    c.num_ctx = 8192  # started for 8192, capped lower by the memory fit: not restarted again and again
+    assert not wants_restart(c, 1024)  # less: served by the larger context, never shrinks a shared engine
+    assert wants_restart(c, 3000)
+    c.num_ctx = 8192  # started for 8192, capped lower by the trained context: not restarted again and again
     assert not wants_restart(c, 8192)
 
 

@@ -30,9 +30,11 @@ _CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
 async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> aiohttp.ClientResponse:
     """POST to the child and wait (bounded) for its response headers.
 
-    A pooled connection the engine closed as the request went out (``ServerDisconnectedError`` before any
-    response byte, with the engine still running) is retried once on a fresh connection: the engine never saw
-    that request. A dead engine is never retried; it is reaped and answered with 502."""
+    A connection the engine closed before answering (``ServerDisconnectedError`` before any response byte, with
+    the engine still running: typically a pooled keep-alive connection it was closing as the request went out)
+    is retried once on a fresh connection. If the engine had read the request and then dropped the connection,
+    the retry repeats that work once; llama-server cancels the abandoned task. A dead engine is never retried: it
+    is reaped and answered with 502."""
     retried = False
     while True:
         try:
@@ -138,10 +140,12 @@ async def _unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
     assert task is not None
     gone: Any = None
     left = False
+    finished = False
 
     def on_gone(fut: Any) -> None:
         nonlocal left
-        if not fut.cancelled():
+        # a callback already queued when ``work`` finished in the same loop turn must not cancel what runs next
+        if not finished and not fut.cancelled():
             left = True
             task.cancel()
 
@@ -159,6 +163,7 @@ async def _unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
         task.uncancel()
         raise ClientGone("before its answer was ready; the engine stopped working on it") from None
     finally:
+        finished = True
         timer.cancel()
         if gone is not None:
             gone.remove_done_callback(on_gone)

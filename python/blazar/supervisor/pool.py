@@ -38,9 +38,11 @@ ENGINE_KEEPALIVE_SECS = 3.0
 
 
 def wants_restart(child: Child, num_ctx: int | None) -> bool:
-    """Whether a request asking for ``num_ctx`` tokens per slot needs ``child`` restarted: it names a context the
-    child was neither started for nor runs with (a context capped by the memory fit is not retried each time)."""
-    return num_ctx is not None and num_ctx != child.num_ctx and num_ctx != child.spec.ctx_per_slot
+    """Whether a request asking for ``num_ctx`` tokens per slot needs ``child`` restarted: only for more context
+    than it runs with, so a smaller num_ctx (served fine by a larger context) can never shrink an engine other
+    requests share, and alternating values cannot make it restart on every request. A child already started for
+    that num_ctx (capped lower by the model's trained context or the memory fit) is not restarted again."""
+    return num_ctx is not None and num_ctx > child.spec.ctx_per_slot and num_ctx != child.num_ctx
 
 
 def _manifest() -> Manifest | None:
