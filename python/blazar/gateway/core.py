@@ -44,28 +44,24 @@ ANTHROPIC = Shape("anthropic", "text/event-stream")
 
 _ROUTES_MAX = 1024
 """Distinct (client model name, kind) pairs remembered by ``route_target``; the table is cleared past this."""
-_routes: dict[tuple[str, bool], tuple[str, str, int]] = {}
-_routes_cfg: list[object] = [None]
 
 
 def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, int]:
     """Once per request: the catalog name, the child key (embeddings run in their own ``@embed`` child) and the
-    model's slot count N for admission. Memoised per client-given name: the config is immutable, so the answer
-    only changes when the supervisor is given a new one."""
+    model's slot count N for admission. Memoised per client-given name in ``sup.routes``: the supervisor's config is
+    immutable, so the answer never changes for its lifetime."""
     embedding = canon.kind == "embedding"
-    if _routes_cfg[0] is not sup.cfg:
-        _routes.clear()
-        _routes_cfg[0] = sup.cfg
-    hit = _routes.get((canon.model, embedding))
+    routes = sup.routes
+    hit = routes.get((canon.model, embedding))
     if hit is not None:
         return hit
     name = names.normalize(canon.model)
     ov = sup.cfg.model_override(name)
     slots = ov.parallel if ov.parallel is not None else sup.cfg.parallel
     target = name, name + ("@embed" if embedding else ""), slots
-    if len(_routes) >= _ROUTES_MAX:
-        _routes.clear()
-    _routes[(canon.model, embedding)] = target
+    if len(routes) >= _ROUTES_MAX:
+        routes.clear()
+    routes[(canon.model, embedding)] = target
     return target
 
 

@@ -60,41 +60,32 @@ def synthetic_completion(engine_body: bytes) -> dict[str, Any]:
         raise HttpError(
             502, "the engine's constrained tool-call output was not the JSON it was asked for", "engine_error"
         ) from None
-    return {
-        "id": data.get("id") or f"chatcmpl-{os.urandom(8).hex()}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": data.get("model", ""),
-        "choices": [
+    call_message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
             {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": f"call_{os.urandom(12).hex()}",
-                            "type": "function",
-                            "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
-                        }
-                    ],
-                },
-                "finish_reason": "tool_calls",
+                "id": f"call_{os.urandom(12).hex()}",
+                "type": "function",
+                "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
             }
         ],
-        "usage": data.get("usage") or {},
     }
+    return _completion(data, call_message, "tool_calls")
 
 
 def _truncated(data: dict[str, Any], content: str) -> dict[str, Any]:
+    return _completion(data, {"role": "assistant", "content": content}, "length")
+
+
+def _completion(data: dict[str, Any], message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
+    """An OpenAI chat.completion with one choice, keeping the engine answer's id, model and usage."""
     return {
         "id": data.get("id") or f"chatcmpl-{os.urandom(8).hex()}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": data.get("model", ""),
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": data.get("usage") or {},
     }
 

@@ -79,6 +79,7 @@ class Supervisor:
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._hot: dict[tuple[str, bool], Child] = {}  # client-given name -> its ready child (fast path)
+        self.routes: dict[tuple[str, bool], tuple[str, str, int]] = {}  # gateway.core.route_target's memo
 
     @property
     def http(self) -> aiohttp.ClientSession:
