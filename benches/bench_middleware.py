@@ -188,8 +188,8 @@ def stub_engine(app: Any) -> None:
 
     async def forward_whole(
         sup: Any, child: Any, path: str, body: bytes, client: Any = None
-    ) -> tuple[int, bytes, str]:
-        return 200, WHOLE_ENGINE_BODY, "application/json"
+    ) -> tuple[int, bytes]:
+        return 200, WHOLE_ENGINE_BODY
 
     app.sup.ensure_ready = ensure_ready
     proxy.forward_whole = forward_whole  # type: ignore[assignment]

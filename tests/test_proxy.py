@@ -130,42 +130,41 @@ class _DropFirst(asyncio.Protocol):
 
 
 def test_a_pooled_connection_closed_under_a_request_is_retried_once() -> None:
-    import aiohttp
-
     from blazar.gateway.proxy import forward_whole
+    from blazar.supervisor.links import Links
 
     async def main() -> None:
         _DropFirst.seen, _DropFirst.drop_all = 0, False
         loop = asyncio.get_running_loop()
         server = await loop.create_server(_DropFirst, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        async with aiohttp.ClientSession() as http:
-            child = SimpleNamespace(
-                base_url=f"http://127.0.0.1:{port}",
-                request_headers={},
-                model="m:latest",
-                key="m:latest",
-                alive=lambda: True,
-                inflight=0,
-                last_used=0.0,
-            )
-            sup = SimpleNamespace(http=http, cfg=SimpleNamespace(child_header_timeout_secs=5))
-            sup.lease = lambda c: contextlib.nullcontext(c)
-            status, data, _ = await forward_whole(sup, child, "/v1/chat/completions", b"{}")  # type: ignore[arg-type]
-            assert (status, data, _DropFirst.seen) == (200, b'{"ok": true}', 2)
+        child = SimpleNamespace(
+            links=Links(port, "k"),
+            model="m:latest",
+            key="m:latest",
+            alive=lambda: True,
+            inflight=0,
+            last_used=0.0,
+        )
+        sup = SimpleNamespace(cfg=SimpleNamespace(child_header_timeout_secs=5))
+        sup.lease = lambda c: contextlib.nullcontext(c)
+        status, data = await forward_whole(sup, child, "/v1/chat/completions", b"{}")  # type: ignore[arg-type]
+        assert (status, data, _DropFirst.seen) == (200, b'{"ok": true}', 2)
+        assert len(child.links.idle) == 1  # the answered connection is kept for the next request
 
-            _DropFirst.seen, _DropFirst.drop_all = 0, True  # every request dropped: one retry, then a failure
-            reaped: list[object] = []
+        _DropFirst.seen, _DropFirst.drop_all = 0, True  # every request dropped: one retry, then a failure
+        reaped: list[object] = []
 
-            async def reap(c: object) -> bool:
-                reaped.append(c)
-                return False
+        async def reap(c: object) -> bool:
+            reaped.append(c)
+            return False
 
-            sup.reap = reap
-            with pytest.raises(HttpError) as exc:
-                await forward_whole(sup, child, "/v1/chat/completions", b"{}")  # type: ignore[arg-type]
-            assert exc.value.status == 502 and "ServerDisconnectedError" in exc.value.message
-            assert _DropFirst.seen == 2 and reaped == [child]  # two attempts, not more
+        sup.reap = reap
+        with pytest.raises(HttpError) as exc:
+            await forward_whole(sup, child, "/v1/chat/completions", b"{}")  # type: ignore[arg-type]
+        assert exc.value.status == 502 and "closed the connection before answering" in exc.value.message
+        assert _DropFirst.seen == 2 and reaped == [child]  # two attempts, not more
+        child.links.close()
         for t in _DropFirst.open:
             t.close()
         server.close()

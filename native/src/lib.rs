@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 pub mod frame;
 pub mod gguf;
+pub mod relay;
 pub mod semcache;
 pub mod translate;
 
@@ -17,5 +18,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     frame::init_pymodule(m)?;
     translate::init_pymodule(m)?;
     semcache::init_pymodule(m)?;
+    relay::init_pymodule(m)?;
     Ok(())
 }

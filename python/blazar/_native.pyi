@@ -5,8 +5,10 @@ from collections.abc import Sequence
 from typing import Self, final
 
 __all__ = [
+    "EngineLink",
     "GgufArray",
     "GgufError",
+    "LinkError",
     "NdjsonParser",
     "SemanticIndex",
     "SseParser",
@@ -185,3 +187,43 @@ class SemanticIndex:
     def ttl_secs(self) -> float: ...
     @property
     def threshold(self) -> float: ...
+
+# ---- engine relay (native/src/relay) ------------------------------------------------------------
+
+class LinkError(Exception):
+    """An engine connection failed: closed before or during its response, or not HTTP/1.1."""
+
+@final
+class EngineLink:
+    """The decoding half of one pooled HTTP/1.1 connection to an engine.
+
+    Install :meth:`feed` as the asyncio protocol's ``data_received`` (and call :meth:`eof` and
+    :meth:`lost` from ``eof_received`` and ``connection_lost``). Each exchange: :meth:`begin`
+    after writing a request (its future gets the status), then :meth:`read_body` or :meth:`relay`.
+    Outcomes reach Python only through those futures; ``feed`` never raises.
+    """
+
+    def __new__(cls) -> Self: ...
+    def begin(self, head: object) -> None:
+        """A request was written; ``head`` (an asyncio future) gets the response status (int).
+        Raises ``ValueError`` while another exchange is in progress or the connection closed."""
+    def feed(self, data: bytes) -> None: ...
+    def eof(self) -> None: ...
+    def lost(self) -> None: ...
+    def read_body(self, done: object) -> None:
+        """``done`` gets the whole decoded body (bytes). ``ValueError`` before the head."""
+    def relay(self, translator: StreamTranslator, send: object, done: object) -> None:
+        """Every body piece from now on goes through ``translator``; its output is written with
+        ``send`` (Granian's ``send_bytes``). ``done`` gets None when the engine's response ended,
+        or ``send``'s error awaitable when the client is gone; it fails with
+        :class:`StreamError` or :class:`LinkError`. ``ValueError`` before the head."""
+    def abandon(self) -> None:
+        """The exchange's caller gave up: drop its future and the client's ``send``."""
+    @property
+    def reusable(self) -> bool:
+        """The last response ended cleanly and the engine keeps the connection open."""
+    @property
+    def got_bytes(self) -> bool:
+        """Any byte of the current response arrived."""
+    @property
+    def closed(self) -> bool: ...

@@ -2,11 +2,13 @@
 
     python -m tests.native.fuzz_targets sse  CORPUS_DIR -max_total_time=30
     python -m tests.native.fuzz_targets gguf CORPUS_DIR -max_total_time=30
+    python -m tests.native.fuzz_targets http CORPUS_DIR -max_total_time=30
 
 ``sse``: the native SSE parser must agree with the Python oracle (events and errors) on the
 input cut in two at a fuzzer-chosen point, and a native translator in a fuzzer-chosen dialect
 must not fail except with StreamError. ``gguf``: ``parse_gguf_metadata`` must return or raise
-GgufError, nothing else. The seed corpora are committed in native/fuzz/corpus/<target>/.
+GgufError, nothing else. ``http``: the engine relay's ``EngineLink`` fed a response cut in two never raises
+from ``feed`` and settles every exchange's future exactly once. The seed corpora are committed in native/fuzz/corpus/<target>/.
 """
 
 from __future__ import annotations
@@ -58,7 +60,55 @@ def gguf(data: bytes) -> None:
         _native.parse_gguf_metadata(data, max_array_len=64)
 
 
-TARGETS = {"sse": sse, "gguf": gguf}
+class _Future:
+    def __init__(self) -> None:
+        self.settled = 0
+        self.error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self.settled > 0
+
+    def set_result(self, _value: object) -> None:
+        self.settled += 1
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.settled += 1
+        self.error = exc
+
+
+class PyEmptyAwaitable:  # named like Granian's ready awaitable
+    pass
+
+
+def http(data: bytes) -> None:
+    """The engine relay's HTTP decoder: ``feed`` never raises, and once the connection is lost every exchange
+    whose head arrived has been settled exactly once (a body, the stream's end, or an error)."""
+    if not data:
+        return
+    split = data[0] % (len(data) + 1)
+    body = data[1:]
+    link = _native.EngineLink()
+    head, done = _Future(), _Future()
+    link.begin(head)
+    started = False
+    for piece in (body[:split], body[split:]):
+        link.feed(piece)
+        if head.done() and head.error is None and not started:
+            started = True
+            if data[0] & 1:
+                link.read_body(done)
+            else:
+                tr = _native.StreamTranslator(DIALECTS[data[0] % 4], "m", start_ns=0, message_id="msg_f")
+                link.relay(tr, lambda _b: PyEmptyAwaitable(), done)
+    link.lost()
+    assert head.settled == 1, "the head's future must be settled once the connection is gone"
+    if started:
+        assert done.settled == 1, "an exchange must end through its future"
+    for err in (head.error, done.error):
+        assert err is None or isinstance(err, (_native.LinkError, _native.StreamError)), err
+
+
+TARGETS = {"sse": sse, "gguf": gguf, "http": http}
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """Bounded fuzz runs (atheris, libFuzzer-driven) of the native SSE parser and translators
-(differential against the Python oracle) and of the GGUF parser, from the committed seed
+(differential against the Python oracle), of the GGUF parser and of the engine relay's HTTP decoder, from the committed seed
 corpora in native/fuzz/corpus/. Each target runs for FUZZ_SECONDS (default 12) on a scratch
 copy of its corpus, so the committed corpus is only changed by hand."""
 
@@ -20,7 +20,7 @@ SECONDS = int(os.environ.get("FUZZ_SECONDS", "12"))
 atheris = pytest.importorskip("atheris", reason="atheris (test extra) is not installed")
 
 
-@pytest.mark.parametrize("target", ["sse", "gguf"])
+@pytest.mark.parametrize("target", ["sse", "gguf", "http"])
 def test_fuzz_target(target: str, tmp_path: Path) -> None:
     corpus = tmp_path / target
     shutil.copytree(CORPUS / target, corpus)

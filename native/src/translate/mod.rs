@@ -21,7 +21,7 @@ mod tools;
 mod whole;
 
 pub use collect::{GapStats, Summary};
-pub use python::init_pymodule;
+pub use python::{init_pymodule, StreamTranslator};
 pub use stream::{Dialect, Options, Translator, PING_AFTER_NS};
 pub use tools::ToolCall;
 pub use whole::{translate_whole, WholeOptions};

@@ -23,7 +23,7 @@ fn parse_dialect(name: &str) -> PyResult<Dialect> {
 /// One streamed response: engine SSE bytes in, client bytes out. See `_native.pyi`.
 #[pyclass(module = "blazar._native")]
 pub struct StreamTranslator {
-    inner: Translator,
+    pub(crate) inner: Translator,
 }
 
 #[pymethods]

@@ -30,13 +30,13 @@ async def count_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
     core.llama_only(child, "counting tokens", "/apply-template and /tokenize")
     _path, chat = render_engine(canon)
     template_req = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
-    _s, data, _c = await proxy.forward_whole(
+    _s, data = await proxy.forward_whole(
         sup, child, "/apply-template", orjson.dumps(template_req), req.client
     )
     prompt = orjson.loads(data).get("prompt")
     if not isinstance(prompt, str):
         raise HttpError(502, "engine did not return a prompt from /apply-template", "engine_error")
-    _s, data, _c = await proxy.forward_whole(
+    _s, data = await proxy.forward_whole(
         sup, child, "/tokenize", orjson.dumps({"content": prompt, "add_special": True}), req.client
     )
     tokens = orjson.loads(data).get("tokens")

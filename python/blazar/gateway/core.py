@@ -145,7 +145,7 @@ async def _dispatch(
             req.summary = translator.summary()
             return None
         t0 = time.perf_counter()
-        _status, data, _ctype = await proxy.forward_whole(sup, child, path, engine_body, req.client)
+        _status, data = await proxy.forward_whole(sup, child, path, engine_body, req.client)
         req.engine_s += time.perf_counter() - t0
         out, summary = translate_whole(
             shape.translator,
@@ -173,7 +173,7 @@ async def _forced_tool_call(
     """A forced tool call on a model whose template cannot emit one: constrained JSON, rendered as a call."""
     t0 = time.perf_counter()
     constrained = orjson.dumps(forced_tools.constrained_body(body, schema))
-    _s, data, _c = await proxy.forward_whole(sup, child, "/v1/chat/completions", constrained, req.client)
+    _s, data = await proxy.forward_whole(sup, child, "/v1/chat/completions", constrained, req.client)
     req.engine_s += time.perf_counter() - t0
     completion = forced_tools.synthetic_completion(data)
     if canon.stream:
@@ -207,7 +207,7 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
         body["model"] = child.spec.engine_model
     try:
         t0 = time.perf_counter()
-        _status, data, _ctype = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
+        _status, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
         req.engine_s += time.perf_counter() - t0
     finally:
         await after(sup, child, canon)

@@ -80,7 +80,7 @@ async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalReques
     path, body = render_engine(canon)
     body["stream"] = False
     try:
-        _s, data, _c = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
+        _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
     finally:
         await core.after(sup, child, canon)
     out = orjson.loads(data)

@@ -1,8 +1,8 @@
-"""Dispatch to an engine child over a pooled aiohttp connection: whole bodies and relayed streams.
+"""Dispatch to an engine child over its pooled connections: whole bodies and natively relayed streams.
 
-It owns the upstream call, the header-phase bound, the child's auth header and failure mapping (a dead child
-is reaped and answered with 502 so the next request respawns it). It never parses or rebuilds a stream per chunk:
-each upstream read is fed to the native translator once and its output written as one write.
+It owns the upstream call, the header-phase bound and failure mapping (a dead child is reaped and answered with
+502 so the next request respawns it). It never touches a stream per chunk: each engine read goes from the event
+loop to the native link (``blazar.supervisor.links``), which decodes, translates and writes it to the client.
 """
 
 from __future__ import annotations
@@ -15,50 +15,36 @@ from typing import Any, TypeVar
 import aiohttp
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
-from blazar._native import StreamError
+from blazar._native import LinkError, StreamError
 from blazar.gateway.http import ClientGone, HttpError
 from blazar.supervisor import Child, Supervisor
+from blazar.supervisor.links import EngineConn
 
 log = logging.getLogger("blazar.proxy")
 
 T = TypeVar("T")
 
 
-_CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)
+async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[EngineConn, int]:
+    """POST to the child over a pooled connection and wait (bounded) for its response head: (conn, status).
 
-
-async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> aiohttp.ClientResponse:
-    """POST to the child and wait (bounded) for its response headers.
-
-    A connection the engine closed before answering (``ServerDisconnectedError`` before any response byte, with
-    the engine still running: typically a pooled keep-alive connection it was closing as the request went out)
-    is retried once on a fresh connection. If the engine had read the request and then dropped the connection,
-    the retry repeats that work once; llama-server cancels the abandoned task. A dead engine is never retried: it
-    is reaped and answered with 502."""
-    retried = False
-    while True:
-        try:
-            async with asyncio.timeout(float(sup.cfg.child_header_timeout_secs)):
-                return await sup.http.post(
-                    child.base_url + path, data=body, headers=child.request_headers, timeout=_CONNECT_TIMEOUT
-                )
-        except TimeoutError:
-            await sup.evict(child.key, "no response headers within child_header_timeout_secs")
-            raise HttpError(
-                504,
-                f"engine for '{child.model}' sent no response headers within {sup.cfg.child_header_timeout_secs}s"
-                " (child_header_timeout_secs); it was stopped and the next request restarts it",
-                "engine_error",
-            ) from None
-        except aiohttp.ServerDisconnectedError as e:
-            if retried or not child.alive():
-                raise await _engine_failed(sup, child, e) from None
-            retried = True
-            log.info(
-                "engine for '%s' closed a pooled connection as a request went out; retrying once", child.model
-            )
-        except (aiohttp.ClientError, OSError) as e:
-            raise await _engine_failed(sup, child, e) from None
+    A connection the engine closed before answering (typically a pooled keep-alive connection it was closing as
+    the request went out) is retried once on a fresh connection, while the engine runs (``Links.exchange``). If
+    the engine had read the request and then dropped the connection, the retry repeats that work once;
+    llama-server cancels the abandoned task. A dead engine is never retried: it is reaped and answered with 502."""
+    try:
+        async with asyncio.timeout(float(sup.cfg.child_header_timeout_secs)):
+            return await child.links.exchange(path, body, child.alive)
+    except TimeoutError:
+        await sup.evict(child.key, "no response headers within child_header_timeout_secs")
+        raise HttpError(
+            504,
+            f"engine for '{child.model}' sent no response headers within {sup.cfg.child_header_timeout_secs}s"
+            " (child_header_timeout_secs); it was stopped and the next request restarts it",
+            "engine_error",
+        ) from None
+    except (LinkError, OSError) as e:
+        raise await _engine_failed(sup, child, e) from None
 
 
 async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> HttpError:
@@ -71,7 +57,7 @@ async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> H
             f" the next request restarts it; log: {sup.data.log_file(child.key)}",
             "engine_error",
         )
-    return HttpError(502, f"engine for '{child.model}' failed: {type(exc).__name__}: {exc}", "engine_error")
+    return HttpError(502, f"engine for '{child.model}' failed: {exc}", "engine_error")
 
 
 def _engine_error(status: int, body: bytes) -> HttpError:
@@ -94,8 +80,8 @@ def _engine_error(status: int, body: bytes) -> HttpError:
 
 async def forward_whole(
     sup: Supervisor, child: Child, path: str, body: bytes, client: Any = None
-) -> tuple[int, bytes, str]:
-    """One request, one whole response body: (status, body, content-type).
+) -> tuple[int, bytes]:
+    """One request, one whole response body: (status, body).
 
     With ``client`` (the caller's RSGI protocol), a client that hangs up before the answer is ready stops the
     engine's work: the upstream connection is closed, which llama-server takes as a cancel, so the slot is free
@@ -103,23 +89,23 @@ async def forward_whole(
     """
     with sup.lease(child):
         work = _read_whole(sup, child, path, body)
-        resp, data = await (work if client is None else _unless_gone(work, client))
-    if resp.status >= 400:
-        raise _engine_error(resp.status, data)
-    return resp.status, data, resp.headers.get("content-type", "application/json")
+        status, data = await (work if client is None else _unless_gone(work, client))
+    if status >= 400:
+        raise _engine_error(status, data)
+    return status, data
 
 
-async def _read_whole(
-    sup: Supervisor, child: Child, path: str, body: bytes
-) -> tuple[aiohttp.ClientResponse, bytes]:
-    resp = await _open(sup, child, path, body)
+async def _read_whole(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[int, bytes]:
+    conn, status = await _open(sup, child, path, body)
     try:
-        data = await resp.read()
-    except (aiohttp.ClientError, OSError) as e:
+        data = await child.links.body(conn)
+    except LinkError as e:
         raise await _engine_failed(sup, child, e) from None
     finally:
-        resp.release()
-    return resp, data
+        child.links.release(
+            conn
+        )  # closed unless the response ended cleanly (a cancel closes it: the engine stops)
+    return status, data
 
 
 WATCH_AFTER_SECS = 0.5
@@ -198,26 +184,31 @@ async def forward_stream(
 ) -> None:
     """Relay the child's SSE stream through ``translator`` (a native ``StreamTranslator``) to the client.
 
-    Python does one read, one ``feed`` and one write per upstream read; the translator parses and re-encodes.
-    An engine that dies mid-stream ends the client's stream with the dialect's error event.
+    After the response head, Python is not involved until the stream ends: the engine connection's reads go
+    to the native link, which decodes, translates and writes to the client's transport (``Links.relay``). An
+    engine that dies mid-stream ends the client's stream with the dialect's error event.
     """
     with sup.lease(child):
-        resp = await _open(sup, child, path, body)
+        conn, status = await _open(sup, child, path, body)
         try:
-            if resp.status >= 400:
-                raise _engine_error(resp.status, await resp.read())
+            if status >= 400:
+                try:
+                    data = await child.links.body(conn)
+                except LinkError as e:
+                    raise await _engine_failed(sup, child, e) from None
+                raise _engine_error(status, data)
             transport = proto.response_stream(
                 200, [*headers, ("content-type", content_type), ("cache-control", "no-cache")]
             )
             try:
-                async for data in resp.content.iter_any():
-                    out = translator.feed(data)
-                    if out:
-                        await transport.send_bytes(out)
+                gone = await child.links.relay(conn, translator, transport.send_bytes)
+                if gone is not None:
+                    await gone  # raises the client's ProtocolClosed
+                    raise ProtocolClosed
                 tail = translator.finish()
                 if tail:
                     await transport.send_bytes(tail)
-            except (aiohttp.ClientError, OSError) as e:
+            except LinkError as e:
                 err = await _engine_failed(sup, child, e)
                 await _send_quietly(transport, translator.abort(err.message))
             except StreamError as e:
@@ -228,12 +219,11 @@ async def forward_stream(
                 log.exception("stream relay for '%s' failed", child.model)
                 await _send_quietly(transport, translator.abort("blazar failed while relaying the stream"))
             finally:
-                # Granian ends the response when the transport is freed. A failed read leaves its exception in
-                # aiohttp's reader, and that exception's traceback holds this frame: a reference cycle that
-                # would keep the transport, and so the client's stream, open until the next full collection.
+                # Granian ends the response when the transport is freed; the link dropped its reference when
+                # the relay ended, and no exception traceback may keep this frame (and so the stream) alive.
                 del transport
         finally:
-            resp.release()
+            child.links.release(conn)  # a stream the client left is unfinished: closed, so the engine stops
 
 
 async def _send_quietly(transport: Any, data: bytes) -> None:

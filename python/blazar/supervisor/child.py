@@ -22,6 +22,7 @@ import aiohttp
 from blazar.errors import ChildError
 from blazar.paths import DataDir
 from blazar.profile import LaunchSpec
+from blazar.supervisor.links import Links
 
 
 class State(enum.Enum):
@@ -71,6 +72,7 @@ class Child:
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
         self.base_url = ""
         self.request_headers: dict[str, str] = {}
+        self.links = Links(0, "")  # the gateway's pooled connections to it; replaced at start
         self.lane = "llama-cpp"  # the engine kind serving it (set by the pool from the routed engine)
         self.num_ctx: int | None = None  # the Ollama num_ctx it was started for (None: the config's context)
         self.catalog_checked = 0.0  # monotonic time the catalog last confirmed this child's model
@@ -96,6 +98,7 @@ class Child:
         self.api_key = secrets.token_urlsafe(32)
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.request_headers = {"authorization": f"Bearer {self.api_key}", "content-type": "application/json"}
+        self.links = Links(self.port, self.api_key)
         key_file = self.data.run_file(self.key, "apikey")
         key_file.unlink(missing_ok=True)
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -156,6 +159,7 @@ class Child:
     async def stop(self, grace: float) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; by PID only. Removes the run files."""
         proc = self.proc
+        self.links.close()
         if proc is not None and proc.returncode is None:
             self.state = State.STOPPING
             with contextlib.suppress(ProcessLookupError):

@@ -25,6 +25,7 @@ from blazar.paths import DataDir
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
 from blazar.supervisor.child import Child, State, log_tail
+from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
 
 log = logging.getLogger("blazar.supervisor")
 
@@ -33,8 +34,6 @@ CATALOG_RECHECK_SECS = 1.0
 model, so a model removed by another process (``blazar rm``) is refused within about a second."""
 _HOT_MAX = 1024
 DRAIN_POLL_SECS = 0.025
-ENGINE_KEEPALIVE_SECS = 3.0
-"""How long an idle pooled connection to an engine is kept: under llama-server's 5 s keep-alive timeout."""
 
 
 def wants_restart(child: Child, num_ctx: int | None) -> bool:

@@ -1,0 +1,171 @@
+"""The pooled engine connections (``blazar.supervisor.links``) against a raw HTTP/1.1 server on a real port:
+keep-alive reuse, idle expiry, ``connection: close``, an answer the client abandons, and a relayed stream whose
+client leaves (the engine connection is closed, which is how llama-server learns to stop)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+import pytest
+
+from blazar import _native
+from blazar.supervisor import links as links_mod
+from blazar.supervisor.links import Links
+
+
+class Engine(asyncio.Protocol):
+    """Answers each request with the next scripted response; records connections and request heads."""
+
+    script: ClassVar[list[bytes]] = []
+    connections: ClassVar[list[Engine]] = []
+    requests: ClassVar[list[bytes]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.buf = b""
+        self.closed = asyncio.get_running_loop().create_future()
+        Engine.connections.append(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while b"\r\n\r\n" in self.buf:
+            head, _, rest = self.buf.partition(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+            if len(rest) < length:
+                return
+            self.buf = rest[length:]
+            Engine.requests.append(head)
+            answer = Engine.script.pop(0)
+            if answer:
+                self.transport.write(answer)
+
+
+def ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+async def serve() -> tuple[asyncio.Server, int]:
+    Engine.script, Engine.connections, Engine.requests = [], [], []
+    server = await asyncio.get_running_loop().create_server(Engine, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_keep_alive_reuse_idle_expiry_and_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> None:
+        server, port = await serve()
+        links = Links(port, "secret-key")
+        Engine.script = [ok(b"one"), ok(b"two"), ok(b"three", b"connection: close\r\n"), ok(b"four")]
+        for want in (b"one", b"two", b"three"):
+            conn, status = await links.exchange("/v1/chat/completions", b'{"a":1}')
+            assert (status, await links.body(conn)) == (200, want)
+            links.release(conn)
+        assert len(Engine.connections) == 1  # one connection carried all three
+        head = Engine.requests[0]
+        assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+        assert b"authorization: Bearer secret-key" in head and b"content-length: 7" in head
+        assert links.idle == []  # "connection: close" is not pooled
+        conn, _ = await links.exchange("/x", b"{}")
+        await links.body(conn)
+        links.release(conn)
+        assert len(Engine.connections) == 2 and len(links.idle) == 1
+        monkeypatch.setattr(links_mod, "ENGINE_KEEPALIVE_SECS", 0.05)
+        await asyncio.sleep(0.1)
+        Engine.script = [ok(b"five")]
+        conn, _ = await links.exchange("/x", b"{}")
+        assert await links.body(conn) == b"five"
+        assert len(Engine.connections) == 3  # the idle one had aged out and was closed, not reused
+        await asyncio.wait_for(Engine.connections[1].closed, 2)
+        links.release(conn)
+        links.close()
+        await asyncio.wait_for(Engine.connections[2].closed, 2)
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_an_abandoned_answer_closes_its_connection() -> None:
+    async def main() -> None:
+        server, port = await serve()
+        links = Links(port, "k")
+        Engine.script = [b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial"]
+        conn, _status = await links.exchange("/x", b"{}")
+        reading = asyncio.ensure_future(links.body(conn))
+        await asyncio.sleep(0.05)
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+        links.release(conn)  # the cancelled read left the response unfinished: closed, never pooled
+        assert links.idle == []
+        await asyncio.wait_for(Engine.connections[0].closed, 2)
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+
+
+class Client:
+    """A client transport: ``send_bytes`` like Granian's; it leaves after ``leave_after`` writes."""
+
+    def __init__(self, leave_after: int) -> None:
+        self.sent: list[bytes] = []
+        self.leave_after = leave_after
+
+    def send_bytes(self, data: bytes) -> Any:
+        if len(self.sent) >= self.leave_after:
+            return Gone()
+        self.sent.append(data)
+        return PyEmptyAwaitable()
+
+
+class PyEmptyAwaitable:
+    pass
+
+
+class Gone:
+    pass
+
+
+def test_a_relayed_stream_whose_client_leaves_closes_the_engine_connection() -> None:
+    async def main() -> None:
+        server, port = await serve()
+        links = Links(port, "k")
+        Engine.script = [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"]
+        conn, _status = await links.exchange("/v1/chat/completions", b"{}")
+        engine = Engine.connections[0]
+        client = Client(leave_after=2)
+        tr = _native.StreamTranslator("openai", "m")
+        relaying = asyncio.ensure_future(links.relay(conn, tr, client.send_bytes))
+        event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+        for _ in range(3):  # token by token, as an engine sends them
+            engine.transport.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await asyncio.sleep(0.02)
+        outcome = await asyncio.wait_for(relaying, 2)
+        assert isinstance(outcome, Gone) and len(client.sent) == 2
+        links.release(conn)
+        await asyncio.wait_for(engine.closed, 2)  # the engine sees the close and stops generating
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_a_dead_port_is_an_os_error() -> None:
+    async def main() -> None:
+        server, port = await serve()
+        server.close()
+        await server.wait_closed()
+        with pytest.raises(OSError):
+            await Links(port, "k").exchange("/x", b"{}")
+
+    asyncio.run(main())
