@@ -206,10 +206,13 @@ class EngineLink:
     def __new__(cls) -> Self: ...
     def begin(self, head: object) -> None:
         """A request was written; ``head`` (an asyncio future) gets the response status (int).
-        Raises ``ValueError`` while another exchange is in progress or the connection closed."""
+        Raises :class:`LinkError` when the connection closed or broke, ``ValueError`` while
+        another exchange is in progress."""
     def feed(self, data: bytes) -> None: ...
-    def eof(self) -> None: ...
-    def lost(self) -> None: ...
+    def eof(self) -> None:
+        """The engine closed its side: ends a body delimited by the close; no exchange follows."""
+    def lost(self, error: bool = False) -> None:
+        """The connection is gone; with ``error`` (a reset) a close-delimited body fails too."""
     def read_body(self, done: object) -> None:
         """``done`` gets the whole decoded body (bytes). ``ValueError`` before the head."""
     def relay(self, translator: StreamTranslator, send: object, done: object) -> None:

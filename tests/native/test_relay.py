@@ -169,7 +169,7 @@ def test_a_connection_carries_exchanges_back_to_back_and_refuses_overlap() -> No
         head, done = Future(), Future()
         link.begin(head)
         with pytest.raises(ValueError, match="busy"):
-            link.begin(Future())
+            link.begin(Future())  # one exchange at a time
         link.feed(b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\n")
         assert head.result == 404
         link.read_body(done)
@@ -216,8 +216,8 @@ def test_malformed_engine_output_fails_the_future_not_feed() -> None:
     # bytes while no request waits break the connection quietly
     idle = _native.EngineLink()
     idle.feed(b"HTTP/1.1 200 OK\r\n\r\n")
-    with pytest.raises(ValueError):
-        idle.begin(Future())
+    with pytest.raises(_native.LinkError, match="closed"):
+        idle.begin(Future())  # a broken connection refuses new exchanges (the pool then opens another)
 
 
 def test_an_engine_that_closes_early_fails_the_waiting_future() -> None:
@@ -254,3 +254,11 @@ def test_a_cancelled_waiter_takes_nothing_and_abandon_drops_the_client() -> None
     link.abandon()
     link.feed(b"5\r\ndata:\r\n")
     assert client.sent == [] and done.settled == 0 and not link.reusable
+
+
+def test_a_stray_crlf_after_the_last_chunk_keeps_the_stream_but_not_the_connection() -> None:
+    case = CASES[0]
+    head, done, tr, client, link = relay([chunked(case.stream, [90]) + b"\r\n"], "openai")
+    assert (head.result, done.result, done.error) == (200, None, None)
+    assert b"".join(client.sent) + tr.finish() == direct(case, "openai")[0]
+    assert not link.reusable

@@ -169,3 +169,63 @@ def test_a_dead_port_is_an_os_error() -> None:
             await Links(port, "k").exchange("/x", b"{}")
 
     asyncio.run(main())
+
+
+def test_a_pooled_connection_the_engine_spoiled_or_closed_is_never_reused() -> None:
+    async def main() -> None:
+        server, port = await serve()
+        links = Links(port, "k")
+        # 1: stray bytes after a finished answer, while the connection sits in the pool
+        Engine.script = [ok(b"one"), ok(b"two")]
+        conn, _ = await links.exchange("/x", b"{}")
+        assert await links.body(conn) == b"one"
+        links.release(conn)
+        Engine.connections[0].transport.write(b"\r\n")
+        await asyncio.sleep(0.05)
+        conn, _ = await links.exchange("/x", b"{}")
+        assert await links.body(conn) == b"two"
+        assert len(Engine.connections) == 2  # the spoiled one was closed, not handed out
+        links.release(conn)
+        await asyncio.wait_for(Engine.connections[0].closed, 2)
+        # 2: the engine closes an idle connection (its keep-alive ran out): a new one carries the next request
+        Engine.connections[1].transport.close()
+        await asyncio.sleep(0.05)
+        Engine.script = [ok(b"three")]
+        conn, _ = await links.exchange("/x", b"{}")
+        assert await links.body(conn) == b"three" and len(Engine.connections) == 3
+        links.release(conn)
+        links.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_a_reset_fails_a_body_delimited_by_the_close() -> None:
+    import socket
+    import struct
+
+    async def main() -> None:
+        server, port = await serve()
+        links = Links(port, "k")
+        Engine.script = [b"HTTP/1.0 200 OK\r\n\r\ndata: partial\n\n"]
+        conn, status = await links.exchange("/x", b"{}")
+        assert status == 200
+        engine = Engine.connections[0]
+        sock = engine.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        engine.transport.abort()  # RST, not a clean close
+        with pytest.raises(_native.LinkError, match="reset"):
+            await asyncio.wait_for(links.body(conn), 2)
+        links.release(conn)
+        # a clean close ends such a body normally
+        Engine.script = [b"HTTP/1.0 200 OK\r\n\r\ndata: whole\n\n"]
+        conn, _ = await links.exchange("/x", b"{}")
+        Engine.connections[1].transport.close()
+        assert await asyncio.wait_for(links.body(conn), 2) == b"data: whole\n\n"
+        links.release(conn)
+        assert links.idle == []
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())

@@ -2,8 +2,9 @@
 //!
 //! Owns one response at a time over a persistent connection: `feed` any slice of bytes; it
 //! reports when the head completes (status) and when the body ends, and appends the decoded body
-//! (chunk framing removed) to the caller's buffer. Bytes after the end of a response are an error
-//! (the gateway never pipelines). It must not touch Python.
+//! (chunk framing removed) to the caller's buffer. Bytes after the end of a response in the same
+//! read are discarded and make the connection not reusable (the gateway never pipelines); bytes
+//! fed while no response is expected are an error. It must not touch Python.
 
 use std::fmt;
 
@@ -65,6 +66,8 @@ pub struct Decoder {
     status: u16,
     keep_alive: bool,
     got_bytes: bool,
+    /// Bytes that followed the end of the response in the same read (discarded).
+    trailing: usize,
 }
 
 impl Default for Decoder {
@@ -75,7 +78,14 @@ impl Default for Decoder {
 
 impl Decoder {
     pub fn new() -> Self {
-        Self { state: State::Idle, pending: Vec::new(), status: 0, keep_alive: false, got_bytes: false }
+        Self {
+            state: State::Idle,
+            pending: Vec::new(),
+            status: 0,
+            keep_alive: false,
+            got_bytes: false,
+            trailing: 0,
+        }
     }
 
     /// Expect a new response (the request has just been written).
@@ -85,6 +95,12 @@ impl Decoder {
         self.status = 0;
         self.keep_alive = false;
         self.got_bytes = false;
+        self.trailing = 0;
+    }
+
+    /// Bytes discarded after the end of the current response.
+    pub fn trailing(&self) -> usize {
+        self.trailing
     }
 
     pub fn status(&self) -> u16 {
@@ -236,7 +252,11 @@ impl Decoder {
                 }
                 State::Chunked(c) => input = self.chunked(c, input, body)?,
                 State::Done => {
-                    return err(format!("engine sent {} bytes after its response ended", input.len()))
+                    // The gateway never pipelines: the response is complete and delivered, and the
+                    // connection, out of step with the engine, is not reused.
+                    self.keep_alive = false;
+                    self.trailing = input.len();
+                    return Ok(());
                 }
                 State::Idle | State::Head => unreachable!("body() runs after the head"),
             }

@@ -94,8 +94,11 @@ impl EngineLink {
 
     /// A request was written: `head` gets the response status.
     fn begin(&mut self, head: Py<PyAny>) -> PyResult<()> {
-        if self.phase != Phase::Idle || self.closed {
-            return Err(PyValueError::new_err("this engine connection is busy or closed"));
+        if self.closed || self.phase == Phase::Broken {
+            return Err(LinkError::new_err("this engine connection is closed"));
+        }
+        if self.phase != Phase::Idle {
+            return Err(PyValueError::new_err("this engine connection is busy"));
         }
         self.dec.begin();
         self.body.clear();
@@ -132,17 +135,28 @@ impl EngineLink {
         self.advance(py);
     }
 
-    /// `eof_received`.
+    /// `eof_received`: the engine closed its side; no exchange can follow.
     fn eof(&mut self, py: Python<'_>) {
-        self.end_of_input(py);
-    }
-
-    /// `connection_lost`: an exchange still waiting fails with `LinkError`.
-    fn lost(&mut self, py: Python<'_>) {
         if !self.closed {
             self.end_of_input(py);
             self.closed = true;
         }
+    }
+
+    /// `connection_lost`: an exchange still waiting fails with `LinkError`. With `error` (the
+    /// connection was reset, not closed cleanly) a body delimited by the close fails too.
+    #[pyo3(signature = (error = false))]
+    fn lost(&mut self, py: Python<'_>, error: bool) {
+        if self.closed {
+            return;
+        }
+        let active = !matches!(self.phase, Phase::Idle | Phase::Broken);
+        if error && active && self.dec.head_done() && !self.dec.done() {
+            self.break_with(py, "engine connection was reset before its response ended".to_owned());
+        } else {
+            self.end_of_input(py);
+        }
+        self.closed = true;
     }
 
     /// The head arrived; `done` gets the whole decoded body as bytes.

@@ -90,8 +90,21 @@ fn errors_are_reported() {
     d.begin();
     assert!(d.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", &mut body).is_err());
     d.begin();
+    body.clear();
     d.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n", &mut body).unwrap();
-    assert!(d.feed(b"ab", &mut body).unwrap_err().0.contains("after its response ended"));
+    let p = d.feed(b"ab", &mut body).expect("the response is delivered");
+    assert!(p.done && d.done() && !d.reusable() && d.trailing() == 1, "a stray byte: delivered, not reused");
+    assert_eq!(body, b"a");
+    assert!(d.feed(b"c", &mut body).is_err(), "bytes with no response expected");
+}
+
+#[test]
+fn a_stray_crlf_after_the_last_chunk_keeps_the_response() {
+    let mut raw = CHUNKED.to_vec();
+    raw.extend_from_slice(b"\r\n");
+    let (p, body, d) = run(&[&raw]);
+    assert!(p[0].done && !d.reusable());
+    assert_eq!(body, b"hello, world");
 }
 
 #[test]

@@ -42,7 +42,7 @@ class EngineConn(asyncio.Protocol):
         return None  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.link.lost()
+        self.link.lost(exc is not None)  # a reset never ends a body delimited by the close
         self.pool.forget(self)
 
     def close(self) -> None:
@@ -67,17 +67,25 @@ class Links:
         """POST ``body`` to ``path``; returns the connection (its response head read) and the status.
 
         A connection the engine closed before sending a byte of its answer (typically a pooled one it was
-        closing as the request went out) is retried once on a fresh connection, while ``alive()`` says the
-        engine runs. Raises ``LinkError`` (connection failed) or ``OSError`` (cannot connect)."""
+        closing as the request went out) is retried once on a newly opened connection, while ``alive()`` says
+        the engine runs. Raises ``LinkError`` (connection failed) or ``OSError`` (cannot connect)."""
         loop = asyncio.get_running_loop()
         request = b"POST %s HTTP/1.1\r\n%s%d\r\n\r\n" % (path.encode(), self._head, len(body))
         retried = False
         while True:
-            conn = self._take(loop.time()) or await self._connect(loop)
+            # a retry never takes another pooled connection: the engine may have closed all of them
+            pooled = None if retried else self._take(loop.time())
+            conn = pooled or await self._connect(loop)
             head = loop.create_future()
-            conn.link.begin(head)
-            conn.transport.writelines((request, body))
             try:
+                conn.link.begin(head)
+            except LinkError:  # closed since it was checked: another pooled one, or a new connection
+                conn.close()
+                if pooled is not None:
+                    continue
+                raise
+            try:
+                conn.transport.writelines((request, body))
                 return conn, await head
             except LinkError:
                 fresh = not conn.link.got_bytes
@@ -130,7 +138,11 @@ class Links:
             self.idle.pop(0).close()  # the oldest: close before the engine does
         while self.idle:
             conn = self.idle.pop()  # the most recently used: the others age out
-            if not conn.link.closed and now - conn.idle_since < ENGINE_KEEPALIVE_SECS:
+            if (
+                conn.link.reusable  # not closed by the engine, not broken by stray bytes
+                and not conn.transport.is_closing()
+                and now - conn.idle_since < ENGINE_KEEPALIVE_SECS
+            ):
                 return conn
             conn.close()
         return None
