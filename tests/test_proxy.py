@@ -192,3 +192,22 @@ def test_a_disconnect_queued_as_the_answer_finishes_cancels_nothing_after() -> N
         assert task is not None and task.cancelling() == 0
 
     asyncio.run(main())
+
+
+def test_the_props_probe_holds_a_lease_on_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A concurrent num_ctx restart drains a child's requests in flight before stopping it, so the first forced
+    tool request's /props probe must count as one."""
+    from blazar.gateway import forced_tools, proxy
+    from blazar.supervisor.pool import Supervisor
+
+    child = SimpleNamespace(lane="llama-cpp", tool_calls_supported=None, inflight=0, last_used=0.0)
+    seen: list[int] = []
+
+    async def get_whole(sup: object, c: SimpleNamespace, path: str) -> tuple[int, bytes, str]:
+        seen.append(c.inflight)
+        return 200, b'{"chat_template_caps": {"supports_tool_calls": true}}', "application/json"
+
+    monkeypatch.setattr(proxy, "get_whole", get_whole)
+    sup = SimpleNamespace(lease=lambda c: Supervisor.lease(sup, c))  # type: ignore[arg-type]
+    assert asyncio.run(forced_tools.template_emits_tool_calls(sup, child))  # type: ignore[arg-type]
+    assert seen == [1] and child.inflight == 0

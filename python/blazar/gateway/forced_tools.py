@@ -27,7 +27,8 @@ async def template_emits_tool_calls(sup: Supervisor, child: Child) -> bool:
     if child.lane != "llama-cpp":
         return True
     if child.tool_calls_supported is None:
-        _s, data, _c = await proxy.get_whole(sup, child, "/props")
+        with sup.lease(child):  # in flight: a concurrent num_ctx restart waits for it instead of stopping it
+            _s, data, _c = await proxy.get_whole(sup, child, "/props")
         caps = orjson.loads(data).get("chat_template_caps") or {}
         child.tool_calls_supported = bool(caps.get("supports_tool_calls"))
     return child.tool_calls_supported
