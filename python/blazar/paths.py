@@ -50,3 +50,8 @@ class DataDir:
 
     def log_file(self, model: str) -> Path:
         return self.logs / f"{safe_component(model)}.log"
+
+    def log_name(self, model: str) -> str:
+        """The engine log as client-facing messages name it: relative to the data directory, so an HTTP error
+        body never carries the server's absolute paths."""
+        return f"logs/{safe_component(model)}.log in blazar's data directory"

@@ -55,7 +55,10 @@ def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object
     t.join(60)
     r = result["r"]
     assert r.status_code == 502, r.text
-    assert "died while serving the request" in r.json()["error"]["message"]
+    message = r.json()["error"]["message"]
+    assert "died while serving the request" in message
+    assert "logs/smollm2--latest.log in blazar's data directory" in message
+    assert str(d.data_dir) not in r.text  # no server path reaches a client
     again = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert again.status_code == 200, again.text
     [new_pid] = d.child_pids()

@@ -54,7 +54,7 @@ async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> H
         return HttpError(
             502,
             f"engine for '{child.model}' died while serving the request (exit {code});"
-            f" the next request restarts it; log: {sup.data.log_file(child.key)}",
+            f" the next request restarts it; see {sup.data.log_name(child.key)}",
             "engine_error",
         )
     return HttpError(502, f"engine for '{child.model}' failed: {exc}", "engine_error")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import os
 import secrets
 import signal
@@ -23,6 +24,8 @@ from blazar.errors import ChildError
 from blazar.paths import DataDir
 from blazar.profile import LaunchSpec
 from blazar.supervisor.links import Links
+
+logger = logging.getLogger("blazar.supervisor")
 
 
 class State(enum.Enum):
@@ -120,7 +123,11 @@ class Child:
                 )
             except OSError as e:
                 self.state = State.CRASHED
-                raise ChildError(f"cannot start engine for '{self.model}': {argv[0]}: {e.strerror}") from None
+                logger.error("cannot start engine for %s: %s: %s", self.model, argv[0], e.strerror)
+                raise ChildError(
+                    f"cannot start engine for '{self.model}': its binary could not be run ({e.strerror});"
+                    " check `blazar engine ls` and the daemon log"
+                ) from None
         self.data.run_file(self.key, "pid").write_text(str(self.proc.pid))
         try:
             await self._wait_healthy(http, timeout)
@@ -142,7 +149,7 @@ class Child:
             if self.proc.returncode is not None:
                 raise ChildError(
                     f"engine for '{self.model}' exited with code {self.proc.returncode} while starting;"
-                    f" last log lines ({self.data.log_file(self.key)}):\n{log_tail(self.data.log_file(self.key))}"
+                    f" last log lines ({self.data.log_name(self.key)}):\n{log_tail(self.data.log_file(self.key))}"
                 )
             with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
                 async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
@@ -151,7 +158,7 @@ class Child:
             if time.monotonic() > deadline:
                 raise ChildError(
                     f"engine for '{self.model}' did not become healthy within {timeout:.0f}s"
-                    f" (child_start_timeout_secs); see {self.data.log_file(self.key)}"
+                    f" (child_start_timeout_secs); see {self.data.log_name(self.key)}"
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.25)
