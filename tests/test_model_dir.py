@@ -9,6 +9,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,3 +205,43 @@ def test_digest_filled_lazily_for_a_folder(catalog: Catalog, tmp_path: Path) -> 
     catalog.store.conn.execute("UPDATE models SET sha256 = NULL")
     bare = catalog.get("m")
     assert bare.sha256 is None and catalog.fill_digest(bare).sha256 == row.sha256
+
+
+def test_two_imports_of_one_name_at_once_leave_the_first_intact(tmp_path: Path) -> None:
+    """Both pass the early name check and copy side by side; the claim lets only one take the name, and the
+    other is refused without touching its files or row."""
+    import threading
+
+    data = DataDir(tmp_path / "data").ensure()
+    src = write_model_dir(tmp_path / "src")
+    stores = [Store.open(data.db) for _ in range(2)]
+    catalogs = [Catalog(st, data) for st in stores]
+    barrier = threading.Barrier(2)
+    results: list[object] = [None, None]
+    real_link = catalog_mod._link_or_copy
+
+    def slow_link(*a: Any, **kw: Any) -> Any:
+        barrier.wait(timeout=10)  # both imports are past the early check and copying
+        return real_link(*a, **kw)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = catalogs[i].import_dir(src, "race:x")
+        except CatalogError as e:
+            results[i] = e
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(catalog_mod, "_link_or_copy", slow_link)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    errors = [r for r in results if isinstance(r, CatalogError)]
+    assert len(errors) == 1 and "already exists" in str(errors[0]), results
+    row = catalogs[0].get("race:x")
+    assert (row.path / "config.json").read_bytes() == (src / "config.json").read_bytes()
+    assert row.sha256 == model_digest(row.path)
+    assert not any((data.models / ".importing").iterdir())
+    for st in stores:
+        st.close()

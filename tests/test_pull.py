@@ -249,7 +249,8 @@ def test_multi_shard_kept_native(catalog: Catalog, hub: Hub, fake: FakeHub, no_r
     catalog.remove(row.name)
     assert not first.exists() and not second.exists() and not row.path.parent.exists()
     catalog.remove(copy.name)
-    assert [p.name for p in catalog.data.models.iterdir() if p.name != ".downloads"] == []
+    assert [p.name for p in catalog.data.models.iterdir() if p.name not in (".downloads", ".importing")] == []
+    assert not any((catalog.data.models / ".importing").iterdir())  # the staging folder is left empty
 
 
 def test_async_events_and_cancel(catalog: Catalog, fake: FakeHub, no_rehash: None) -> None:

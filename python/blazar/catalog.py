@@ -24,15 +24,17 @@ calling thread (the CLI), ``digest`` in a worker thread for the gateway, never o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
+import fcntl
 import hashlib
 import logging
 import os
 import re
 import shutil
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -239,6 +241,23 @@ class Catalog:
     def list(self) -> list[ModelRow]:
         return [_row(r) for r in self.store.conn.execute(f"SELECT {_COLS} FROM models ORDER BY name")]
 
+    def _check_new(self, full: str) -> None:
+        if self.find(full) is not None:
+            raise CatalogError(
+                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick another name (--name)"
+            )
+        self._check_free(full)
+
+    @contextlib.contextmanager
+    def _claim(self, full: str) -> Iterator[None]:
+        """Held from the last check that ``full`` is free until its files are in place and its row is written,
+        across processes (an flock on ``catalog.lock`` in the data dir): of two imports of one name, the later is
+        refused instead of replacing or deleting the first one's files. The copy itself runs before, unlocked."""
+        with (self.data.root / "catalog.lock").open("a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            self._check_new(full)
+            yield
+
     def import_file(
         self,
         src: Path,
@@ -256,18 +275,21 @@ class Catalog:
         header = read_header(src)
         info = summarize(header)
         full = names.normalize(name) if name else names.default_name_for_file(src.stem)
-        if self.find(full) is not None:
-            raise CatalogError(
-                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick --name"
-            )
-        self._check_free(full)
+        self._check_new(full)  # early, before a long copy; checked again under the claim
         dest = self._file_for(full)
-        digest = _link_or_copy(src, dest, progress, digest=known is None) or known
+        aside = self._aside()
         try:
-            self._insert(full, dest, info, header, sha256=digest)
-        except Exception:
-            dest.unlink(missing_ok=True)
-            raise
+            digest = _link_or_copy(src, aside / dest.name, progress, digest=known is None) or known
+            with self._claim(full):
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(aside / dest.name, dest)
+                try:
+                    self._insert(full, dest, info, header, sha256=digest)
+                except BaseException:
+                    dest.unlink(missing_ok=True)
+                    raise
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
 
     def import_split(
@@ -296,30 +318,32 @@ class Catalog:
         if missing:
             raise CatalogError(f"split GGUF shards missing: {', '.join(missing)}")
         full = names.normalize(name)
-        if self.find(full) is not None:
-            raise CatalogError(
-                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick another name"
-            )
-        self._check_free(full)
+        self._check_new(full)  # early, before a long copy; checked again under the claim
         header = read_header(paths[0])
         dest_dir = self._file_for(full, "")
-        linked: list[Path] = []
-        shard_digests: list[str] = []
+        aside = self._aside()
         try:
-            for p in paths:
-                linked.append(dest_dir / p.name)
-                shard_digests.append(_link_or_copy(p, linked[-1], None, digest=compute) or "")
+            shard_digests = [_link_or_copy(p, aside / p.name, None, digest=compute) or "" for p in paths]
+            linked = [aside / p.name for p in paths]
             params = sum(int(str(read_header(d).get("parameter_count") or 0)) for d in linked)
             info = summarize({**header, "parameter_count": params})
             if compute:
                 digest = split_digest(shard_digests)
             size = sum(d.stat().st_size for d in linked)
-            self._insert(full, linked[0], info, header, size=size, sha256=digest)
-        except BaseException:
-            for d in linked:
-                d.unlink(missing_ok=True)
-            self._prune(dest_dir)
-            raise
+            with self._claim(full):
+                self._discard(
+                    dest_dir
+                )  # a folder no row names: left by a crash between the rename and the row
+                dest_dir.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(aside, dest_dir)
+                try:
+                    self._insert(full, dest_dir / paths[0].name, info, header, size=size, sha256=digest)
+                except BaseException:
+                    self._discard(dest_dir)
+                    self._prune(dest_dir.parent)
+                    raise
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
 
     def _prune(self, directory: Path) -> None:
@@ -426,11 +450,7 @@ class Catalog:
     ) -> ModelRow:
         """Link or copy ``summary.files`` into an aside folder, rename it to the name's folder, add the row with
         ``digest``, or with the digest of the bytes hashed on the way (``compute``)."""
-        if self.find(full) is not None:
-            raise CatalogError(
-                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick --name"
-            )
-        self._check_free(full)
+        self._check_new(full)  # early, before a long copy; checked again under the claim
         sizes = {f: (src / f).stat().st_size for f in summary.files}
         total, before = sum(sizes.values()), 0
         dest = self._file_for(full, "")
@@ -443,13 +463,6 @@ class Catalog:
                 before += sizes[f]
             if compute:
                 digest = dir_digest(shas)
-            self._discard(dest)  # a folder no row names: left by a crash between the rename and the row
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(aside, dest)
-        except BaseException:
-            shutil.rmtree(aside, ignore_errors=True)
-            raise
-        try:
             facts = (
                 summary.architecture,
                 summary.parameter_count,
@@ -457,11 +470,20 @@ class Catalog:
                 summary.quantization,
             )
             meta = small_config(summary.config)
-            self._write_row(full, dest, summary.format, total, facts, summary.has_chat_template, meta, digest)
-        except BaseException:
-            self._discard(dest)
-            self._prune(dest.parent)
-            raise
+            with self._claim(full):
+                self._discard(dest)  # a folder no row names: left by a crash between the rename and the row
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(aside, dest)
+                try:
+                    self._write_row(
+                        full, dest, summary.format, total, facts, summary.has_chat_template, meta, digest
+                    )
+                except BaseException:
+                    self._discard(dest)
+                    self._prune(dest.parent)
+                    raise
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
 
     def _aside(self) -> Path:
