@@ -144,13 +144,10 @@ def test_keep_alive_extension_is_taken_out() -> None:
     assert "keep_alive must be" in refused(openai.parse_chat, chat(keep_alive="soon"))
 
 
-def test_n_one_is_fine_and_n_above_one_is_refused() -> None:
+def test_n_above_one_goes_to_the_engine() -> None:
     assert "n" not in openai.parse_chat(chat(n=1)).params
-    msg = refused(openai.parse_chat, chat(n=3))
-    assert (
-        msg
-        == "'n' is 3, but the llama.cpp engine generates one choice per request; send n=1 (or omit it) and make 3 requests"
-    )
+    assert openai.parse_chat(chat(n=3)).params["n"] == 3
+    assert openai.parse_completion({"model": "m", "prompt": "x", "n": 2}).params["n"] == 2
     assert "'n' must be a positive integer, got integer 0" in refused(openai.parse_chat, chat(n=0))
     assert "got string" in refused(openai.parse_chat, chat(n="2"))
 
@@ -498,7 +495,7 @@ def test_completion_response_format_becomes_json_schema() -> None:
         ),
         ({"prompt": "x", "suffix": 1}, "'suffix' must be a string"),
         ({"prompt": "x", "logprobs": True}, "'logprobs' must be an integer from 0"),
-        ({"prompt": "x", "n": 2}, "'n' is 2"),
+        ({"prompt": "x", "n": 0}, "'n' must be a positive integer"),
         ({"prompt": "x", "max_tokens": "1"}, "'max_tokens' must be a non-negative integer"),
     ],
 )

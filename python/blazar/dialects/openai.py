@@ -240,16 +240,12 @@ def _include_usage(body: dict[str, Any], stream: bool) -> bool:
 def _params(body: dict[str, Any], own: set[str]) -> dict[str, Any]:
     """Everything not consumed by the parser, type-checked where the type is known; nulls mean 'default'."""
     n = body.get("n")
+    params: dict[str, Any] = {}
     if n is not None:
         if not is_int(n) or n < 1:
             raise DialectError(400, f"'n' must be a positive integer, got {shown(n)}")
         if n > 1:
-            raise DialectError(
-                400,
-                f"'n' is {n}, but the llama.cpp engine generates one choice per request; "
-                f"send n=1 (or omit it) and make {n} requests",
-            )
-    params: dict[str, Any] = {}
+            params["n"] = n  # the engine generates the choices, one slot each (gateway.core checks the slots)
     for key, value in body.items():
         if key in own or value is None:
             continue

@@ -18,7 +18,7 @@ from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
 from blazar.errors import LaneError
 from blazar.gateway import forced_tools, proxy
-from blazar.gateway.http import Request
+from blazar.gateway.http import HttpError, Request
 from blazar.preflight import check_images_readable, check_request_fits
 from blazar.supervisor import Child, Supervisor
 
@@ -130,8 +130,24 @@ async def _dispatch(
         body["id_slot"] = slot
         body.setdefault("cache_prompt", True)
     try:
+        choices = int(canon.params.get("n", 1))
+        if choices > slots and child.lane == "llama-cpp":
+            raise HttpError(
+                400,
+                f"'n' is {choices}, but model '{child.model}' runs {slots} parallel slot(s) and llama-server"
+                f" generates each choice in a slot of its own; send n <= {slots}, or raise parallel for the model"
+                f' (parallel under [models."{child.model}"] in config.toml)',
+                "invalid_request_error",
+            )
         schema = forced_tool_schema(canon) if forced_tools.wants_forcing(canon) else None
         if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
+            if choices > 1:
+                raise HttpError(
+                    400,
+                    f"'n' is {choices}, but model '{child.model}' cannot emit tool calls from its template, so"
+                    " Blazar forces the call by constraining one answer; send n=1 with this tool_choice",
+                    "invalid_request_error",
+                )
             return await _forced_tool_call(sup, req, canon, shape, child, body, schema, load_ns)
         engine_body = orjson.dumps(body)
         if canon.stream:
