@@ -1,9 +1,15 @@
-"""Eviction is a pure function over the children; tested alone."""
+"""Eviction is a pure function over the children; tested alone. Also: what a child that fails to start tells."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from pathlib import Path
 
+import aiohttp
+import pytest
+
+from blazar.errors import ChildError
 from blazar.paths import DataDir
 from blazar.profile import LaunchSpec
 from blazar.supervisor import Child, State
@@ -74,3 +80,23 @@ def test_a_busy_child_is_not_cut_off_for_a_restart() -> None:
 
     asyncio.run(finishes_soon())
     assert c.inflight == 0
+
+
+def test_an_engine_that_exits_while_starting_is_taught_without_server_paths(tmp_path: Path) -> None:
+    """The error a client sees quotes the engine log's last lines, with the data directory written as
+    ``<data dir>``, and names the log relative to it."""
+    data = DataDir(tmp_path / "data").ensure()
+    model = data.models / "m" / "latest.gguf"
+    script = f"import sys; print('loading model from {model}'); sys.exit(3)"
+    child = Child("m:latest", "m:latest", LaunchSpec((sys.executable, "-c", script)), data)
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as http:
+            await child.start(http, timeout=20)
+
+    with pytest.raises(ChildError) as exc:
+        asyncio.run(main())
+    message = str(exc.value)
+    assert "exited with code 3" in message and "logs/m--latest.log in blazar's data directory" in message
+    assert "loading model from <data dir>/models/m/latest.gguf" in message
+    assert str(data.root) not in message

@@ -149,7 +149,7 @@ class Child:
             if self.proc.returncode is not None:
                 raise ChildError(
                     f"engine for '{self.model}' exited with code {self.proc.returncode} while starting;"
-                    f" last log lines ({self.data.log_name(self.key)}):\n{log_tail(self.data.log_file(self.key))}"
+                    f" last log lines ({self.data.log_name(self.key)}):\n{self._public_tail()}"
                 )
             with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
                 async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
@@ -162,6 +162,11 @@ class Child:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.25)
+
+    def _public_tail(self) -> str:
+        """The engine log's last lines for an error a client sees: the data directory's path (where the models,
+        engines and keys live) written as ``<data dir>``."""
+        return log_tail(self.data.log_file(self.key)).replace(str(self.data.root), "<data dir>")
 
     async def stop(self, grace: float) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; by PID only. Removes the run files."""
