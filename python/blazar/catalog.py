@@ -34,7 +34,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -330,18 +330,12 @@ class Catalog:
             if compute:
                 digest = split_digest(shard_digests)
             size = sum(d.stat().st_size for d in linked)
-            with self._claim(full):
-                self._discard(
-                    dest_dir
-                )  # a folder no row names: left by a crash between the rename and the row
-                dest_dir.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(aside, dest_dir)
-                try:
-                    self._insert(full, dest_dir / paths[0].name, info, header, size=size, sha256=digest)
-                except BaseException:
-                    self._discard(dest_dir)
-                    self._prune(dest_dir.parent)
-                    raise
+            self._place(
+                full,
+                aside,
+                dest_dir,
+                lambda: self._insert(full, dest_dir / paths[0].name, info, header, size=size, sha256=digest),
+            )
         finally:
             shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
@@ -470,21 +464,31 @@ class Catalog:
                 summary.quantization,
             )
             meta = small_config(summary.config)
-            with self._claim(full):
-                self._discard(dest)  # a folder no row names: left by a crash between the rename and the row
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(aside, dest)
-                try:
-                    self._write_row(
-                        full, dest, summary.format, total, facts, summary.has_chat_template, meta, digest
-                    )
-                except BaseException:
-                    self._discard(dest)
-                    self._prune(dest.parent)
-                    raise
+            self._place(
+                full,
+                aside,
+                dest,
+                lambda: self._write_row(
+                    full, dest, summary.format, total, facts, summary.has_chat_template, meta, digest
+                ),
+            )
         finally:
             shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
+
+    def _place(self, full: str, aside: Path, dest: Path, write_row: Callable[[], None]) -> None:
+        """Under the name's claim: rename the staged folder ``aside`` to ``dest`` and ``write_row``; a failure
+        removes the folder again."""
+        with self._claim(full):
+            self._discard(dest)  # a folder no row names: left by a crash between the rename and the row
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(aside, dest)
+            try:
+                write_row()
+            except BaseException:
+                self._discard(dest)
+                self._prune(dest.parent)
+                raise
 
     def _aside(self) -> Path:
         """A fresh folder under ``models/.importing/`` (same filesystem, so renaming it into place is atomic);
