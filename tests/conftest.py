@@ -17,6 +17,12 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from blazar import catalog as catalog_mod
+from blazar.catalog import Catalog
+from blazar.hub import Hub
+from blazar.paths import DataDir
+from blazar.store import Store
+
 C = TypeVar("C")
 
 
@@ -235,3 +241,33 @@ def _close_clients() -> Iterator[None]:
     yield
     while _CLIENTS:
         _CLIENTS.pop().close()
+
+
+# ---- the catalog and the Hub client, for the catalog, import and pull tests -------------------------------
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[Catalog]:
+    """A fresh catalog over a real SQLite file in a temporary data dir."""
+    data = DataDir(tmp_path / "data").ensure()
+    store = Store.open(data.db)
+    yield Catalog(store, data)
+    store.close()
+
+
+@pytest.fixture
+def hub(fake: Any) -> Iterator[Hub]:
+    """A Hub client of the module's ``fake`` Hub (a ``tests.fakehub.FakeHub`` on a real port)."""
+    with Hub(fake.url, retries=1, backoff=0.01) as h:
+        yield h
+
+
+@pytest.fixture
+def no_rehash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registering a pull must not hash the weights again: the download already did."""
+
+    def refuse(*_a: object, **_k: object) -> str:
+        raise AssertionError("the catalog hashed a pulled file again")
+
+    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
+    monkeypatch.setattr(catalog_mod, "model_digest", refuse)

@@ -8,7 +8,6 @@ import errno
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,14 +22,6 @@ from blazar.store import LATEST_SCHEMA_VERSION, MIGRATIONS, Store
 from tests.fakehub import split_gguf
 
 SHARDS = split_gguf("tiny-Q8_0", 2, 100_000)
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[Catalog]:
-    data = DataDir(tmp_path / "data").ensure()
-    store = Store.open(data.db)
-    yield Catalog(store, data)
-    store.close()
 
 
 @pytest.fixture(scope="module")

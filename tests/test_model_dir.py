@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,6 @@ from blazar.paths import DataDir
 from blazar.profile import compile_profile
 from blazar.store import Store
 from tests.fakehub import safetensors_bytes, write_model_dir
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[Catalog]:
-    data = DataDir(tmp_path / "data").ensure()
-    store = Store.open(data.db)
-    yield Catalog(store, data)
-    store.close()
 
 
 def eng(kind: str) -> EngineRow:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from blazar import catalog as catalog_mod
 from blazar import names
 from blazar.aliases import ALIASES
 from blazar.catalog import Catalog, split_digest
@@ -44,31 +43,6 @@ def fake(model_file: Path) -> Iterator[FakeHub]:
         hub.add(SPLIT_REPO, f"Q8_0/{shard}", data)
     with running(hub):
         yield hub
-
-
-@pytest.fixture
-def hub(fake: FakeHub) -> Iterator[Hub]:
-    with Hub(fake.url, retries=1, backoff=0.01) as h:
-        yield h
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[Catalog]:
-    data = DataDir(tmp_path / "data").ensure()
-    store = Store.open(data.db)
-    yield Catalog(store, data)
-    store.close()
-
-
-@pytest.fixture
-def no_rehash(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Registering a pull must not hash the weights again: the download already did."""
-
-    def refuse(*_a: object, **_k: object) -> str:
-        raise AssertionError("the catalog hashed a pulled file again")
-
-    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
-    monkeypatch.setattr(catalog_mod, "model_digest", refuse)
 
 
 def _downloads(catalog: Catalog) -> list[str]:

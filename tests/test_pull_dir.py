@@ -10,16 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from blazar import catalog as catalog_mod
 from blazar.catalog import Catalog
 from blazar.config import Config
 from blazar.engines.lanes import serving_lane
 from blazar.engines.registry import EngineRow
 from blazar.hub import Hub, HubError
 from blazar.model_dir import dir_digest
-from blazar.paths import DataDir
 from blazar.pull import PullError, pull, pull_events
-from blazar.store import Store
 from tests.conftest import make_daemon
 from tests.fakehub import FakeHub, model_dir_files, running, tiny_gguf
 
@@ -43,29 +40,6 @@ def fake() -> Iterator[FakeHub]:
     hub.add(BOTH_REPO, "tiny-Q4_K_M.gguf", tiny_gguf(floats=1 << 10))
     with running(hub):
         yield hub
-
-
-@pytest.fixture
-def hub(fake: FakeHub) -> Iterator[Hub]:
-    with Hub(fake.url, retries=1, backoff=0.01) as h:
-        yield h
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[Catalog]:
-    data = DataDir(tmp_path / "data").ensure()
-    store = Store.open(data.db)
-    yield Catalog(store, data)
-    store.close()
-
-
-@pytest.fixture
-def no_rehash(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*_a: object, **_k: object) -> str:
-        raise AssertionError("the catalog hashed a pulled file again")
-
-    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
-    monkeypatch.setattr(catalog_mod, "model_digest", refuse)
 
 
 SERVED = sorted(n for n in AWQ if n != "README.md")

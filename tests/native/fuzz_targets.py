@@ -23,6 +23,7 @@ with atheris.instrument_imports():
 import contextlib
 
 from blazar import _native
+from tests.native.standins import Future, PyEmptyAwaitable
 
 DIALECTS = ("openai", "ollama_chat", "ollama_generate", "anthropic")
 
@@ -60,26 +61,6 @@ def gguf(data: bytes) -> None:
         _native.parse_gguf_metadata(data, max_array_len=64)
 
 
-class _Future:
-    def __init__(self) -> None:
-        self.settled = 0
-        self.error: BaseException | None = None
-
-    def done(self) -> bool:
-        return self.settled > 0
-
-    def set_result(self, _value: object) -> None:
-        self.settled += 1
-
-    def set_exception(self, exc: BaseException) -> None:
-        self.settled += 1
-        self.error = exc
-
-
-class PyEmptyAwaitable:  # named like Granian's ready awaitable
-    pass
-
-
 def http(data: bytes) -> None:
     """The engine relay's HTTP decoder: ``feed`` never raises, and once the connection is lost every exchange
     whose head arrived has been settled exactly once (a body, the stream's end, or an error)."""
@@ -88,7 +69,7 @@ def http(data: bytes) -> None:
     split = data[0] % (len(data) + 1)
     body = data[1:]
     link = _native.EngineLink()
-    head, done = _Future(), _Future()
+    head, done = Future(), Future()
     link.begin(head)
     started = False
     for piece in (body[:split], body[split:]):

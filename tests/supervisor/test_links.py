@@ -5,13 +5,14 @@ client leaves (the engine connection is closed, which is how llama-server learns
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 
 from blazar import _native
 from blazar.supervisor import links as links_mod
 from blazar.supervisor.links import Links
+from tests.native.standins import Client, Gone
 
 
 class Engine(asyncio.Protocol):
@@ -112,28 +113,6 @@ def test_an_abandoned_answer_closes_its_connection() -> None:
         await server.wait_closed()
 
     asyncio.run(main())
-
-
-class Client:
-    """A client transport: ``send_bytes`` like Granian's; it leaves after ``leave_after`` writes."""
-
-    def __init__(self, leave_after: int) -> None:
-        self.sent: list[bytes] = []
-        self.leave_after = leave_after
-
-    def send_bytes(self, data: bytes) -> Any:
-        if len(self.sent) >= self.leave_after:
-            return Gone()
-        self.sent.append(data)
-        return PyEmptyAwaitable()
-
-
-class PyEmptyAwaitable:
-    pass
-
-
-class Gone:
-    pass
 
 
 def test_a_relayed_stream_whose_client_leaves_closes_the_engine_connection() -> None:
