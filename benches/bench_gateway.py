@@ -257,7 +257,7 @@ def blazar_config(port: int, chunks: int, secrets_: list[str]) -> str:
     return "\n".join(lines)
 
 
-def start_blazar(tmp: Path, model: Path, chunks: int) -> Server:
+def start_blazar(tmp: Path, model: Path, chunks: int, engine_tcp: bool = False) -> Server:
     root = tmp / "blazar"
     root.mkdir()
     port = free_port()
@@ -269,11 +269,14 @@ def start_blazar(tmp: Path, model: Path, chunks: int) -> Server:
     # fake_engine.py's shebang is `/usr/bin/env python3`: let it find this interpreter (and its uvloop).
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     blazar = [sys.executable, "-m", "blazar"]
+    # fake_engine.py answers --version as llama-server b11434, so Blazar starts it on a unix socket; with
+    # --engine-tcp it answers nothing (an unknown build) and Blazar gives it a TCP port, as before run E.
+    add_env = {**env, "FAKE_ENGINE_VERSION": "" if engine_tcp else "1"}
     for args in (
         ["engine", "add", "--kind", "llama-cpp", "--path", str(FAKE_ENGINE)],
         *(["import", str(model), "--name", name] for name in sorted(set(MODELS.values()))),
     ):
-        r = subprocess.run([*blazar, *args], env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run([*blazar, *args], env=add_env, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"blazar {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
     proc, lp = spawn("blazar", [*blazar, "serve"], tmp, env)
@@ -896,7 +899,7 @@ def servers_up(args: argparse.Namespace, tmp: Path, report: dict[str, Any]) -> I
     try:
         started["direct"] = start_upstream(tmp, args.chunks, key_file)
         started["bare"] = start_bare(tmp, started["direct"], key_file)
-        started["blazar"] = start_blazar(tmp, args.model, args.chunks)
+        started["blazar"] = start_blazar(tmp, args.model, args.chunks, args.engine_tcp)
         if args.litellm:
             try:
                 started["litellm"] = start_litellm(tmp, started["direct"], key_file)
@@ -923,6 +926,9 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=100, help="content events per streamed response")
     ap.add_argument("--loadgen", choices=("wrk", "python"), default="wrk")
     ap.add_argument("--no-litellm", dest="litellm", action="store_false")
+    ap.add_argument(
+        "--engine-tcp", action="store_true", help="Blazar's engine on a TCP port, not a unix socket"
+    )
     ap.add_argument("--litellm-duration", type=float, default=12.0)
     ap.add_argument("--overhead-samples", type=int, default=300, help="sequential requests for the header")
     ap.add_argument("--profile", type=Path, default=None, help="py-spy Blazar and the bare proxy into DIR")

@@ -7,6 +7,7 @@ import socket
 import struct
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 
 from blazar.catalog import ModelRow
 from blazar.config import Config, load_config_text
+from blazar.engines import argv as lane_argv
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
 from blazar.fit import ProfileUnfit
@@ -62,6 +64,44 @@ ENGINE = EngineRow("llama-cpp", "local", None, Path("engines/llama-server"), "lo
 
 def flag(argv: tuple[str, ...] | list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv else None
+
+
+@pytest.mark.parametrize(
+    ("version", "build"),
+    [
+        ("version: 0.6.0-dev (build 11434, commit unknown)", 11434),  # llama-server --version, sdist build
+        ("version: 4990 (a1b2c3d)", 4990),  # llama-server --version, git build
+        ("11434", 11434),  # blazar engine build's own record
+        ("b11434", 11434),  # a release tag
+        ("version: 0.0.1", None),
+        ("mistralrs 0.8.5", None),
+        (None, None),
+    ],
+)
+def test_build_number(version: str | None, build: int | None) -> None:
+    assert lane_argv.build_number(version) == build
+
+
+def test_a_llama_server_that_can_listens_on_a_unix_socket_in_the_data_directory(
+    tmp_path: Path, model_file: Path
+) -> None:
+    cfg = cfg_from(tmp_path)
+    new = replace(ENGINE, version="version: 0.6.0-dev (build 11434, commit unknown)")
+    spec = compile_profile(cfg, row(model_file), new, hardware=ROOMY)
+    sock = tmp_path / "data" / "run" / "smollm2--latest.sock"
+    assert spec.socket_path == sock
+    assert flag(spec.argv_template, "--host") == str(sock) and "--port" not in spec.argv_template
+    embed = compile_profile(cfg, row(model_file), new, hardware=ROOMY, embeddings=True)
+    assert embed.socket_path == tmp_path / "data" / "run" / "smollm2--latest--embed.sock"
+    # Too old, unknown, or a socket path too long for sun_path: a TCP port on 127.0.0.1.
+    deep = cfg_from(tmp_path / ("d" * 90))
+    for engine, c in ((replace(ENGINE, version="b4800"), cfg), (ENGINE, cfg), (new, deep)):
+        tcp = compile_profile(c, row(model_file), engine, hardware=ROOMY)
+        assert tcp.socket_path is None
+        assert (flag(tcp.argv_template, "--host"), flag(tcp.argv_template, "--port")) == (
+            "127.0.0.1",
+            "{port}",
+        )
 
 
 def test_defaults(tmp_path: Path, model_file: Path) -> None:

@@ -292,13 +292,15 @@ class FakeUpstream(asyncio.Protocol):
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--port", type=int, default=0, help="required unless --host is a unix socket (*.sock)")
     p.add_argument("--api-key-file", type=Path, default=None, help="require Authorization: Bearer <its text>")
     p.add_argument("--chunks", type=int, default=int(os.environ.get("FAKE_UPSTREAM_CHUNKS", "100")))
     p.add_argument("--stream-mode", choices=("paced", "burst"), default="paced")
     p.add_argument("--gap-ms", type=float, default=0.0, help="pause between paced events (default: none)")
     p.add_argument("--token-gap-ms", type=float, default=5.0, help="pause between events in tokens mode")
     args, _unknown = p.parse_known_args(argv)  # llama-server's other flags (fake_engine.py) are ignored
+    if not args.host.endswith(".sock") and args.port == 0:
+        p.error("--port is required unless --host is a unix socket path ending in .sock")
     return args
 
 
@@ -308,21 +310,22 @@ async def serve(args: argparse.Namespace) -> None:
     if args.api_key_file is not None:
         auth = b"Bearer " + args.api_key_file.read_text().strip().encode()
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: FakeUpstream(
+
+    def protocol() -> FakeUpstream:
+        return FakeUpstream(
             resp, auth, args.stream_mode == "burst", args.gap_ms / 1000.0, args.token_gap_ms / 1000.0
-        ),
-        args.host,
-        args.port,
-        backlog=1024,
-        reuse_address=True,
-    )
+        )
+
+    if args.host.endswith(".sock"):  # as llama-server does: a --host ending in .sock is a unix socket
+        server = await loop.create_unix_server(protocol, args.host, backlog=1024)
+        where = f"unix:{args.host}"
+    else:
+        server = await loop.create_server(protocol, args.host, args.port, backlog=1024, reuse_address=True)
+        where = f"http://{args.host}:{args.port}"
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(
-        f"fake upstream on http://{args.host}:{args.port} ({args.chunks} chunks)", file=sys.stderr, flush=True
-    )
+    print(f"fake upstream on {where} ({args.chunks} chunks)", file=sys.stderr, flush=True)
     async with server:
         await stop.wait()
 

@@ -14,6 +14,11 @@ def safe_component(name: str) -> str:
     return _UNSAFE.sub("--", name).strip(".") or "_"
 
 
+def child_key(name: str, embeddings: bool) -> str:
+    """The key of the engine child serving catalog model ``name``: embeddings run in their own ``@embed`` one."""
+    return name + "@embed" if embeddings else name
+
+
 @dataclass(frozen=True, slots=True)
 class DataDir:
     """The data dir layout: blazar.db, models/, engines/, run/, logs/, sessions/, speccache/, audit/."""

@@ -29,7 +29,7 @@ from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, LaneError
 from blazar.fit import MIB, Fit, FitRequest, KvSettings, MemoryEstimate, ProfileUnfit, fit, kv_shape
 from blazar.hardware import Hardware, probe
-from blazar.paths import safe_component
+from blazar.paths import DataDir, child_key, safe_component
 
 log = logging.getLogger("blazar.profile")
 
@@ -43,6 +43,7 @@ _VISION_FLAGS = frozenset({"--mmproj", "-mm", "--mmproj-url", "-mmu", "-hf", "-h
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything the supervisor needs to start one child, except the port and key, which it picks.
+    ``socket_path``: the unix socket the engine listens on instead of a port (None: a port).
 
     ``ctx_size`` is the engine's total context (cells), ``ctx_per_slot`` what one request can use (0: unknown, no
     prompt preflight); the paths are the files ``prepare`` readies (None when unused); ``estimate`` is the memory
@@ -262,6 +263,8 @@ def compile_llama_cpp(
         )
     data = cfg.data_dir
     slot_dir = data / "sessions" / safe_component(model.name)
+    sock = DataDir(data).run_file(child_key(model.name, embeddings), "sock")
+    unix = lane_argv.serves_unix_socket(engine.kind, engine.version) and lane_argv.socket_fits(sock)
     argv = lane_argv.llama_cpp(
         engine.path,
         model.path,
@@ -269,6 +272,7 @@ def compile_llama_cpp(
         ctx_size=est.ctx_size,
         alias=model.name,
         api_key_file="{api_key_file}",
+        socket=sock if unix else None,  # else a TCP port on 127.0.0.1
     )
     argv += [
         "--parallel", str(est.parallel),
@@ -307,6 +311,7 @@ def compile_llama_cpp(
         parallel=est.parallel,
         slot_save_dir=slot_dir,
         lookup_cache=lookup,
+        socket_path=sock if unix else None,
         mmproj=mmproj,
         estimate=est,
     )

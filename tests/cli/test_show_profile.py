@@ -34,8 +34,7 @@ def test_profile_of_a_catalog_model(d: Daemon, assets: Assets) -> None:
     for needle in (
         "--ctx-size 2048",
         "--parallel 2",
-        "--port {port}",
-        "--api-key-file {api_key_file}",
+        f"--host {d.data_dir / 'run' / 'smollm2--latest.sock'} --api-key-file {{api_key_file}}",
         "--jinja",
     ):
         assert needle in command, command

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import Daemon, pid_alive, wait_for
@@ -22,10 +24,12 @@ CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "Count to f
 
 def engine_busy(d: Daemon, pid: int) -> bool:
     """Whether the child is processing a request, from its own Prometheus gauge (we start it with --metrics)."""
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    port = int(argv[argv.index(b"--port") + 1])
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    sock = argv[argv.index("--host") + 1]  # llama-server b11434 listens on the socket Blazar gives it
+    assert sock.endswith(".sock"), argv
     key = next((d.data_dir / "run").glob("*.apikey")).read_text()
-    r = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"authorization": f"Bearer {key}"}, timeout=5)
+    with httpx.Client(transport=httpx.HTTPTransport(uds=sock)) as engine:
+        r = engine.get("http://localhost/metrics", headers={"authorization": f"Bearer {key}"}, timeout=5)
     for line in r.text.splitlines():
         if line.startswith("llamacpp:requests_processing"):
             return float(line.split()[-1]) > 0
@@ -104,10 +108,32 @@ def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None
     d: Daemon = daemon_factory()
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [pid] = d.child_pids()
+    sock = d.data_dir / "run" / "smollm2--latest.sock"
+    assert stat.S_ISSOCK(sock.lstat().st_mode)
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not pid_alive(pid), 5, "the child to die")
+    assert sock.exists()  # left behind by the dead engine: the respawn clears it before llama-server binds
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 200, r.text
+
+
+def test_the_engine_listens_on_its_unix_socket_and_no_tcp_port(daemon_factory: object) -> None:
+    """llama-server b11434 takes a ``--host`` ending in ``.sock``: the child has no TCP port another local
+    process could reach, and the socket goes with it."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("idle_timeout_secs = 1\n")
+    r = httpx.post(d.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=60)
+    assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]"), r.text[-300:]
+    [pid] = d.child_pids()
+    sock = d.data_dir / "run" / "smollm2--latest.sock"
+    engine = psutil.Process(pid)
+    assert engine.cmdline()[engine.cmdline().index("--host") + 1] == str(sock)
+    assert "--port" not in engine.cmdline()
+    assert stat.S_ISSOCK(sock.lstat().st_mode)
+    assert [c for c in engine.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
+    assert any(c.laddr == str(sock) for c in engine.net_connections(kind="unix"))
+    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], 30, "idle eviction of the engine child")
+    assert not sock.exists()
 
 
 def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:

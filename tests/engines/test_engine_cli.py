@@ -92,8 +92,27 @@ def test_add_a_capability_fork(cli: CliRunner, tmp_path: Path) -> None:
     assert run(cli, "ls").endswith(f"{binary} fork")
     with Store.open(tmp_path / "data" / "blazar.db") as store:
         row = registry.get(store, "llama-cpp", "ik")
-    assert row is not None and (row.lane_class, row.architectures, row.active) == (
+    assert row is not None and (row.lane_class, row.architectures, row.active, row.version) == (
         "fork",
         ("qwen3next",),
         False,
+        None,  # its --version printed nothing
     )
+
+
+def test_add_records_what_the_binary_says_it_is(cli: CliRunner, tmp_path: Path) -> None:
+    """The version decides, for llama-server, whether the child listens on a unix socket."""
+    binary = tmp_path / "llama-server"
+    binary.write_text(
+        '#!/bin/sh\necho "version: 0.6.0-dev (build 11434, commit unknown)"\necho built with cc\n'
+    )
+    binary.chmod(0o755)
+    run(cli, "add", "--kind", "llama-cpp", "--path", str(binary))
+    broken = tmp_path / "broken-server"
+    broken.write_text("#!/bin/sh\nexit 2\n")
+    broken.chmod(0o755)
+    run(cli, "add", "--kind", "llama-cpp", "--path", str(broken), "--tag", "broken")
+    with Store.open(tmp_path / "data" / "blazar.db") as store:
+        good, bad = registry.get(store, "llama-cpp", "local"), registry.get(store, "llama-cpp", "broken")
+    assert good is not None and good.version == "version: 0.6.0-dev (build 11434, commit unknown)"
+    assert bad is not None and bad.version is None

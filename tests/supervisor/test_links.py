@@ -5,6 +5,7 @@ client leaves (the engine connection is closed, which is how llama-server learns
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -206,5 +207,29 @@ def test_a_reset_fails_a_body_delimited_by_the_close() -> None:
         assert links.idle == []
         server.close()
         await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_over_a_unix_socket(tmp_path: Path) -> None:
+    """A child on a unix socket (llama-server's ``--host *.sock``): the same pool, ``host: localhost``."""
+
+    async def main() -> None:
+        Engine.script, Engine.connections, Engine.requests = [ok(b"one"), ok(b"two")], [], []
+        sock = tmp_path / "engine.sock"
+        server = await asyncio.get_running_loop().create_unix_server(Engine, str(sock))
+        links = Links(sock, "k")
+        for want in (b"one", b"two"):
+            conn, status = await links.exchange("/v1/chat/completions", b"{}")
+            assert (status, await links.body(conn)) == (200, want)
+            links.release(conn)
+        assert len(Engine.connections) == 1  # kept alive and reused
+        assert b"\r\nhost: localhost\r\n" in Engine.requests[0]
+        links.close()
+        server.close()
+        await server.wait_closed()
+        sock.unlink()
+        with pytest.raises(OSError):  # the engine is gone: no socket to connect to
+            await Links(sock, "k").exchange("/x", b"{}")
 
     asyncio.run(main())

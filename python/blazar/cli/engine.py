@@ -22,7 +22,7 @@ from rich.progress import (
 
 from blazar.catalog import Catalog
 from blazar.cli.common import console, handles_errors, is_tty, opened
-from blazar.engines import build, check, installer, registry, removal
+from blazar.engines import build, check, gate, installer, registry, removal
 from blazar.engines.download import Progress as DownloadProgress
 from blazar.engines.manifest import MANIFEST_ENV, load_manifest
 
@@ -104,13 +104,20 @@ def add_cmd(
     arch: Annotated[list[str] | None, typer.Option(help=ARCH_HELP)] = None,
 ) -> None:
     """Register an engine binary you already have."""
-    with opened() as (_cfg, _data, store):
+    with opened() as (_cfg, data, store):
+        try:  # what it says it is: a llama-server build recent enough listens on a unix socket
+            version: str | None = gate.check_version(path, data.root)
+        except gate.GateFailed:
+            version = None
+        if version == gate.NO_VERSION:
+            version = None
         row = registry.add(
             store,
             kind=kind,
             tag=tag,
             path=path,
             source="local",
+            version=version,
             activate=activate,
             lane_class="fork" if fork else "mainstream",
             architectures=tuple(arch) if arch else None,

@@ -3,7 +3,9 @@
 The launch-profile compilers (``profile.py`` for llama-cpp, ``profile_lanes.py`` for the others) build their argv
 here with every setting; the install gate (``gate.py``) builds its own here with the least that starts a server.
 Pure: nothing is read from disk. ``port`` and ``api_key_file`` may be the supervisor's ``{port}`` and
-``{api_key_file}`` placeholders. Every server binds 127.0.0.1 only.
+``{api_key_file}`` placeholders. Every server binds 127.0.0.1 only, or a unix socket in the data directory:
+``llama-server`` builds that can (``serves_unix_socket``) listen on ``run/<key>.sock``, so the engine has no TCP
+port at all and each of its reads and writes skips the loopback TCP stack.
 
 Where the flags were read (each engine's own argument definitions):
 
@@ -26,12 +28,51 @@ Where the flags were read (each engine's own argument definitions):
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from blazar.engines.venv import KEY_FILE_FLAG
 
 HOST = "127.0.0.1"
+
+UNIX_SOCKET_BUILD = 5000
+"""The first llama.cpp build number (rounded up) whose ``llama-server`` listens on a unix socket when ``--host``
+ends in ``.sock`` (llama.cpp pull request 12613, merged March 2025)."""
+
+SOCKET_PATH_MAX = 100
+"""The longest socket path used, in bytes: ``sun_path`` holds 108 on Linux and 104 on macOS, its NUL included.
+A longer one (a deep data directory) means the child listens on TCP."""
+
+_BUILD = (
+    re.compile(r"\(build (\d+)\b"),  # version: 0.6.0-dev (build 11434, commit ...)
+    re.compile(r"^version: (\d+) \("),  # version: 11434 (abc1234)
+    re.compile(r"^b?(\d+)$"),  # a build's own tag: 11434, b11434
+)
+
+
+def build_number(version: str | None) -> int | None:
+    """llama.cpp's build number in a recorded engine version: ``11434``, ``b11434``, ``version: 11434 (abc)``
+    or ``version: 0.6.0-dev (build 11434, ...)``; None when it names none."""
+    text = (version or "").strip()
+    for pattern in _BUILD:
+        m = pattern.search(text)
+        if m is not None:
+            return int(m.group(1))
+    return None
+
+
+def serves_unix_socket(kind: str, version: str | None) -> bool:
+    """Whether an engine of ``kind`` at ``version`` can listen on a unix socket (only ``llama-server`` does,
+    from ``UNIX_SOCKET_BUILD``; an unknown version is taken as unable)."""
+    build = build_number(version) if kind == "llama-cpp" else None
+    return os.name == "posix" and build is not None and build >= UNIX_SOCKET_BUILD
+
+
+def socket_fits(path: Path) -> bool:
+    return len(os.fsencode(path)) <= SOCKET_PATH_MAX
+
 
 ENGINE_MODEL: dict[str, str] = {"mlx": "default_model", "mistralrs": "default"}
 """The ``model`` a request to a child of these lanes must carry to reach the model it was started with."""
@@ -45,12 +86,14 @@ def llama_cpp(
     ctx_size: int,
     alias: str | None = None,
     api_key_file: str | None = None,
+    socket: Path | None = None,
 ) -> list[str]:
-    """``llama-server``: the model, where it listens, its key file and context (the compiler adds the rest)."""
+    """``llama-server``: the model, where it listens (``socket``, a path ending in ``.sock``, instead of a TCP
+    port), its key file and context (the compiler adds the rest)."""
     argv = [str(binary), "--model", str(model)]
     if alias is not None:
         argv += ["--alias", alias]
-    argv += ["--host", HOST, "--port", str(port)]
+    argv += ["--host", str(socket)] if socket is not None else ["--host", HOST, "--port", str(port)]
     if api_key_file is not None:
         argv += ["--api-key-file", api_key_file]
     return [*argv, "--ctx-size", str(ctx_size)]

@@ -19,6 +19,7 @@ from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, rend
 from blazar.errors import LaneError
 from blazar.gateway import forced_tools, proxy
 from blazar.gateway.http import HttpError, Request
+from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
 from blazar.supervisor import Child, Supervisor
 
@@ -58,7 +59,7 @@ def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, in
     name = names.normalize(canon.model)
     ov = sup.cfg.model_override(name)
     slots = ov.parallel if ov.parallel is not None else sup.cfg.parallel
-    target = name, name + ("@embed" if embedding else ""), slots
+    target = name, child_key(name, embedding), slots
     if len(routes) >= _ROUTES_MAX:
         routes.clear()
     routes[(canon.model, embedding)] = target

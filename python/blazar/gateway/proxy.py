@@ -159,7 +159,7 @@ async def _unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
 async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, bytes, str]:
     """A GET to the child (``/props`` and the like): (status, body, content-type); non-2xx is an HttpError."""
     try:
-        async with sup.http.get(
+        async with (child.http or sup.http).get(
             child.base_url + path,
             headers={"authorization": f"Bearer {child.api_key}"},
             timeout=aiohttp.ClientTimeout(total=float(sup.cfg.child_header_timeout_secs)),

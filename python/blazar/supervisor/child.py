@@ -1,7 +1,7 @@
 """One engine child process and its state machine: stopped -> starting -> ready -> stopping -> evicted/crashed.
 
-It owns spawning (free port, per-child API key file, pid file, log file), waiting for health, and stopping by PID
-(SIGTERM, grace, SIGKILL). It never signals a process group and never decides when to evict; the pool does.
+It owns spawning (its unix socket or a free port, per-child API key file, pid file, log file), waiting for health,
+and stopping by PID (SIGTERM, grace, SIGKILL). It never signals a process group and never decides when to evict; the pool does.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import time
 from collections import deque
 from pathlib import Path
@@ -23,7 +24,7 @@ import aiohttp
 from blazar.errors import ChildError
 from blazar.paths import DataDir
 from blazar.profile import LaunchSpec
-from blazar.supervisor.links import Links
+from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS, Links
 
 logger = logging.getLogger("blazar.supervisor")
 
@@ -74,6 +75,8 @@ class Child:
         self.tool_calls_supported: bool | None = None  # from the engine's /props, asked on first need
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
         self.base_url = ""
+        self.http: aiohttp.ClientSession | None = None  # for its GET endpoints; its own on a unix socket
+        self._own_http = False
         self.request_headers: dict[str, str] = {}
         self.links = Links(0, "")  # the gateway's pooled connections to it; replaced at start
         self.lane = "llama-cpp"  # the engine kind serving it (set by the pool from the routed engine)
@@ -97,11 +100,25 @@ class Child:
     async def start(self, http: aiohttp.ClientSession, timeout: float) -> None:
         """Spawn the engine and wait until its health endpoint answers 200, or raise ChildError."""
         self.state = State.STARTING
-        self.port = free_port()
         self.api_key = secrets.token_urlsafe(32)
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        sock = self.spec.socket_path
+        if sock is not None:
+            self.port = 0
+            self.base_url = "http://localhost"
+            http = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(
+                    path=str(sock), limit=0, keepalive_timeout=ENGINE_KEEPALIVE_SECS
+                )
+            )
+            self.http = http
+            self._own_http = True
+            self.links = Links(sock, self.api_key)
+        else:
+            self.port = free_port()
+            self.base_url = f"http://127.0.0.1:{self.port}"
+            self.http = http
+            self.links = Links(self.port, self.api_key)
         self.request_headers = {"authorization": f"Bearer {self.api_key}", "content-type": "application/json"}
-        self.links = Links(self.port, self.api_key)
         key_file = self.data.run_file(self.key, "apikey")
         key_file.unlink(missing_ok=True)
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -111,7 +128,7 @@ class Child:
         argv = self.spec.argv(port=self.port, api_key_file=key_file)
         t0 = time.monotonic()
         with log_path.open("ab") as log:
-            log.write(f"\n--- blazar: starting {self.key} on port {self.port}\n".encode())
+            log.write(f"\n--- blazar: starting {self.key} on {self.address}\n".encode())
             log.flush()
             try:
                 self.proc = await asyncio.create_subprocess_exec(
@@ -163,6 +180,16 @@ class Child:
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.25)
 
+    @property
+    def address(self) -> str:
+        """Where it listens, for logs: its socket relative to the data directory, or its port."""
+        sock = self.spec.socket_path
+        if sock is None:
+            return f"port {self.port}"
+        with contextlib.suppress(ValueError):
+            return f"socket {sock.relative_to(self.data.root)}"
+        return f"socket {sock.name}"
+
     def _public_tail(self) -> str:
         """The engine log's last lines for an error a client sees: the data directory's path (where the models,
         engines and keys live) written as ``<data dir>``."""
@@ -186,5 +213,17 @@ class Child:
             await proc.wait()
         for suffix in ("pid", "apikey"):
             self.data.run_file(self.key, suffix).unlink(missing_ok=True)
+        if self._own_http and self.http is not None:
+            await self.http.close()
+        self._remove_socket()
         if self.state is not State.CRASHED:
             self.state = State.STOPPED
+
+    def _remove_socket(self) -> None:
+        """The engine's unix socket, which it leaves behind: removed only if it is a socket."""
+        sock = self.spec.socket_path
+        if sock is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(sock.lstat().st_mode):
+                sock.unlink()

@@ -6,13 +6,14 @@ kept ``ENGINE_KEEPALIVE_SECS``, under llama-server's own 5 s) and closing. Each 
 framing and, for a relayed stream, translates and writes to the client without a Python frame per read.
 Mapping failures to client errors belongs to ``blazar.gateway.proxy``.
 
-The engine's GET endpoints (health, ``/props``, tokenize) still go through the supervisor's aiohttp session:
-they are few and off the hot path.
+The engine's GET endpoints (health, ``/props``, tokenize) still go through aiohttp (the child's own session over
+its unix socket, else the supervisor's): they are few and off the hot path.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from blazar._native import EngineLink, LinkError
@@ -23,7 +24,7 @@ goes out on a connection the engine is closing (a closed one is retried once all
 
 
 class EngineConn(asyncio.Protocol):
-    """One TCP connection to an engine; ``data_received`` is bound to the native link's ``feed``."""
+    """One connection to an engine (TCP, or its unix socket); ``data_received`` is bound to the native link's ``feed``."""
 
     __slots__ = ("data_received", "idle_since", "link", "pool", "transport")
 
@@ -52,13 +53,15 @@ class EngineConn(asyncio.Protocol):
 
 
 class Links:
-    """The idle connections to one child, and the request writer."""
+    """The idle connections to one child, and the request writer. ``address`` is the child's port on
+    127.0.0.1, or the path of its unix socket."""
 
-    def __init__(self, port: int, api_key: str) -> None:
-        self.port = port
+    def __init__(self, address: int | Path, api_key: str) -> None:
+        self.address = address
         self.idle: list[EngineConn] = []
+        host = "localhost" if isinstance(address, Path) else f"127.0.0.1:{address}"
         self._head = (
-            f"host: 127.0.0.1:{port}\r\nauthorization: Bearer {api_key}\r\n"
+            f"host: {host}\r\nauthorization: Bearer {api_key}\r\n"
             "content-type: application/json\r\ncontent-length: "
         ).encode()
         self._closed = False
@@ -148,5 +151,8 @@ class Links:
         return None
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> EngineConn:
-        _transport, conn = await loop.create_connection(lambda: EngineConn(self), "127.0.0.1", self.port)
+        if isinstance(self.address, Path):
+            _t, conn = await loop.create_unix_connection(lambda: EngineConn(self), str(self.address))
+        else:
+            _t, conn = await loop.create_connection(lambda: EngineConn(self), "127.0.0.1", self.address)
         return conn

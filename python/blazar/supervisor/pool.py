@@ -21,7 +21,7 @@ from blazar.engines.lanes import classify_unknown_arch, reroute_once, serving_la
 from blazar.engines.manifest import Manifest, load_manifest
 from blazar.engines.registry import EngineRow
 from blazar.errors import ChildError, LaneError
-from blazar.paths import DataDir
+from blazar.paths import DataDir, child_key
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
 from blazar.supervisor.child import Child, State, log_tail
@@ -123,7 +123,7 @@ class Supervisor:
 
     async def _ensure_ready(self, model_name: str, embeddings: bool, num_ctx: int | None) -> Child:
         model = self.catalog.get(model_name)
-        key = model.name + ("@embed" if embeddings else "")
+        key = child_key(model.name, embeddings)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             child = self.children.get(key)
@@ -165,9 +165,9 @@ class Supervisor:
                     )
                     raise (final if isinstance(final, LaneError) else LaneError(str(final))) from None
             log.info(
-                "engine for %s ready on port %d (pid %s) in %.2fs",
+                "engine for %s ready on %s (pid %s) in %.2fs",
                 key,
-                child.port,
+                child.address,
                 child.pid,
                 child.load_seconds,
             )
