@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from blazar import catalog as catalog_mod
+from blazar import catalog_files
 from blazar.catalog import Catalog
 from blazar.hub import Hub
 from blazar.paths import DataDir
@@ -146,10 +147,14 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie still answers kill(0); treat it as gone.
+    # A zombie still answers kill(0); treat it as gone once its last thread is (the leader of a multi-threaded
+    # process like llama-server shows "Z" while its other threads still exit, holding its sockets, and its parent's
+    # waitid does not report it yet).
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
+            if f.read().split(") ", 1)[1][0] != "Z":
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False
 
@@ -269,5 +274,5 @@ def no_rehash(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_a: object, **_k: object) -> str:
         raise AssertionError("the catalog hashed a pulled file again")
 
-    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
+    monkeypatch.setattr(catalog_files, "sha256_file", refuse)
     monkeypatch.setattr(catalog_mod, "model_digest", refuse)

@@ -15,6 +15,7 @@ import apsw
 import pytest
 
 from blazar import catalog as catalog_mod
+from blazar import catalog_files
 from blazar.catalog import Catalog, DigestCancelled, ModelRow, sha256_file, split_digest
 from blazar.errors import CatalogError, ModelNotFound
 from blazar.paths import DataDir
@@ -36,7 +37,7 @@ def no_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_a: object, **_k: object) -> str:
         raise AssertionError("the weights were hashed again")
 
-    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
+    monkeypatch.setattr(catalog_files, "sha256_file", refuse)
 
 
 def _shards(folder: Path) -> list[Path]:
@@ -158,7 +159,7 @@ def test_cp_reuses_the_source_digest(
     def refuse(*_a: object, **_k: object) -> str:
         raise AssertionError("cp hashed the weights")
 
-    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
+    monkeypatch.setattr(catalog_files, "sha256_file", refuse)
     assert catalog.copy("m", "m2").sha256 == model_sha
 
 
@@ -174,7 +175,7 @@ def test_split_digest_covers_every_shard(
     def refuse(*_a: object, **_k: object) -> str:
         raise AssertionError("hashed again")
 
-    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
+    monkeypatch.setattr(catalog_files, "sha256_file", refuse)
     assert catalog.copy("split", "split2").sha256 == row.sha256
     given = catalog.import_split(_shards(tmp_path / "other"), "given", sha256s=shas)
     assert given.sha256 == row.sha256
@@ -188,7 +189,7 @@ def test_an_interrupted_hash_leaves_no_file(
     def interrupted(*_a: object, **_k: object) -> str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(catalog_mod, "sha256_file", interrupted)
+    monkeypatch.setattr(catalog_files, "sha256_file", interrupted)
     with pytest.raises(KeyboardInterrupt):
         catalog.import_file(model_file, "m")
     assert catalog.list() == [] and not (catalog.data.models / "m" / "latest.gguf").exists()

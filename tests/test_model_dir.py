@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from blazar import catalog as catalog_mod
+from blazar import catalog_files
 from blazar.catalog import Catalog, model_digest
 from blazar.config import Config
 from blazar.engines.lanes import detect_format, serving_lane
@@ -136,7 +137,7 @@ def test_cp_and_rm_keep_hard_link_semantics(
     def refuse(*_a: object, **_k: object) -> str:
         raise AssertionError("cp hashed the weights")
 
-    monkeypatch.setattr(catalog_mod, "sha256_file", refuse)
+    monkeypatch.setattr(catalog_files, "sha256_file", refuse)
     second = catalog.copy("m", "n:awq")
     assert second.sha256 == first.sha256 and second.format == "safetensors-quantized"
     weights = second.path / "model.safetensors"
@@ -209,7 +210,7 @@ def test_two_imports_of_one_name_at_once_leave_the_first_intact(tmp_path: Path) 
     catalogs = [Catalog(st, data) for st in stores]
     barrier = threading.Barrier(2)
     results: list[object] = [None, None]
-    real_link = catalog_mod._link_or_copy
+    real_link = catalog_mod.link_or_copy
 
     def slow_link(*a: Any, **kw: Any) -> Any:
         barrier.wait(timeout=10)  # both imports are past the early check and copying
@@ -222,7 +223,7 @@ def test_two_imports_of_one_name_at_once_leave_the_first_intact(tmp_path: Path) 
             results[i] = e
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(catalog_mod, "_link_or_copy", slow_link)
+        mp.setattr(catalog_mod, "link_or_copy", slow_link)
         threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
         for t in threads:
             t.start()

@@ -4,6 +4,7 @@ llama-server starting with a compiled argv that turns on every optional flag."""
 from __future__ import annotations
 
 import socket
+import stat
 import struct
 import subprocess
 import time
@@ -27,6 +28,7 @@ from blazar.profile import (
     prepare,
     render_command,
     shard_paths,
+    socket_in_use,
 )
 from tests.conftest import Assets, free_port
 
@@ -273,6 +275,30 @@ def test_prepare(tmp_path: Path) -> None:
     prepare(spec)  # idempotent: keeps what the cache learned, never removes a file that is not a socket
     assert lookup.read_bytes() == b"learned" and sock_path.read_text() == "not a socket"
     prepare(LaunchSpec(("x",)))
+
+
+def test_a_socket_someone_listens_on_is_kept_and_the_launch_moves_to_tcp(tmp_path: Path) -> None:
+    """Another blazar on the same data directory runs this model: its engine's socket is live, so it is neither
+    removed nor reused; this launch takes a 127.0.0.1 port instead."""
+    sock_path = tmp_path / "m.sock"
+    spec = LaunchSpec(
+        ("srv", "--host", str(sock_path), "--api-key-file", "{api_key_file}"), socket_path=sock_path
+    )
+    assert not socket_in_use(sock_path)  # no file at all
+    with socket.socket(socket.AF_UNIX) as live:
+        live.bind(str(sock_path))
+        assert not socket_in_use(sock_path)  # bound, not listening: what a dead engine leaves
+        live.listen(0)
+        assert socket_in_use(sock_path)
+        prepare(spec)
+        assert stat.S_ISSOCK(sock_path.lstat().st_mode)  # kept
+    tcp = spec.on_tcp()
+    assert tcp.socket_path is None and tcp.argv_template == (
+        "srv", "--host", "127.0.0.1", "--port", "{port}", "--api-key-file", "{api_key_file}",
+    )  # fmt: skip
+    assert tcp.on_tcp() == tcp
+    prepare(spec)  # nobody listens now: removed
+    assert not sock_path.exists()
 
 
 def test_real_engine_accepts_a_full_profile(tmp_path: Path, assets: Assets) -> None:

@@ -7,8 +7,8 @@ shard, which is what engines load. A model directory (safetensors, quantized saf
 ``model_dir`` for which files one takes) is linked file by file into ``models/<name>/<tag>/``, built under
 ``models/.importing/`` and renamed into place whole, so no half-imported folder ever carries a name (an aside
 folder a killed import left is removed by the next import); the row points at the folder and its format is
-``engines.lanes.detect_format``'s. ``rm`` renames a folder aside before deleting it. It never starts engines or
-talks HTTP.
+``engines.lanes.detect_format``'s. ``rm`` renames a folder aside before deleting it. The on-disk side (layout,
+linking, staging, the name claim) is ``catalog_files``. It never starts engines or talks HTTP.
 
 Digests: the ``sha256`` column holds the hex sha256 of the model's weights, which the Ollama API serves as
 ``digest``. For one file it is the sha256 of the file, which is also the Hub's LFS sha256 of it. For a split
@@ -24,17 +24,13 @@ calling thread (the CLI), ``digest`` in a worker thread for the gateway, never o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import errno
-import fcntl
-import hashlib
 import logging
 import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +39,7 @@ import orjson
 
 from blazar import names
 from blazar._native import GgufError, read_gguf_metadata
+from blazar.catalog_files import ModelFiles, link_or_copy, storage_keys
 from blazar.digests import (
     HASH_BLOCK,
     CopyProgress,
@@ -54,8 +51,8 @@ from blazar.digests import (
 )
 from blazar.errors import CatalogError, ModelNotFound, StoreError
 from blazar.gguf_info import GgufSummary, summarize
-from blazar.model_dir import DirSummary, alive, dir_digest, inspect_dir, small_config
-from blazar.paths import DataDir, safe_component
+from blazar.model_dir import DirSummary, dir_digest, inspect_dir, small_config
+from blazar.paths import DataDir
 from blazar.store import Store
 
 log = logging.getLogger("blazar.catalog")
@@ -135,81 +132,14 @@ def _check_sha256(value: str) -> str:
     return v
 
 
-def _link_or_copy(
-    src: Path, dest: Path, progress: CopyProgress | None, *, digest: bool = False
-) -> str | None:
-    """Put ``src`` at ``dest`` (a hard link, else a copy). With ``digest``, return the sha256 of the bytes:
-    hashed as they are copied, or read once after linking; ``dest`` is removed if that fails."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-        os.replace(tmp, dest)
-        linked = True
-    except OSError as e:
-        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-            raise CatalogError(f"cannot link {src} into the catalog: {e.strerror}") from None
-        linked = False
-    if linked:
-        if not digest:
-            return None
-        try:
-            return sha256_file(dest, progress)
-        except BaseException as e:  # an interrupted import leaves no file without a row
-            dest.unlink(missing_ok=True)
-            if isinstance(e, OSError):
-                raise CatalogError(f"cannot read {src} to hash it: {e.strerror or e}") from None
-            raise
-    h = hashlib.sha256() if digest else None
-    total = src.stat().st_size
-    done = 0
-    try:
-        with src.open("rb") as fi, tmp.open("wb") as fo:
-            while chunk := fi.read(8 << 20):
-                fo.write(chunk)
-                if h is not None:
-                    h.update(chunk)
-                done += len(chunk)
-                if progress:
-                    progress(done, total)
-        os.replace(tmp, dest)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise CatalogError(f"cannot copy {src} into the catalog: {e.strerror}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return None if h is None else h.hexdigest()
-
-
-def _storage_keys(name: str) -> set[tuple[str, str]]:
-    """Where a catalog name lands on disk: its weights under models/ (a file, or a folder for a split set) and
-    the run/, logs/, sessions/ and speccache/ entries of its chat and ``@embed`` children. ``safe_component``
-    writes '/', ':' and '@' all as '--', so two names can land in one place; compared case-folded, as a
-    case-insensitive file system compares them."""
-    base, _, tag = name.rpartition(":")
-    folder = f"{safe_component(base)}/{safe_component(tag)}"
-    keys = {
-        ("models", folder),
-        ("models", folder + ".gguf"),
-        ("run", safe_component(name)),
-        ("run", safe_component(name + "@embed")),
-    }
-    return {(where, key.casefold()) for where, key in keys}
-
-
 class Catalog:
     """Catalog operations over one store and data dir."""
 
     def __init__(self, store: Store, data: DataDir) -> None:
         self.store = store
         self.data = data
+        self.files = ModelFiles(data)
         self._filling: dict[Path, asyncio.Task[str | None]] = {}
-
-    def _file_for(self, name: str, suffix: str = ".gguf") -> Path:
-        base, _, tag = name.rpartition(":")
-        return self.data.models / safe_component(base) / f"{safe_component(tag)}{suffix}"
 
     def get(self, name: str) -> ModelRow:
         full = names.normalize(name)
@@ -224,9 +154,9 @@ class Catalog:
     def _check_free(self, full: str) -> None:
         """Refuse a new name whose files would be another model's: adding it would overwrite that model's weights,
         and removing either would delete the other's (``a/b`` and ``a--b``, ``smollm2`` and ``SmolLM2``)."""
-        mine = _storage_keys(full)
+        mine = storage_keys(full)
         for row in self.list():
-            if mine & _storage_keys(row.name):
+            if mine & storage_keys(row.name):
                 raise CatalogError(
                     f"model name '{full}' would share its files with '{row.name}' (on disk '/', ':' and '@' are "
                     "written as '--', and case may not count); pick another name"
@@ -248,16 +178,6 @@ class Catalog:
             )
         self._check_free(full)
 
-    @contextlib.contextmanager
-    def _claim(self, full: str) -> Iterator[None]:
-        """Held from the last check that ``full`` is free until its files are in place and its row is written,
-        across processes (an flock on ``catalog.lock`` in the data dir): of two imports of one name, the later is
-        refused instead of replacing or deleting the first one's files. The copy itself runs before, unlocked."""
-        with (self.data.root / "catalog.lock").open("a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            self._check_new(full)
-            yield
-
     def import_file(
         self,
         src: Path,
@@ -276,11 +196,11 @@ class Catalog:
         info = summarize(header)
         full = names.normalize(name) if name else names.default_name_for_file(src.stem)
         self._check_new(full)  # early, before a long copy; checked again under the claim
-        dest = self._file_for(full)
-        aside = self._aside()
+        dest = self.files.file_for(full)
+        aside = self.files.staging()
         try:
-            digest = _link_or_copy(src, aside / dest.name, progress, digest=known is None) or known
-            with self._claim(full):
+            digest = link_or_copy(src, aside / dest.name, progress, digest=known is None) or known
+            with self.files.claim(lambda: self._check_new(full)):
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(aside / dest.name, dest)
                 try:
@@ -320,18 +240,18 @@ class Catalog:
         full = names.normalize(name)
         self._check_new(full)  # early, before a long copy; checked again under the claim
         header = read_header(paths[0])
-        dest_dir = self._file_for(full, "")
-        aside = self._aside()
+        dest_dir = self.files.file_for(full, "")
+        aside = self.files.staging()
         try:
-            shard_digests = [_link_or_copy(p, aside / p.name, None, digest=compute) or "" for p in paths]
+            shard_digests = [link_or_copy(p, aside / p.name, None, digest=compute) or "" for p in paths]
             linked = [aside / p.name for p in paths]
             params = sum(int(str(read_header(d).get("parameter_count") or 0)) for d in linked)
             info = summarize({**header, "parameter_count": params})
             if compute:
                 digest = split_digest(shard_digests)
             size = sum(d.stat().st_size for d in linked)
-            self._place(
-                full,
+            self.files.place(
+                lambda: self._check_new(full),
                 aside,
                 dest_dir,
                 lambda: self._insert(full, dest_dir / paths[0].name, info, header, size=size, sha256=digest),
@@ -339,15 +259,6 @@ class Catalog:
         finally:
             shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
-
-    def _prune(self, directory: Path) -> None:
-        """Remove ``directory`` and its parents up to ``models/`` while they are empty."""
-        while directory != self.data.models and directory.is_relative_to(self.data.models):
-            try:
-                directory.rmdir()
-            except OSError:
-                return
-            directory = directory.parent
 
     def _insert(
         self,
@@ -447,13 +358,13 @@ class Catalog:
         self._check_new(full)  # early, before a long copy; checked again under the claim
         sizes = {f: (src / f).stat().st_size for f in summary.files}
         total, before = sum(sizes.values()), 0
-        dest = self._file_for(full, "")
-        aside = self._aside()
+        dest = self.files.file_for(full, "")
+        aside = self.files.staging()
         try:
             shas: dict[str, str] = {}
             for f in summary.files:
                 step = None if progress is None else (lambda d, _t, b=before: progress(b + d, total))
-                shas[f] = _link_or_copy(src / f, aside / f, step, digest=compute) or ""
+                shas[f] = link_or_copy(src / f, aside / f, step, digest=compute) or ""
                 before += sizes[f]
             if compute:
                 digest = dir_digest(shas)
@@ -464,8 +375,8 @@ class Catalog:
                 summary.quantization,
             )
             meta = small_config(summary.config)
-            self._place(
-                full,
+            self.files.place(
+                lambda: self._check_new(full),
                 aside,
                 dest,
                 lambda: self._write_row(
@@ -475,41 +386,6 @@ class Catalog:
         finally:
             shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
-
-    def _place(self, full: str, aside: Path, dest: Path, write_row: Callable[[], None]) -> None:
-        """Under the name's claim: rename the staged folder ``aside`` to ``dest`` and ``write_row``; a failure
-        removes the folder again."""
-        with self._claim(full):
-            self._discard(dest)  # a folder no row names: left by a crash between the rename and the row
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(aside, dest)
-            try:
-                write_row()
-            except BaseException:
-                self._discard(dest)
-                self._prune(dest.parent)
-                raise
-
-    def _aside(self) -> Path:
-        """A fresh folder under ``models/.importing/`` (same filesystem, so renaming it into place is atomic);
-        folders there whose process is gone are removed first."""
-        root = self.data.models / ".importing"
-        root.mkdir(parents=True, exist_ok=True)
-        for old in root.iterdir():
-            pid = old.name.partition("-")[0]
-            if pid.isdigit() and not alive(int(pid)):
-                shutil.rmtree(old, ignore_errors=True)
-        aside = root / f"{os.getpid()}-{os.urandom(6).hex()}"
-        aside.mkdir()
-        return aside
-
-    def _discard(self, folder: Path) -> None:
-        """Remove a model folder: renamed aside first, so it is never seen half-deleted under its name."""
-        if not folder.is_dir():
-            return
-        gone = self._aside()
-        os.rename(folder, gone / folder.name)
-        shutil.rmtree(gone, ignore_errors=True)
 
     def copy(self, src_name: str, dest_name: str) -> ModelRow:
         """A second name for the same weights, as a hard link (zero copy on one filesystem).
@@ -529,8 +405,8 @@ class Catalog:
         if self.find(full) is not None:
             raise CatalogError(f"model '{full}' already exists")
         self._check_free(full)
-        dest = self._file_for(full)
-        _link_or_copy(src.path, dest, None)
+        dest = self.files.file_for(full)
+        link_or_copy(src.path, dest, None)
         try:
             header = read_header(dest)
             self._insert(full, dest, summarize(header), header, sha256=src.sha256)
@@ -545,12 +421,12 @@ class Catalog:
             self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))
             self.store.conn.execute("DELETE FROM profiles WHERE model = ?", (row.name,))
         if row.path.is_relative_to(self.data.models) and row.path.is_dir():
-            self._discard(row.path)
-            self._prune(row.path.parent)
+            self.files.discard(row.path)
+            self.files.prune(row.path.parent)
         elif row.path.is_relative_to(self.data.models):
             for p in split_set(row.path) or [row.path]:
                 p.unlink(missing_ok=True)
-            self._prune(row.path.parent)
+            self.files.prune(row.path.parent)
         return row
 
     # -- digests of rows written before they were recorded ------------------------------------------------

@@ -2,11 +2,12 @@
 
 It reads the config (defaults, then the model's ``[models."name:tag"]`` override), the model's GGUF metadata and a
 ``Hardware`` snapshot, and returns a ``LaunchSpec``: an argv template with ``{port}`` and ``{api_key_file}``
-placeholders, the fitted context and the memory estimate behind it. Compiling has no side effects; ``prepare``
-does the few the engine needs before it starts (the slot save directory, an empty lookup cache file, a stale unix
-socket removed). Spawning is the supervisor's job. The llama-cpp compiler is here; mistralrs, sglang and mlx are
-compiled in ``profile_lanes.py``; each lane's flags come from its builder in ``engines/argv.py``, which the install
-gate shares.
+placeholders (a llama-server that can listens on ``run/<key>.sock`` instead of a port), the fitted context and the
+memory estimate behind it. Compiling has no side effects; ``prepare`` does the few the engine needs before it
+starts (the slot save directory, an empty lookup cache file, a unix socket a dead child left removed). Spawning is
+the supervisor's job. The llama-cpp compiler is here; mistralrs, sglang and mlx are compiled in
+``profile_lanes.py``; each lane's flags come from its builder in ``engines/argv.py``, which the install gate
+shares.
 
 Every llama-server flag used here was checked against ``llama-server --help`` of the build the tests run.
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 import logging
 import re
 import shlex
+import socket
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from blazar._native import GgufError, read_gguf_metadata
@@ -78,6 +80,16 @@ class LaunchSpec:
             return True
         return any(a in _VISION_FLAGS for a in self.argv_template)
 
+    def on_tcp(self) -> LaunchSpec:
+        """The same launch on a 127.0.0.1 port instead of its unix socket (``--host SOCK`` becomes
+        ``--host 127.0.0.1 --port {port}``)."""
+        if self.socket_path is None:
+            return self
+        argv = list(self.argv_template)
+        at = argv.index("--host")
+        argv[at : at + 2] = ["--host", lane_argv.HOST, "--port", "{port}"]
+        return replace(self, argv_template=tuple(argv), socket_path=None)
+
     def argv(self, *, port: int, api_key_file: Path) -> list[str]:
         """The argv with the placeholders filled. It also runs ``prepare(self)`` (idempotent), so a spawn that
         does not call ``prepare`` itself still finds the slot save directory and lookup cache in place."""
@@ -102,12 +114,26 @@ def prepare(spec: LaunchSpec) -> None:
     if spec.lookup_cache is not None:
         spec.lookup_cache.parent.mkdir(parents=True, exist_ok=True)
         spec.lookup_cache.touch(exist_ok=True)
-    if spec.socket_path is not None:
+    if spec.socket_path is not None and not socket_in_use(spec.socket_path):
         try:
             if stat.S_ISSOCK(spec.socket_path.lstat().st_mode):
                 spec.socket_path.unlink()
         except FileNotFoundError:
             pass
+
+
+def socket_in_use(path: Path) -> bool:
+    """Whether a process listens on the unix socket ``path`` (a live engine, maybe another blazar's on the same
+    data directory), as opposed to a socket file a dead one left behind."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.setblocking(False)  # never waits: a full backlog (EAGAIN) still means someone listens
+        try:
+            s.connect(str(path))
+        except BlockingIOError:
+            return True
+        except OSError:  # refused (nobody listens), missing, not a socket
+            return False
+        return True
 
 
 def shard_paths(path: Path) -> list[Path]:

@@ -15,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import Daemon, pid_alive, wait_for
+from tests.conftest import Daemon, free_port, pid_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -187,3 +187,35 @@ def test_a_model_removed_by_the_cli_is_refused_within_the_recheck(daemon_factory
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 404, r.text
     assert "model 'smollm2:latest' not found" in r.json()["error"]["message"]
+
+
+def test_two_daemons_on_one_data_directory_each_get_an_engine(daemon_factory: object) -> None:
+    """The second daemon finds the first one's engine socket live: it neither removes it nor binds there, and
+    starts its own engine on a TCP port. Both keep answering."""
+    assert callable(daemon_factory)
+    a: Daemon = daemon_factory()
+    assert httpx.post(a.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    sock = a.data_dir / "run" / "smollm2--latest.sock"
+    [a_pid] = a.child_pids()
+    b = Daemon(root=a.root / "second", env={**a.env, "BLAZAR_PORT": str(free_port())}, port=0)
+    b.port = int(b.env["BLAZAR_PORT"])
+    b.root.mkdir()
+    b.start()
+    try:
+        r = httpx.post(b.url + "/v1/chat/completions", json=CHAT, timeout=60)
+        assert r.status_code == 200, r.text
+        b_engine = next(
+            p
+            for p in psutil.Process(b.proc.pid).children()
+            if "--model" in p.cmdline()  # type: ignore[union-attr]
+        )
+        argv = b_engine.cmdline()
+        assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--port" in argv
+        assert "in use by another process" in b.log.read_text()
+        assert stat.S_ISSOCK(sock.lstat().st_mode) and pid_alive(a_pid)
+        for d in (a, b):
+            assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    finally:
+        b.stop()
+    assert httpx.post(a.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    assert stat.S_ISSOCK(sock.lstat().st_mode)  # the second daemon's stop left the first one's socket alone

@@ -23,7 +23,7 @@ import aiohttp
 
 from blazar.errors import ChildError
 from blazar.paths import DataDir
-from blazar.profile import LaunchSpec
+from blazar.profile import LaunchSpec, socket_in_use
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS, Links
 
 logger = logging.getLogger("blazar.supervisor")
@@ -102,6 +102,14 @@ class Child:
         self.state = State.STARTING
         self.api_key = secrets.token_urlsafe(32)
         sock = self.spec.socket_path
+        if sock is not None and socket_in_use(sock):
+            logger.warning(
+                "%s is in use by another process (another blazar on this data directory?); %s gets a TCP port",
+                sock.name,
+                self.key,
+            )
+            self.spec = self.spec.on_tcp()
+            sock = None
         if sock is not None:
             self.port = 0
             self.base_url = "http://localhost"
@@ -220,10 +228,11 @@ class Child:
             self.state = State.STOPPED
 
     def _remove_socket(self) -> None:
-        """The engine's unix socket, which it leaves behind: removed only if it is a socket."""
+        """The engine's unix socket, which it leaves behind: removed if it is a socket nobody listens on (not one
+        another process bound there since this engine exited)."""
         sock = self.spec.socket_path
         if sock is None:
             return
         with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(sock.lstat().st_mode):
+            if stat.S_ISSOCK(sock.lstat().st_mode) and not socket_in_use(sock):
                 sock.unlink()
