@@ -62,6 +62,7 @@ def _admit(
     deadline_ms: float | None = None,
     body_len: int = 0,
     max_wait_s: float = 60.0,
+    holds: int = 1,
 ) -> Coroutine[Any, Any, Lease]:
     return adm.admit(
         model,
@@ -73,6 +74,7 @@ def _admit(
         deadline_ms=deadline_ms,
         body_len=body_len,
         max_wait_s=max_wait_s,
+        holds=holds,
     )
 
 
@@ -101,6 +103,25 @@ def test_waiter_starts_when_a_slot_frees(run: Run) -> None:
         assert second.ticket.admitted and second.waited_s >= 0.0
         assert adm.stats()["m"].running == 1
         second.release()
+
+    run(main())
+
+
+def test_a_request_for_n_choices_holds_n_slots(run: Run) -> None:
+    """OpenAI n=2 on a two-slot model: llama-server runs each choice in a slot, so the next request queues in
+    Blazar (within its deadline and fair share) rather than inside the engine."""
+
+    async def main() -> None:
+        adm = Admission()
+        two = await _admit(adm, slots=2, holds=2)
+        assert adm.stats()["m"].running == 2
+        task = asyncio.create_task(_admit(adm, slots=2))
+        await _settle()
+        assert not task.done() and adm.stats()["m"].waiting == 1
+        two.release()
+        one = await task
+        assert adm.stats()["m"].running == 1
+        one.release()
 
     run(main())
 

@@ -473,6 +473,42 @@ def test_release_is_idempotent() -> None:
     assert sched.running == 0
 
 
+# ---- tickets that hold several slots (OpenAI n > 1) ----
+
+
+def test_a_ticket_for_n_slots_waits_for_n_free_and_nothing_passes_it() -> None:
+    sched = Scheduler(3)
+    first = _enq(sched, "k", s.NORMAL, INTERACTIVE, 0.0)
+    two = _enq(sched, "k", s.NORMAL, INTERACTIVE, 1.0, slots=2)
+    assert sched.admit_ready() == [first, two] and sched.running == 3
+    assert (first.slots, two.slots) == (1, 2)
+    three = _enq(sched, "k", s.NORMAL, INTERACTIVE, 2.0, slots=3)
+    one = _enq(sched, "k", s.NORMAL, INTERACTIVE, 3.0)
+    sched.release(
+        first
+    )  # one slot free: the 3-slot ticket is next and does not fit; the 1-slot one waits too
+    assert sched.admit_ready() == [] and sched.running == 2
+    sched.release(two)  # its two slots come back
+    assert sched.admit_ready() == [three] and sched.running == 3
+    sched.release(three)
+    assert sched.admit_ready() == [one] and sched.running == 1
+
+
+def test_more_slots_than_the_model_has_takes_all_of_them() -> None:
+    sched = Scheduler(2)
+    big = _enq(sched, "k", s.NORMAL, RAWLONG, 0.0, slots=5)
+    after = _enq(sched, "k", s.NORMAL, INTERACTIVE, 1.0)
+    assert sched.admit_ready() == [after]  # interactive ranks first: it takes one slot
+    assert sched.admit_ready() == []  # the 5-slot RawLong ticket needs both
+    sched.release(after)
+    assert sched.admit_ready() == [big] and (sched.running, sched.running_raw) == (2, 2)
+    sched.release(big)
+    sched.release(big)  # idempotent: frees what it held, once
+    assert (sched.running, sched.running_raw) == (0, 0)
+    with pytest.raises(ValueError, match="at least one slot"):
+        sched.ticket("k", 1.0, s.NORMAL, INTERACTIVE, 0.0, slots=0)
+
+
 # ---- oracle: the pure-Python baseline admits the same tickets in the same order ----
 
 

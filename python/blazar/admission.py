@@ -186,15 +186,17 @@ class Admission:
         deadline_ms: float | None,
         body_len: int,
         max_wait_s: float,
+        holds: int = 1,
     ) -> Lease:
-        """Queue a request for ``model_key`` and wait until it may start, at most ``max_wait_s``.
+        """Queue a request for ``model_key`` and wait until it may start, at most ``max_wait_s``. It takes
+        ``holds`` of the model's ``slots`` (an OpenAI request for n choices takes n, at most all of them).
 
         Raises ``AllSlotsBusy`` when the wait runs out (the request leaves the queue), and re-raises
         cancellation (a client gone) after taking the request out of the queue or freeing a slot it just got.
         """
         sched = self.scheduler(model_key, slots)
         start = self._clock()
-        t = sched.ticket(key, weight, priority, work_class, start, deadline_ms, body_len)
+        t = sched.ticket(key, weight, priority, work_class, start, deadline_ms, body_len, holds)
         sched.enqueue(t)
         self._wake(sched.admit_ready())
         if t.admitted:

@@ -7,7 +7,9 @@ Owns: priority classes and their SLO tiers, work classes and their rank, the Raw
 and knows no event loop, clock, socket or log: callers pass ``now`` in monotonic seconds and act on the tickets
 it hands back (``blazar.admission`` wraps it for asyncio).
 
-Order of admission, for one model with N slots:
+Order of admission, for one model with N slots. A ticket takes ``slots`` of them (an OpenAI request for n
+choices: llama-server runs each in a slot of its own), at most N; the next ticket in order waits until that many
+are free, and nothing behind it passes it.
 
 1. Band: (priority, class rank). HIGH before NORMAL before LOW; within a priority Tool before Interactive before
    RawLong. The first non-empty band goes first.
@@ -106,6 +108,8 @@ cdef class Ticket:
     cdef readonly double deadline
     cdef readonly long long seq
     cdef readonly bint strict
+    cdef readonly int slots          # slots it asks for; ``held`` is what it got (at most the model's N)
+    cdef int held
     cdef public object waiter
     cdef int state
     cdef int band
@@ -339,8 +343,10 @@ cdef class Scheduler:
         double now,
         object deadline_ms=None,
         Py_ssize_t body_len=0,
+        int slots=1,
     ):
-        """A new ticket: priority demoted one class for bodies over 64 KiB; deadline explicit (strict) or SLO."""
+        """A new ticket: priority demoted one class for bodies over 64 KiB; deadline explicit (strict) or SLO;
+        ``slots`` parallel slots to hold while it runs (more than the model has means all of them)."""
         cdef double ms
         cdef Ticket t
         if not (weight > 0.0 and isfinite(weight)):
@@ -349,6 +355,8 @@ cdef class Scheduler:
             raise ValueError(f"unknown priority class {priority}")
         if work_class < 0 or work_class > 2:
             raise ValueError(f"unknown work class {work_class}")
+        if slots < 1:
+            raise ValueError(f"a request holds at least one slot, got {slots}")
         if body_len > _LARGE_BODY and priority < 2:
             priority += 1
         t = Ticket.__new__(Ticket)
@@ -356,6 +364,8 @@ cdef class Scheduler:
         t.weight = weight
         t.priority = priority
         t.work_class = work_class
+        t.slots = slots
+        t.held = 0
         if deadline_ms is None:
             t.deadline = now + _TIER_S[priority * 3 + work_class]
             t.strict = False
@@ -422,7 +432,8 @@ cdef class Scheduler:
         """Admit, in order, every waiting ticket that may start now; each is marked admitted and counted running."""
         cdef list out = []
         cdef unsigned int m
-        cdef int b
+        cdef int b, need
+        cdef Ticket t
         while self._running < self._slots and self._waiting > 0:
             m = self._mask
             if self._waiting > self._waiting_raw and self._running_raw >= self._ceiling:
@@ -432,29 +443,39 @@ cdef class Scheduler:
             b = 0
             while not (m & (1u << b)):
                 b += 1
-            out.append(self._pop_band(b))
+            t = self._head(b)
+            need = t.slots if t.slots < self._slots else self._slots
+            if self._running + need > self._slots:
+                break  # it waits for enough free slots, and nothing passes it
+            self._pop(b, t, need)
+            out.append(t)
         return out
 
-    cdef Ticket _pop_band(self, int b):
+    cdef Ticket _head(self, int b):
+        """The ticket band ``b`` would admit next: its earliest strict deadline, or its fair-share pick."""
         cdef _Heap strict = <_Heap>self._band_strict[b]
         cdef _Heap keys = <_Heap>self._band_keys[b]
         cdef Ticket s = None
         cdef Ticket t = None
-        cdef _Flow f = None
-        cdef _Key ks
-        cdef unsigned int act
-        cdef int i
         if strict.n > 0:
             s = <Ticket>strict.a[0]
         if keys.n > 0:
-            f = <_Flow>keys.a[0]
-            t = <Ticket>f.a[0]
+            t = <Ticket>(<_Flow>keys.a[0]).a[0]
         if s is not None and (t is None or _t_before(s, t)):
-            t = s
-            _remove(strict, t)
-            ks = t.ks
+            return s
+        return t
+
+    cdef void _pop(self, int b, Ticket t, int need) except *:
+        """Admit ``t``, the head of band ``b``, holding ``need`` slots."""
+        cdef _Heap keys = <_Heap>self._band_keys[b]
+        cdef _Flow f
+        cdef _Key ks = t.ks
+        cdef unsigned int act
+        cdef int i
+        if t.strict:
+            _remove(<_Heap>self._band_strict[b], t)
         else:
-            ks = f.ks
+            f = t.flow
             self._vtime = ks.credit
             _remove(f, t)
             t.flow = None
@@ -466,11 +487,12 @@ cdef class Scheduler:
             ks.wfq_waiting -= 1
         ks.waiting -= 1
         t.state = _RUNNING
+        t.held = need
         self._waiting -= 1
-        self._running += 1
+        self._running += need
         if t.work_class == _RAW:
             self._waiting_raw -= 1
-            self._running_raw += 1
+            self._running_raw += need
         self._band_n[b] -= 1
         if self._band_n[b] == 0:
             self._mask &= ~(1u << b)
@@ -486,7 +508,6 @@ cdef class Scheduler:
             i += 1
         if ks.credit > _CREDIT_RESET:
             self._rebase(ks)
-        return t
 
     cdef void _rebase(self, _Key crossed) except *:
         cdef double lo = crossed.credit
@@ -526,9 +547,9 @@ cdef class Scheduler:
             raise ValueError("this ticket belongs to another scheduler")
         if t.state == _RUNNING:
             t.state = _RELEASED
-            self._running -= 1
+            self._running -= t.held
             if t.work_class == _RAW:
-                self._running_raw -= 1
+                self._running_raw -= t.held
         elif t.state == _WAITING:
             self.cancel(t)
 
