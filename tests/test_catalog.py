@@ -16,7 +16,8 @@ import pytest
 
 from blazar import catalog as catalog_mod
 from blazar import catalog_files
-from blazar.catalog import Catalog, DigestCancelled, ModelRow, sha256_file, split_digest
+from blazar.catalog import Catalog, DigestCancelled, ModelRow, split_digest
+from blazar.digests import sha256_file
 from blazar.errors import CatalogError, ModelNotFound
 from blazar.paths import DataDir
 from blazar.store import LATEST_SCHEMA_VERSION, MIGRATIONS, Store

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
+import aiohttp
 import pytest
 
 from blazar.gateway import proxy
@@ -146,7 +148,9 @@ def test_a_pooled_connection_closed_under_a_request_is_retried_once() -> None:
             inflight=0,
             last_used=0.0,
         )
-        sup = SimpleNamespace(cfg=SimpleNamespace(child_header_timeout_secs=5))
+        sup = SimpleNamespace(
+            cfg=SimpleNamespace(child_header_timeout_secs=5), data=SimpleNamespace(root=Path("/nonexistent"))
+        )
         sup.lease = lambda c: contextlib.nullcontext(c)
         status, data = await forward_whole(sup, child, "/v1/chat/completions", b"{}")  # type: ignore[arg-type]
         assert (status, data, _DropFirst.seen) == (200, b'{"ok": true}', 2)
@@ -211,3 +215,36 @@ def test_the_props_probe_holds_a_lease_on_the_child(monkeypatch: pytest.MonkeyPa
     sup = SimpleNamespace(lease=lambda c: Supervisor.lease(sup, c))  # type: ignore[arg-type]
     assert asyncio.run(forced_tools.template_emits_tool_calls(sup, child))  # type: ignore[arg-type]
     assert seen == [1] and child.inflight == 0
+
+
+def test_a_get_to_a_stopped_unix_socket_child_is_a_502_without_the_data_directory(tmp_path: Path) -> None:
+    """The child's own aiohttp session (over its unix socket) was closed by a reap or eviction after this request
+    got the child: a 502 naming no server path, never a 500 from the closed session."""
+    from blazar.gateway.proxy import get_whole
+
+    async def main() -> None:
+        sock = tmp_path / "data" / "run" / "m.sock"
+        sock.parent.mkdir(parents=True)
+
+        async def reap(c: object) -> bool:
+            return False
+
+        sup = SimpleNamespace(
+            cfg=SimpleNamespace(child_header_timeout_secs=5),
+            data=SimpleNamespace(root=tmp_path / "data"),
+            reap=reap,
+        )
+        for closed in (False, True):
+            http = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock)))
+            child = SimpleNamespace(
+                model="m:latest", key="m:latest", http=http, base_url="http://localhost", api_key="k"
+            )
+            if closed:
+                await http.close()
+            with pytest.raises(HttpError) as exc:
+                await get_whole(sup, child, "/props")  # type: ignore[arg-type]
+            await http.close()
+            assert exc.value.status == 502 and str(tmp_path) not in exc.value.message, exc.value.message
+            assert ("<data dir>/run/m.sock" in exc.value.message) is not closed, exc.value.message
+
+    asyncio.run(main())

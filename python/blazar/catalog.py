@@ -45,7 +45,6 @@ from blazar.digests import (
     CopyProgress,
     DigestCancelled,
     model_digest,
-    sha256_file,
     split_digest,
     split_set,
 )
@@ -63,7 +62,6 @@ __all__ = [
     "DigestCancelled",
     "ModelRow",
     "model_digest",
-    "sha256_file",
     "split_digest",
     "split_set",
 ]

@@ -48,6 +48,7 @@ class DataDir:
     def ensure(self) -> DataDir:
         for p in (self.root, self.models, self.engines, self.run, self.logs):
             p.mkdir(parents=True, exist_ok=True)
+        self.run.chmod(0o700)  # the engines' API key files and unix sockets: this user's only
         return self
 
     def run_file(self, model: str, suffix: str) -> Path:

@@ -290,7 +290,9 @@ def compile_llama_cpp(
     data = cfg.data_dir
     slot_dir = data / "sessions" / safe_component(model.name)
     sock = DataDir(data).run_file(child_key(model.name, embeddings), "sock")
-    unix = lane_argv.serves_unix_socket(engine.kind, engine.version) and lane_argv.socket_fits(sock)
+    unix = lane_argv.serves_unix_socket(
+        engine.kind, engine.version, engine.lane_class
+    ) and lane_argv.socket_fits(sock)
     argv = lane_argv.llama_cpp(
         engine.path,
         model.path,

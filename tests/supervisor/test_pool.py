@@ -100,3 +100,39 @@ def test_an_engine_that_exits_while_starting_is_taught_without_server_paths(tmp_
     assert "exited with code 3" in message and "logs/m--latest.log in blazar's data directory" in message
     assert "loading model from <data dir>/models/m/latest.gguf" in message
     assert str(data.root) not in message
+
+
+def test_an_engine_that_cannot_bind_its_socket_is_started_again_on_a_port(tmp_path: Path) -> None:
+    """A build that claims sockets but cannot bind one (or a second daemon won the race for the path): the child
+    is started once more on a 127.0.0.1 port and serves from there."""
+    data = DataDir(tmp_path / "data").ensure()
+    sock = data.run_file("m:latest", "sock")
+    upstream = Path(__file__).resolve().parents[2] / "benches" / "baselines" / "fake_upstream.py"
+    engine = tmp_path / "engine.py"
+    engine.write_text(
+        "import runpy, sys\n"
+        "host = sys.argv[sys.argv.index('--host') + 1]\n"
+        "if host.endswith('.sock'):\n"
+        '    print(f"couldn\'t bind HTTP server socket, hostname: {host}, port: 8080", flush=True)\n'
+        "    sys.exit(1)\n"
+        f"sys.argv[0] = {str(upstream)!r}\n"
+        f"runpy.run_path({str(upstream)!r}, run_name='__main__')\n"
+    )
+    spec = LaunchSpec((sys.executable, str(engine), "--host", str(sock)), socket_path=sock)
+    child = Child("m:latest", "m:latest", spec, data)
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as http:
+            await child.start(http, timeout=20)
+            try:
+                assert child.state is State.READY and child.spec.socket_path is None and child.port > 0
+                assert child.http is http  # the socket attempt's own session was closed with it
+                conn, status = await child.links.exchange("/v1/chat/completions", b'{"messages": []}')
+                assert status == 200
+                await child.links.body(conn)
+            finally:
+                await child.stop(grace=2)
+
+    asyncio.run(main())
+    log = data.log_file("m:latest").read_text()
+    assert log.count("--- blazar: starting m:latest") == 2 and "on socket run/m--latest.sock" in log

@@ -22,7 +22,7 @@ from rich.progress import (
 
 from blazar.catalog import Catalog
 from blazar.cli.common import console, handles_errors, is_tty, opened
-from blazar.engines import build, check, gate, installer, registry, removal
+from blazar.engines import argv, build, check, gate, installer, registry, removal
 from blazar.engines.download import Progress as DownloadProgress
 from blazar.engines.manifest import MANIFEST_ENV, load_manifest
 
@@ -105,12 +105,7 @@ def add_cmd(
 ) -> None:
     """Register an engine binary you already have."""
     with opened() as (_cfg, data, store):
-        try:  # what it says it is: a llama-server build recent enough listens on a unix socket
-            version: str | None = gate.check_version(path, data.root)
-        except gate.GateFailed:
-            version = None
-        if version == gate.NO_VERSION:
-            version = None
+        version = llama_server_build(path, data.root) if kind == "llama-cpp" else None
         row = registry.add(
             store,
             kind=kind,
@@ -125,6 +120,16 @@ def add_cmd(
     console.print(
         f"added {row.kind} {row.tag}: {row.path}{' (active)' if row.active else ''}", highlight=False
     )
+
+
+def llama_server_build(binary: Path, cwd: Path) -> str | None:
+    """``b<N>``, the build ``binary --version`` names (a recent enough llama-server listens on a unix socket);
+    None when it names none or does not run."""
+    try:
+        number = argv.build_number(gate.check_version(binary, cwd))
+    except gate.GateFailed:
+        return None
+    return None if number is None else f"b{number}"
 
 
 @app.command("use")

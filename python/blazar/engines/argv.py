@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,9 +42,9 @@ UNIX_SOCKET_BUILD = 5000
 """The first llama.cpp build number (rounded up) whose ``llama-server`` listens on a unix socket when ``--host``
 ends in ``.sock`` (llama.cpp pull request 12613, merged March 2025)."""
 
-SOCKET_PATH_MAX = 100
-"""The longest socket path used, in bytes: ``sun_path`` holds 108 on Linux and 104 on macOS, its NUL included.
-A longer one (a deep data directory) means the child listens on TCP."""
+SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
+"""The longest socket path, in bytes: ``sun_path`` holds 108 on Linux and 104 on macOS and the BSDs, its NUL
+included. A longer one (a deep data directory) means the child listens on TCP."""
 
 _BUILD = (
     re.compile(r"\(build (\d+)\b"),  # version: 0.6.0-dev (build 11434, commit ...)
@@ -63,10 +64,10 @@ def build_number(version: str | None) -> int | None:
     return None
 
 
-def serves_unix_socket(kind: str, version: str | None) -> bool:
-    """Whether an engine of ``kind`` at ``version`` can listen on a unix socket (only ``llama-server`` does,
-    from ``UNIX_SOCKET_BUILD``; an unknown version is taken as unable)."""
-    build = build_number(version) if kind == "llama-cpp" else None
+def serves_unix_socket(kind: str, version: str | None, lane_class: str = "mainstream") -> bool:
+    """Whether an engine of ``kind`` at ``version`` can listen on a unix socket: mainstream ``llama-server`` from
+    ``UNIX_SOCKET_BUILD`` (a fork numbers its builds its own way; an unknown version is taken as unable)."""
+    build = build_number(version) if kind == "llama-cpp" and lane_class == "mainstream" else None
     return os.name == "posix" and build is not None and build >= UNIX_SOCKET_BUILD
 
 

@@ -28,9 +28,6 @@ GATE_CTX = 512
 """The llama-cpp gate's context: enough for its one short generation, small enough to start fast."""
 
 
-NO_VERSION = "(no version printed)"
-
-
 class GateFailed(EngineError):
     """The new engine did not pass the regression gate; nothing was recorded."""
 
@@ -96,7 +93,9 @@ def check_version(binary: Path, cwd: Path) -> str:
     if r.returncode != 0:
         raise GateFailed(f"`{binary.name} --version` exited {r.returncode}: {_tail(out) or '(no output)'}")
     lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
-    return next((ln for ln in lines if "version" in ln.lower()), lines[0] if lines else NO_VERSION)
+    return next(
+        (ln for ln in lines if "version" in ln.lower()), lines[0] if lines else "(no version printed)"
+    )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

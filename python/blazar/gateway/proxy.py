@@ -57,7 +57,8 @@ async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> H
             f" the next request restarts it; see {sup.data.log_name(child.key)}",
             "engine_error",
         )
-    return HttpError(502, f"engine for '{child.model}' failed: {exc}", "engine_error")
+    reason = str(exc).replace(str(sup.data.root), "<data dir>")  # a unix socket's error names its path
+    return HttpError(502, f"engine for '{child.model}' failed: {reason}", "engine_error")
 
 
 def _engine_error(status: int, body: bytes) -> HttpError:
@@ -158,8 +159,11 @@ async def _unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
 
 async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, bytes, str]:
     """A GET to the child (``/props`` and the like): (status, body, content-type); non-2xx is an HttpError."""
+    http = child.http or sup.http
+    if http.closed:  # the child was stopped (reaped, evicted) since this request got it
+        raise await _engine_failed(sup, child, ConnectionError("its connection was closed")) from None
     try:
-        async with (child.http or sup.http).get(
+        async with http.get(
             child.base_url + path,
             headers={"authorization": f"Bearer {child.api_key}"},
             timeout=aiohttp.ClientTimeout(total=float(sup.cfg.child_header_timeout_secs)),

@@ -29,6 +29,13 @@ from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS, Links
 logger = logging.getLogger("blazar.supervisor")
 
 
+START_MARK = "--- blazar: starting "
+"""Written to the engine log before each start; the start's own lines follow it."""
+
+BIND_FAILED = "couldn't bind HTTP server socket"
+"""llama-server's log line when it cannot listen where it was told (``server-http.cpp``)."""
+
+
 class State(enum.Enum):
     STOPPED = "stopped"
     STARTING = "starting"
@@ -98,9 +105,12 @@ class Child:
             return False
 
     async def start(self, http: aiohttp.ClientSession, timeout: float) -> None:
-        """Spawn the engine and wait until its health endpoint answers 200, or raise ChildError."""
+        """Spawn the engine and wait until its health endpoint answers 200, or raise ChildError.
+
+        On a unix socket another process listens on (another blazar on this data directory), or that the engine
+        could not bind (a build that does not take sockets after all, or a second daemon starting the same model
+        at the same moment), it starts on a 127.0.0.1 port instead."""
         self.state = State.STARTING
-        self.api_key = secrets.token_urlsafe(32)
         sock = self.spec.socket_path
         if sock is not None and socket_in_use(sock):
             logger.warning(
@@ -109,23 +119,29 @@ class Child:
                 self.key,
             )
             self.spec = self.spec.on_tcp()
-            sock = None
-        if sock is not None:
-            self.port = 0
-            self.base_url = "http://localhost"
-            http = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(
-                    path=str(sock), limit=0, keepalive_timeout=ENGINE_KEEPALIVE_SECS
-                )
+        t0 = time.monotonic()
+        try:
+            await self._launch(http, timeout)
+        except ChildError:
+            if self.spec.socket_path is None or BIND_FAILED not in self._last_start_log():
+                raise
+            logger.warning(
+                "engine for %s could not bind its unix socket; starting it on a TCP port", self.key
             )
-            self.http = http
-            self._own_http = True
-            self.links = Links(sock, self.api_key)
-        else:
-            self.port = free_port()
-            self.base_url = f"http://127.0.0.1:{self.port}"
-            self.http = http
-            self.links = Links(self.port, self.api_key)
+            self.spec = self.spec.on_tcp()
+            self.state = State.STARTING
+            await self._launch(http, timeout)
+        self.load_seconds = time.monotonic() - t0
+        self.started_at = time.time()
+        self.last_used = time.monotonic()
+        self.state = State.READY
+
+    async def _launch(self, http: aiohttp.ClientSession, timeout: float) -> None:
+        self.api_key = secrets.token_urlsafe(32)
+        sock = self.spec.socket_path
+        self.port = 0 if sock is not None else free_port()
+        self.base_url = "http://localhost" if sock is not None else f"http://127.0.0.1:{self.port}"
+        self.links = Links(sock if sock is not None else self.port, self.api_key)
         self.request_headers = {"authorization": f"Bearer {self.api_key}", "content-type": "application/json"}
         key_file = self.data.run_file(self.key, "apikey")
         key_file.unlink(missing_ok=True)
@@ -134,9 +150,8 @@ class Child:
             f.write(self.api_key)
         log_path = self.data.log_file(self.key)
         argv = self.spec.argv(port=self.port, api_key_file=key_file)
-        t0 = time.monotonic()
         with log_path.open("ab") as log:
-            log.write(f"\n--- blazar: starting {self.key} on {self.address}\n".encode())
+            log.write(f"\n{START_MARK}{self.key} on {self.address}\n".encode())
             log.flush()
             try:
                 self.proc = await asyncio.create_subprocess_exec(
@@ -154,16 +169,26 @@ class Child:
                     " check `blazar engine ls` and the daemon log"
                 ) from None
         self.data.run_file(self.key, "pid").write_text(str(self.proc.pid))
+        if (
+            sock is not None
+        ):  # its own session for the GETs; closed by stop, which every failure below reaches
+            http = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(
+                    path=str(sock), limit=0, keepalive_timeout=ENGINE_KEEPALIVE_SECS
+                )
+            )
+            self._own_http = True
+        self.http = http
         try:
             await self._wait_healthy(http, timeout)
         except BaseException:
             await self.stop(grace=2.0)
             self.state = State.CRASHED
             raise
-        self.load_seconds = time.monotonic() - t0
-        self.started_at = time.time()
-        self.last_used = time.monotonic()
-        self.state = State.READY
+
+    def _last_start_log(self) -> str:
+        """The engine log since the last start's mark."""
+        return log_tail(self.data.log_file(self.key), lines=200).rpartition(START_MARK)[2]
 
     async def _wait_healthy(self, http: aiohttp.ClientSession, timeout: float) -> None:
         assert self.proc is not None
@@ -222,6 +247,7 @@ class Child:
         for suffix in ("pid", "apikey"):
             self.data.run_file(self.key, suffix).unlink(missing_ok=True)
         if self._own_http and self.http is not None:
+            self._own_http = False
             await self.http.close()
         self._remove_socket()
         if self.state is not State.CRASHED:
