@@ -39,6 +39,7 @@ def serve(cfg: Config, config_path: Path) -> int:
         print(str(e), file=sys.stderr, flush=True)
         return EXIT_BIND_CONFLICT
     data = DataDir(cfg.data_dir).ensure()
+    data.sweep_run()
     store = Store.open(data.db)
     sup = Supervisor(cfg, data, store)
     gate = Gate(cfg, store, data, config_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,16 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 def safe_component(name: str) -> str:
     """A file-system-safe rendering of a model or engine name ('org/m:tag' -> 'org--m--tag')."""
     return _UNSAFE.sub("--", name).strip(".") or "_"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def child_key(name: str, embeddings: bool) -> str:
@@ -53,6 +64,18 @@ class DataDir:
 
     def run_file(self, model: str, suffix: str) -> Path:
         return self.run / f"{safe_component(model)}.{suffix}"
+
+    def child_file(self, key: str, suffix: str) -> Path:
+        """This daemon's file for its engine child ``key``: ``run/<key>.<daemon pid>.<suffix>`` (its pid, its API
+        key), so daemons sharing a data directory never overwrite or delete each other's."""
+        return self.run / f"{safe_component(key)}.{os.getpid()}.{suffix}"
+
+    def sweep_run(self) -> None:
+        """Remove the child files of daemons that are gone (killed before they could remove them)."""
+        for f in self.run.glob("*.*.*") if self.run.is_dir() else []:
+            _key, daemon, suffix = f.name.rsplit(".", 2)
+            if suffix in ("pid", "apikey") and daemon.isdigit() and not _running(int(daemon)):
+                f.unlink(missing_ok=True)
 
     def log_file(self, model: str) -> Path:
         return self.logs / f"{safe_component(model)}.log"

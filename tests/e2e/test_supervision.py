@@ -215,7 +215,10 @@ def test_two_daemons_on_one_data_directory_each_get_an_engine(daemon_factory: ob
         assert stat.S_ISSOCK(sock.lstat().st_mode) and pid_alive(a_pid)
         for d in (a, b):
             assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+        assert sorted(a.child_pids()) == sorted([a_pid, b_engine.pid])  # each daemon's own pid file
     finally:
         b.stop()
     assert httpx.post(a.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
-    assert stat.S_ISSOCK(sock.lstat().st_mode)  # the second daemon's stop left the first one's socket alone
+    # the second daemon's stop left the first one's socket, pid and key files alone
+    assert stat.S_ISSOCK(sock.lstat().st_mode) and a.child_pids() == [a_pid]
+    assert len(list((a.data_dir / "run").glob("smollm2--latest.*.apikey"))) == 1

@@ -102,7 +102,7 @@ def test_the_supervisor_starts_a_venv_lane_child_that_answers_through_the_gatewa
     assert body["model"] == "qwen-awq" and body["usage"]["total_tokens"] == 11
 
     (pid,) = served.child_pids()
-    key = (served.data_dir / "run" / "qwen-awq--latest.apikey").read_text()
+    key = next((served.data_dir / "run").glob("qwen-awq--latest.*.apikey")).read_text()
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert (
         cmdline[cmdline.index(b"--model-path") + 1]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -136,3 +138,19 @@ def test_an_engine_that_cannot_bind_its_socket_is_started_again_on_a_port(tmp_pa
     asyncio.run(main())
     log = data.log_file("m:latest").read_text()
     assert log.count("--- blazar: starting m:latest") == 2 and "on socket run/m--latest.sock" in log
+
+
+def test_the_run_files_of_daemons_that_are_gone_are_swept(tmp_path: Path) -> None:
+    data = DataDir(tmp_path / "data").ensure()
+    assert data.run.stat().st_mode & 0o777 == 0o700
+    mine = data.child_file("qwen2.5:7b", "pid")
+    assert mine.name == f"qwen2.5--7b.{os.getpid()}.pid"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # reaped: its pid names no process
+    kept = [mine, data.run_file("qwen2.5:7b", "pid"), data.run_file("m:latest", "sock"), data.run / "x.y.z"]
+    swept = [data.run / f"qwen2.5--7b.{dead.pid}.pid", data.run / f"m--latest.{dead.pid}.apikey"]
+    for f in kept + swept:
+        f.write_text("1")
+    data.sweep_run()
+    assert [f.exists() for f in kept] == [True] * len(kept)
+    assert [f.exists() for f in swept] == [False] * len(swept)

@@ -1,7 +1,8 @@
 """One engine child process and its state machine: stopped -> starting -> ready -> stopping -> evicted/crashed.
 
-It owns spawning (its unix socket or a free port, per-child API key file, pid file, log file), waiting for health,
-and stopping by PID (SIGTERM, grace, SIGKILL). It never signals a process group and never decides when to evict; the pool does.
+It owns spawning (its unix socket or a free port; API key file and pid file named with this daemon's pid; log
+file), waiting for health, and stopping by PID (SIGTERM, grace, SIGKILL). It never signals a process group and
+never decides when to evict; the pool does.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class Child:
         self.base_url = "http://localhost" if sock is not None else f"http://127.0.0.1:{self.port}"
         self.links = Links(sock if sock is not None else self.port, self.api_key)
         self.request_headers = {"authorization": f"Bearer {self.api_key}", "content-type": "application/json"}
-        key_file = self.data.run_file(self.key, "apikey")
+        key_file = self.data.child_file(self.key, "apikey")
         key_file.unlink(missing_ok=True)
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -168,7 +169,7 @@ class Child:
                     f"cannot start engine for '{self.model}': its binary could not be run ({e.strerror});"
                     " check `blazar engine ls` and the daemon log"
                 ) from None
-        self.data.run_file(self.key, "pid").write_text(str(self.proc.pid))
+        self.data.child_file(self.key, "pid").write_text(str(self.proc.pid))
         if (
             sock is not None
         ):  # its own session for the GETs; closed by stop, which every failure below reaches
@@ -245,7 +246,7 @@ class Child:
         elif proc is not None:
             await proc.wait()
         for suffix in ("pid", "apikey"):
-            self.data.run_file(self.key, suffix).unlink(missing_ok=True)
+            self.data.child_file(self.key, suffix).unlink(missing_ok=True)
         if self._own_http and self.http is not None:
             self._own_http = False
             await self.http.close()
