@@ -21,8 +21,7 @@ from pathlib import Path
 
 from blazar.digests import CopyProgress, sha256_file
 from blazar.errors import CatalogError
-from blazar.model_dir import alive
-from blazar.paths import DataDir, safe_component
+from blazar.paths import DataDir, alive, safe_component
 
 
 def link_or_copy(src: Path, dest: Path, progress: CopyProgress | None, *, digest: bool = False) -> str | None:

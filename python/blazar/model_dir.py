@@ -29,7 +29,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import os
 import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -312,14 +311,3 @@ def hash_dir(
 ) -> str:
     """The digest of the files in ``directory`` (the catalog's copy), each hashed by ``sha256_file``."""
     return dir_digest({p.name: sha256_file(p, cancel) for p in directory.iterdir() if p.is_file()})
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (an import's aside folder is named after its process)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

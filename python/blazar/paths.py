@@ -15,12 +15,13 @@ def safe_component(name: str) -> str:
     return _UNSAFE.sub("--", name).strip(".") or "_"
 
 
-def _running(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (the data dir names staging folders and child files after processes)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # someone else's process
         return True
     return True
 
@@ -74,7 +75,7 @@ class DataDir:
         """Remove the child files of daemons that are gone (killed before they could remove them)."""
         for f in self.run.glob("*.*.*") if self.run.is_dir() else []:
             _key, daemon, suffix = f.name.rsplit(".", 2)
-            if suffix in ("pid", "apikey") and daemon.isdigit() and not _running(int(daemon)):
+            if suffix in ("pid", "apikey") and daemon.isdigit() and not alive(int(daemon)):
                 f.unlink(missing_ok=True)
 
     def log_file(self, model: str) -> Path:

@@ -170,9 +170,8 @@ class Child:
                     " check `blazar engine ls` and the daemon log"
                 ) from None
         self.data.child_file(self.key, "pid").write_text(str(self.proc.pid))
-        if (
-            sock is not None
-        ):  # its own session for the GETs; closed by stop, which every failure below reaches
+        # On a socket, its own session for the GETs; closed by stop, which every failure below reaches.
+        if sock is not None:
             http = aiohttp.ClientSession(
                 connector=aiohttp.UnixConnector(
                     path=str(sock), limit=0, keepalive_timeout=ENGINE_KEEPALIVE_SECS
