@@ -16,6 +16,7 @@ import pytest
 from blazar.gateway import proxy
 from blazar.gateway.http import ClientGone, HttpError
 from blazar.gateway.proxy import _unless_gone
+from blazar.paths import DataDir
 
 
 @pytest.fixture(autouse=True)
@@ -149,7 +150,7 @@ def test_a_pooled_connection_closed_under_a_request_is_retried_once() -> None:
             last_used=0.0,
         )
         sup = SimpleNamespace(
-            cfg=SimpleNamespace(child_header_timeout_secs=5), data=SimpleNamespace(root=Path("/nonexistent"))
+            cfg=SimpleNamespace(child_header_timeout_secs=5), data=DataDir(Path("/nonexistent"))
         )
         sup.lease = lambda c: contextlib.nullcontext(c)
         status, data = await forward_whole(sup, child, "/v1/chat/completions", b"{}")  # type: ignore[arg-type]
@@ -231,7 +232,7 @@ def test_a_get_to_a_stopped_unix_socket_child_is_a_502_without_the_data_director
 
         sup = SimpleNamespace(
             cfg=SimpleNamespace(child_header_timeout_secs=5),
-            data=SimpleNamespace(root=tmp_path / "data"),
+            data=DataDir(tmp_path / "data"),
             reap=reap,
         )
         for closed in (False, True):

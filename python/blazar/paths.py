@@ -81,6 +81,11 @@ class DataDir:
     def log_file(self, model: str) -> Path:
         return self.logs / f"{safe_component(model)}.log"
 
+    def redact(self, text: str) -> str:
+        """``text`` (an engine log, an error) with this data directory's path written as ``<data dir>``, for what
+        a client sees: where the models, engines and keys live is the server's business."""
+        return text.replace(str(self.root), "<data dir>")
+
     def log_name(self, model: str) -> str:
         """The engine log as client-facing messages name it: relative to the data directory, so an HTTP error
         body never carries the server's absolute paths."""

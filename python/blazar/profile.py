@@ -114,12 +114,18 @@ def prepare(spec: LaunchSpec) -> None:
     if spec.lookup_cache is not None:
         spec.lookup_cache.parent.mkdir(parents=True, exist_ok=True)
         spec.lookup_cache.touch(exist_ok=True)
-    if spec.socket_path is not None and not socket_in_use(spec.socket_path):
-        try:
-            if stat.S_ISSOCK(spec.socket_path.lstat().st_mode):
-                spec.socket_path.unlink()
-        except FileNotFoundError:
-            pass
+    if spec.socket_path is not None:
+        remove_stale_socket(spec.socket_path)
+
+
+def remove_stale_socket(path: Path) -> None:
+    """Remove the unix socket at ``path`` if nobody listens on it (what a dead engine leaves behind); a live one,
+    or a file that is not a socket, stays."""
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode) and not socket_in_use(path):
+            path.unlink()
+    except FileNotFoundError:
+        pass
 
 
 def socket_in_use(path: Path) -> bool:

@@ -5,8 +5,10 @@ client leaves (the engine connection is closed, which is how llama-server learns
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -56,96 +58,99 @@ def ok(body: bytes, extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
 
-async def serve() -> tuple[asyncio.Server, int]:
+@contextlib.asynccontextmanager
+async def engine(unix: Path | None = None) -> AsyncIterator[Any]:
+    """A scripted engine on a real port (its number), or on the unix socket ``unix`` (its path)."""
     Engine.script, Engine.connections, Engine.requests = [], [], []
-    server = await asyncio.get_running_loop().create_server(Engine, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    if unix is None:
+        server = await loop.create_server(Engine, "127.0.0.1", 0)
+    else:
+        server = await loop.create_unix_server(Engine, str(unix))
+    try:
+        yield unix if unix is not None else server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 def test_keep_alive_reuse_idle_expiry_and_close(monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> None:
-        server, port = await serve()
-        links = Links(port, "secret-key")
-        Engine.script = [ok(b"one"), ok(b"two"), ok(b"three", b"connection: close\r\n"), ok(b"four")]
-        for want in (b"one", b"two", b"three"):
-            conn, status = await links.exchange("/v1/chat/completions", b'{"a":1}')
-            assert (status, await links.body(conn)) == (200, want)
+        async with engine() as port:
+            links = Links(port, "secret-key")
+            Engine.script = [ok(b"one"), ok(b"two"), ok(b"three", b"connection: close\r\n"), ok(b"four")]
+            for want in (b"one", b"two", b"three"):
+                conn, status = await links.exchange("/v1/chat/completions", b'{"a":1}')
+                assert (status, await links.body(conn)) == (200, want)
+                links.release(conn)
+            assert len(Engine.connections) == 1  # one connection carried all three
+            head = Engine.requests[0]
+            assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+            assert b"authorization: Bearer secret-key" in head and b"content-length: 7" in head
+            assert links.idle == []  # "connection: close" is not pooled
+            conn, _ = await links.exchange("/x", b"{}")
+            await links.body(conn)
             links.release(conn)
-        assert len(Engine.connections) == 1  # one connection carried all three
-        head = Engine.requests[0]
-        assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
-        assert b"authorization: Bearer secret-key" in head and b"content-length: 7" in head
-        assert links.idle == []  # "connection: close" is not pooled
-        conn, _ = await links.exchange("/x", b"{}")
-        await links.body(conn)
-        links.release(conn)
-        assert len(Engine.connections) == 2 and len(links.idle) == 1
-        monkeypatch.setattr(links_mod, "ENGINE_KEEPALIVE_SECS", 0.05)
-        await asyncio.sleep(0.1)
-        Engine.script = [ok(b"five")]
-        conn, _ = await links.exchange("/x", b"{}")
-        assert await links.body(conn) == b"five"
-        assert len(Engine.connections) == 3  # the idle one had aged out and was closed, not reused
-        await asyncio.wait_for(Engine.connections[1].closed, 2)
-        links.release(conn)
-        links.close()
-        await asyncio.wait_for(Engine.connections[2].closed, 2)
-        server.close()
-        await server.wait_closed()
+            assert len(Engine.connections) == 2 and len(links.idle) == 1
+            monkeypatch.setattr(links_mod, "ENGINE_KEEPALIVE_SECS", 0.05)
+            await asyncio.sleep(0.1)
+            Engine.script = [ok(b"five")]
+            conn, _ = await links.exchange("/x", b"{}")
+            assert await links.body(conn) == b"five"
+            assert len(Engine.connections) == 3  # the idle one had aged out and was closed, not reused
+            await asyncio.wait_for(Engine.connections[1].closed, 2)
+            links.release(conn)
+            links.close()
+            await asyncio.wait_for(Engine.connections[2].closed, 2)
 
     asyncio.run(main())
 
 
 def test_an_abandoned_answer_closes_its_connection() -> None:
     async def main() -> None:
-        server, port = await serve()
-        links = Links(port, "k")
-        Engine.script = [b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial"]
-        conn, _status = await links.exchange("/x", b"{}")
-        reading = asyncio.ensure_future(links.body(conn))
-        await asyncio.sleep(0.05)
-        reading.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await reading
-        links.release(conn)  # the cancelled read left the response unfinished: closed, never pooled
-        assert links.idle == []
-        await asyncio.wait_for(Engine.connections[0].closed, 2)
-        server.close()
-        await server.wait_closed()
+        async with engine() as port:
+            links = Links(port, "k")
+            Engine.script = [b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial"]
+            conn, _status = await links.exchange("/x", b"{}")
+            reading = asyncio.ensure_future(links.body(conn))
+            await asyncio.sleep(0.05)
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            links.release(conn)  # the cancelled read left the response unfinished: closed, never pooled
+            assert links.idle == []
+            await asyncio.wait_for(Engine.connections[0].closed, 2)
 
     asyncio.run(main())
 
 
 def test_a_relayed_stream_whose_client_leaves_closes_the_engine_connection() -> None:
     async def main() -> None:
-        server, port = await serve()
-        links = Links(port, "k")
-        Engine.script = [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"]
-        conn, _status = await links.exchange("/v1/chat/completions", b"{}")
-        engine = Engine.connections[0]
-        client = Client(leave_after=2)
-        tr = _native.StreamTranslator("openai", "m")
-        relaying = asyncio.ensure_future(links.relay(conn, tr, client.send_bytes))
-        event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
-        for _ in range(3):  # token by token, as an engine sends them
-            engine.transport.write(b"%x\r\n%s\r\n" % (len(event), event))
-            await asyncio.sleep(0.02)
-        outcome = await asyncio.wait_for(relaying, 2)
-        assert isinstance(outcome, Gone) and len(client.sent) == 2
-        links.release(conn)
-        await asyncio.wait_for(engine.closed, 2)  # the engine sees the close and stops generating
-        server.close()
-        await server.wait_closed()
+        async with engine() as port:
+            links = Links(port, "k")
+            Engine.script = [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"]
+            conn, _status = await links.exchange("/v1/chat/completions", b"{}")
+            upstream = Engine.connections[0]
+            client = Client(leave_after=2)
+            tr = _native.StreamTranslator("openai", "m")
+            relaying = asyncio.ensure_future(links.relay(conn, tr, client.send_bytes))
+            event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+            for _ in range(3):  # token by token, as an engine sends them
+                upstream.transport.write(b"%x\r\n%s\r\n" % (len(event), event))
+                await asyncio.sleep(0.02)
+            outcome = await asyncio.wait_for(relaying, 2)
+            assert isinstance(outcome, Gone) and len(client.sent) == 2
+            links.release(conn)
+            await asyncio.wait_for(upstream.closed, 2)  # the engine sees the close and stops generating
 
     asyncio.run(main())
 
 
 def test_a_dead_port_is_an_os_error() -> None:
     async def main() -> None:
-        server, port = await serve()
-        server.close()
-        await server.wait_closed()
-        with pytest.raises(OSError):
+        async with engine() as port:
+            pass
+        with pytest.raises(OSError):  # the engine is gone: nothing listens on its port
             await Links(port, "k").exchange("/x", b"{}")
 
     asyncio.run(main())
@@ -153,30 +158,28 @@ def test_a_dead_port_is_an_os_error() -> None:
 
 def test_a_pooled_connection_the_engine_spoiled_or_closed_is_never_reused() -> None:
     async def main() -> None:
-        server, port = await serve()
-        links = Links(port, "k")
-        # 1: stray bytes after a finished answer, while the connection sits in the pool
-        Engine.script = [ok(b"one"), ok(b"two")]
-        conn, _ = await links.exchange("/x", b"{}")
-        assert await links.body(conn) == b"one"
-        links.release(conn)
-        Engine.connections[0].transport.write(b"\r\n")
-        await asyncio.sleep(0.05)
-        conn, _ = await links.exchange("/x", b"{}")
-        assert await links.body(conn) == b"two"
-        assert len(Engine.connections) == 2  # the spoiled one was closed, not handed out
-        links.release(conn)
-        await asyncio.wait_for(Engine.connections[0].closed, 2)
-        # 2: the engine closes an idle connection (its keep-alive ran out): a new one carries the next request
-        Engine.connections[1].transport.close()
-        await asyncio.sleep(0.05)
-        Engine.script = [ok(b"three")]
-        conn, _ = await links.exchange("/x", b"{}")
-        assert await links.body(conn) == b"three" and len(Engine.connections) == 3
-        links.release(conn)
-        links.close()
-        server.close()
-        await server.wait_closed()
+        async with engine() as port:
+            links = Links(port, "k")
+            # 1: stray bytes after a finished answer, while the connection sits in the pool
+            Engine.script = [ok(b"one"), ok(b"two")]
+            conn, _ = await links.exchange("/x", b"{}")
+            assert await links.body(conn) == b"one"
+            links.release(conn)
+            Engine.connections[0].transport.write(b"\r\n")
+            await asyncio.sleep(0.05)
+            conn, _ = await links.exchange("/x", b"{}")
+            assert await links.body(conn) == b"two"
+            assert len(Engine.connections) == 2  # the spoiled one was closed, not handed out
+            links.release(conn)
+            await asyncio.wait_for(Engine.connections[0].closed, 2)
+            # 2: the engine closes an idle connection (its keep-alive ran out): a new one carries the next request
+            Engine.connections[1].transport.close()
+            await asyncio.sleep(0.05)
+            Engine.script = [ok(b"three")]
+            conn, _ = await links.exchange("/x", b"{}")
+            assert await links.body(conn) == b"three" and len(Engine.connections) == 3
+            links.release(conn)
+            links.close()
 
     asyncio.run(main())
 
@@ -186,27 +189,25 @@ def test_a_reset_fails_a_body_delimited_by_the_close() -> None:
     import struct
 
     async def main() -> None:
-        server, port = await serve()
-        links = Links(port, "k")
-        Engine.script = [b"HTTP/1.0 200 OK\r\n\r\ndata: partial\n\n"]
-        conn, status = await links.exchange("/x", b"{}")
-        assert status == 200
-        engine = Engine.connections[0]
-        sock = engine.transport.get_extra_info("socket")
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        engine.transport.abort()  # RST, not a clean close
-        with pytest.raises(_native.LinkError, match="reset"):
-            await asyncio.wait_for(links.body(conn), 2)
-        links.release(conn)
-        # a clean close ends such a body normally
-        Engine.script = [b"HTTP/1.0 200 OK\r\n\r\ndata: whole\n\n"]
-        conn, _ = await links.exchange("/x", b"{}")
-        Engine.connections[1].transport.close()
-        assert await asyncio.wait_for(links.body(conn), 2) == b"data: whole\n\n"
-        links.release(conn)
-        assert links.idle == []
-        server.close()
-        await server.wait_closed()
+        async with engine() as port:
+            links = Links(port, "k")
+            Engine.script = [b"HTTP/1.0 200 OK\r\n\r\ndata: partial\n\n"]
+            conn, status = await links.exchange("/x", b"{}")
+            assert status == 200
+            upstream = Engine.connections[0]
+            sock = upstream.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            upstream.transport.abort()  # RST, not a clean close
+            with pytest.raises(_native.LinkError, match="reset"):
+                await asyncio.wait_for(links.body(conn), 2)
+            links.release(conn)
+            # a clean close ends such a body normally
+            Engine.script = [b"HTTP/1.0 200 OK\r\n\r\ndata: whole\n\n"]
+            conn, _ = await links.exchange("/x", b"{}")
+            Engine.connections[1].transport.close()
+            assert await asyncio.wait_for(links.body(conn), 2) == b"data: whole\n\n"
+            links.release(conn)
+            assert links.idle == []
 
     asyncio.run(main())
 
@@ -215,19 +216,17 @@ def test_over_a_unix_socket(tmp_path: Path) -> None:
     """A child on a unix socket (llama-server's ``--host *.sock``): the same pool, ``host: localhost``."""
 
     async def main() -> None:
-        Engine.script, Engine.connections, Engine.requests = [ok(b"one"), ok(b"two")], [], []
         sock = tmp_path / "engine.sock"
-        server = await asyncio.get_running_loop().create_unix_server(Engine, str(sock))
-        links = Links(sock, "k")
-        for want in (b"one", b"two"):
-            conn, status = await links.exchange("/v1/chat/completions", b"{}")
-            assert (status, await links.body(conn)) == (200, want)
-            links.release(conn)
-        assert len(Engine.connections) == 1  # kept alive and reused
-        assert b"\r\nhost: localhost\r\n" in Engine.requests[0]
-        links.close()
-        server.close()
-        await server.wait_closed()
+        async with engine(sock):
+            Engine.script = [ok(b"one"), ok(b"two")]
+            links = Links(sock, "k")
+            for want in (b"one", b"two"):
+                conn, status = await links.exchange("/v1/chat/completions", b"{}")
+                assert (status, await links.body(conn)) == (200, want)
+                links.release(conn)
+            assert len(Engine.connections) == 1  # kept alive and reused
+            assert b"\r\nhost: localhost\r\n" in Engine.requests[0]
+            links.close()
         sock.unlink()
         with pytest.raises(OSError):  # the engine is gone: no socket to connect to
             await Links(sock, "k").exchange("/x", b"{}")

@@ -66,8 +66,6 @@ pub struct Decoder {
     status: u16,
     keep_alive: bool,
     got_bytes: bool,
-    /// Bytes that followed the end of the response in the same read (discarded).
-    trailing: usize,
 }
 
 impl Default for Decoder {
@@ -78,14 +76,7 @@ impl Default for Decoder {
 
 impl Decoder {
     pub fn new() -> Self {
-        Self {
-            state: State::Idle,
-            pending: Vec::new(),
-            status: 0,
-            keep_alive: false,
-            got_bytes: false,
-            trailing: 0,
-        }
+        Self { state: State::Idle, pending: Vec::new(), status: 0, keep_alive: false, got_bytes: false }
     }
 
     /// Expect a new response (the request has just been written).
@@ -95,12 +86,6 @@ impl Decoder {
         self.status = 0;
         self.keep_alive = false;
         self.got_bytes = false;
-        self.trailing = 0;
-    }
-
-    /// Bytes discarded after the end of the current response.
-    pub fn trailing(&self) -> usize {
-        self.trailing
     }
 
     pub fn status(&self) -> u16 {
@@ -255,7 +240,6 @@ impl Decoder {
                     // The gateway never pipelines: the response is complete and delivered, and the
                     // connection, out of step with the engine, is not reused.
                     self.keep_alive = false;
-                    self.trailing = input.len();
                     return Ok(());
                 }
                 State::Idle | State::Head => unreachable!("body() runs after the head"),

@@ -98,6 +98,10 @@ class CanonicalRequest:
                 return True
         return False
 
+    def choices(self) -> int:
+        """How many choices the client asked for (OpenAI ``n``; llama-server runs each in a slot of its own)."""
+        return int(self.params.get("n", 1))
+
     def has_tools(self) -> bool:
         """Whether the request offers tools (tool-bearing chat is admitted as Tool work)."""
         return bool(self.tools) and self.tool_choice != "none"

@@ -131,7 +131,7 @@ async def _dispatch(
         body["id_slot"] = slot
         body.setdefault("cache_prompt", True)
     try:
-        choices = int(canon.params.get("n", 1))
+        choices = canon.choices()
         if choices > slots and child.lane == "llama-cpp":
             raise HttpError(
                 400,

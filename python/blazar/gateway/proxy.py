@@ -57,8 +57,8 @@ async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> H
             f" the next request restarts it; see {sup.data.log_name(child.key)}",
             "engine_error",
         )
-    reason = str(exc).replace(str(sup.data.root), "<data dir>")  # a unix socket's error names its path
-    return HttpError(502, f"engine for '{child.model}' failed: {reason}", "engine_error")
+    # a unix socket's connection error names its path
+    return HttpError(502, f"engine for '{child.model}' failed: {sup.data.redact(str(exc))}", "engine_error")
 
 
 def _engine_error(status: int, body: bytes) -> HttpError:

@@ -111,7 +111,7 @@ class Gate:
             deadline_ms=parse_deadline_ms(h.get("x-blazar-deadline-ms")),
             body_len=len(req.body),
             max_wait_s=float(self.cfg.queue_wait_secs),
-            holds=int(canon.params.get("n", 1)),  # llama-server runs each of n choices in a slot of its own
+            holds=canon.choices(),
         )
         req.engine_s += time.perf_counter() - t0  # queueing is waiting for engine capacity, not overhead
         return lease

@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import socket
-import stat
 import time
 from collections import deque
 from pathlib import Path
@@ -24,7 +23,7 @@ import aiohttp
 
 from blazar.errors import ChildError
 from blazar.paths import DataDir
-from blazar.profile import LaunchSpec, socket_in_use
+from blazar.profile import LaunchSpec, remove_stale_socket, socket_in_use
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS, Links
 
 logger = logging.getLogger("blazar.supervisor")
@@ -224,9 +223,8 @@ class Child:
         return f"socket {sock.name}"
 
     def _public_tail(self) -> str:
-        """The engine log's last lines for an error a client sees: the data directory's path (where the models,
-        engines and keys live) written as ``<data dir>``."""
-        return log_tail(self.data.log_file(self.key)).replace(str(self.data.root), "<data dir>")
+        """The engine log's last lines for an error a client sees (``DataDir.redact``)."""
+        return self.data.redact(log_tail(self.data.log_file(self.key)))
 
     async def stop(self, grace: float) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; by PID only. Removes the run files."""
@@ -249,16 +247,7 @@ class Child:
         if self._own_http and self.http is not None:
             self._own_http = False
             await self.http.close()
-        self._remove_socket()
+        if self.spec.socket_path is not None:
+            remove_stale_socket(self.spec.socket_path)  # the engine leaves it behind
         if self.state is not State.CRASHED:
             self.state = State.STOPPED
-
-    def _remove_socket(self) -> None:
-        """The engine's unix socket, which it leaves behind: removed if it is a socket nobody listens on (not one
-        another process bound there since this engine exited)."""
-        sock = self.spec.socket_path
-        if sock is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(sock.lstat().st_mode) and not socket_in_use(sock):
-                sock.unlink()
