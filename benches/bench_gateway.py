@@ -633,8 +633,8 @@ def summarize(bench: Bench) -> dict[str, Any]:
         table[f"{target}/{scenario}/{conc}"] = row
     # The per-chunk cost beyond a request's own: (CPU per streamed request - CPU per whole request) / events.
     for key, row in table.items():
-        target, scenario, conc = key.split("/")
-        whole = table.get(f"{target}/whole/{conc}")
+        target, scenario, conc_s = key.split("/")
+        whole = table.get(f"{target}/whole/{conc_s}")
         per_resp = bench.events_per_response[target].get(scenario)
         if scenario != "whole" and whole and per_resp:
             row["cpu_us_per_event_beyond_whole"] = (

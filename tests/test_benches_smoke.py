@@ -50,3 +50,15 @@ def test_bench_middleware_quick(tmp_path: Path) -> None:
     for path in ("/healthz", "/v1/models"):
         assert report["http"][path]["blazar"]["rps"] > 0
         assert report["http"][path]["bare"]["rps"] > 0
+
+
+def test_bench_stack_quick(tmp_path: Path) -> None:
+    report = run_quick("bench_stack.py", tmp_path)
+    cells = report["cells"]
+    for variant in ("rsgi+aiohttp", "asgi+aiohttp", "rsgi+httpx", "rsgi+native"):
+        for scenario in ("whole", "stream", "burst"):
+            cell = cells[f"{variant}/{scenario}/1"]
+            assert cell["requests"] > 0, (variant, scenario, cell)
+            assert cell["errors"] == 0, (variant, scenario, cell)
+            assert cell["cpu"] is not None and cell["cpu_vs_base"] is not None
+    assert cells["rsgi+aiohttp/whole/1"]["cpu_vs_base"] == 1.0
