@@ -1,0 +1,153 @@
+"""The default config document that ``blazar config init`` writes: every top-level default, commented.
+
+It owns the document's wording; the values come from ``config.model``. It must not do I/O.
+"""
+
+from __future__ import annotations
+
+import tomlkit
+
+from blazar.config.api_keys import SECRET_RULE
+from blazar.config.model import (
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_CHILD_HEADER_TIMEOUT_SECS,
+    DEFAULT_CHILD_START_TIMEOUT_SECS,
+    DEFAULT_CTX_SIZE,
+    DEFAULT_ENGINE_CHECK_SECS,
+    DEFAULT_ENGINE_MODE,
+    DEFAULT_FLASH_ATTN,
+    DEFAULT_GPU_LAYERS,
+    DEFAULT_HOST,
+    DEFAULT_IDLE_TIMEOUT_SECS,
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_MEMORY_HEADROOM_MIB,
+    DEFAULT_PARALLEL,
+    DEFAULT_PORT,
+    DEFAULT_QUEUE_WAIT_SECS,
+    DEFAULT_SESSION_KEEP_SECS,
+    DEFAULT_STOP_GRACE_SECS,
+    DEFAULT_THREADS,
+)
+
+_DOCUMENTED: tuple[tuple[str, object, str], ...] = (
+    ("host", DEFAULT_HOST, "Address the server listens on (env BLAZAR_HOST). Use 0.0.0.0 to serve the LAN."),
+    ("port", DEFAULT_PORT, "TCP port, 1-65535 (env BLAZAR_PORT)."),
+    (
+        "idle_timeout_secs",
+        DEFAULT_IDLE_TIMEOUT_SECS,
+        "Stop a model's engine after this many idle seconds; 0 = never.",
+    ),
+    (
+        "child_start_timeout_secs",
+        DEFAULT_CHILD_START_TIMEOUT_SECS,
+        "Seconds to wait for a spawned engine to answer /health.",
+    ),
+    (
+        "child_header_timeout_secs",
+        DEFAULT_CHILD_HEADER_TIMEOUT_SECS,
+        "Seconds to wait for an engine's response headers.",
+    ),
+    (
+        "stop_grace_secs",
+        DEFAULT_STOP_GRACE_SECS,
+        "Seconds between SIGTERM and SIGKILL when stopping an engine.",
+    ),
+    ("engine_mode", DEFAULT_ENGINE_MODE, 'How engines are chosen: "auto" or "manual".'),
+    ("cors_origins", [], 'Origins allowed by CORS, e.g. ["http://localhost:3000"]; empty = none.'),
+    ("log_level", DEFAULT_LOG_LEVEL, 'One of "debug", "info", "warning", "error".'),
+    ("ctx_size", DEFAULT_CTX_SIZE, "Context size in tokens; 0 = the model's trained context."),
+    ("parallel", DEFAULT_PARALLEL, "Engine slots (concurrent requests) per model, >= 1."),
+    ("threads", DEFAULT_THREADS, "CPU threads per engine; 0 = the engine's default."),
+    ("gpu_layers", DEFAULT_GPU_LAYERS, "Layers to offload to the GPU; -1 = all that fit (engine default)."),
+    (
+        "queue_wait_secs",
+        DEFAULT_QUEUE_WAIT_SECS,
+        "Longest wait for a free engine slot before 503 all_slots_busy.",
+    ),
+    (
+        "session_keep_secs",
+        DEFAULT_SESSION_KEEP_SECS,
+        "Seconds an idle x-blazar-session pin is kept; 0 = no sessions.",
+    ),
+    (
+        "engine_check_secs",
+        DEFAULT_ENGINE_CHECK_SECS,
+        "Seconds between background checks for newer engine releases (never installs); 0 = off.",
+    ),
+    ("audit", False, "Write one audit line per request to <data_dir>/audit/audit.log."),
+    (
+        "cache_type_k",
+        DEFAULT_CACHE_TYPE,
+        'KV cache type for K: "f16", "bf16", "f32", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl".',
+    ),
+    (
+        "cache_type_v",
+        DEFAULT_CACHE_TYPE,
+        'KV cache type for V (as cache_type_k); a quantized V cache needs flash_attn "auto" or "on".',
+    ),
+    ("flash_attn", DEFAULT_FLASH_ATTN, 'Flash attention: "auto", "on" or "off".'),
+    ("swa_full", False, "Keep a full-size KV cache for sliding-window layers (more memory)."),
+    (
+        "lookup_cache",
+        False,
+        "n-gram lookup decoding with a per-model cache file under <data_dir>/speccache/.",
+    ),
+    (
+        "memory_headroom_mib",
+        DEFAULT_MEMORY_HEADROOM_MIB,
+        "MiB left free on each device when the context size is fitted to free memory.",
+    ),
+)
+
+
+def render_default_config() -> str:
+    """A commented TOML document holding every top-level default, for ``blazar config init``."""
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment("Blazar configuration. Every value shown is the built-in default."))
+    doc.add(
+        tomlkit.comment("Environment variables BLAZAR_HOST, BLAZAR_PORT and BLAZAR_DATA_DIR override it.")
+    )
+    doc.add(tomlkit.nl())
+    for key, value, comment in _DOCUMENTED:
+        doc.add(tomlkit.comment(comment))
+        doc.add(key, tomlkit.array() if value == [] else value)
+        doc.add(tomlkit.nl())
+        if key == "port":
+            doc.add(
+                tomlkit.comment("Where models, engines, logs and blazar.db live; relative paths are read")
+            )
+            doc.add(tomlkit.comment("from this file's directory. Default: $BLAZAR_DATA_DIR, else"))
+            doc.add(tomlkit.comment("$XDG_DATA_HOME/blazar, else ~/.local/share/blazar."))
+            doc.add(tomlkit.comment('data_dir = "~/.local/share/blazar"'))
+            doc.add(tomlkit.nl())
+    doc.add(tomlkit.comment('Per-model overrides; "name" means "name:latest". Every key is optional.'))
+    doc.add(tomlkit.comment('[models."smollm2:latest"]'))
+    doc.add(tomlkit.comment("ctx_size = 8192"))
+    doc.add(tomlkit.comment("parallel = 2"))
+    doc.add(tomlkit.comment("threads = 8"))
+    doc.add(tomlkit.comment("gpu_layers = 20"))
+    doc.add(tomlkit.comment("idle_timeout_secs = 600"))
+    doc.add(tomlkit.comment('extra_args = ["--flash-attn"]'))
+    doc.add(tomlkit.comment('engine = "llama-cpp"'))
+    doc.add(tomlkit.comment('cache_type_k = "q8_0"'))
+    doc.add(tomlkit.comment('cache_type_v = "q8_0"'))
+    doc.add(tomlkit.comment('chat_template = "chatml"  # or chat_template_file = "template.jinja"'))
+    doc.add(tomlkit.comment('mmproj = "mmproj-model-f16.gguf"  # default: a mmproj*.gguf next to the model'))
+    doc.add(tomlkit.nl())
+    doc.add(
+        tomlkit.comment("API keys. With none the gateway is open to anyone who can reach it; with any, every")
+    )
+    doc.add(
+        tomlkit.comment("request needs one (Authorization: Bearer or x-api-key). BLAZAR_KEYS=name=secret,...")
+    )
+    doc.add(tomlkit.comment("adds full-access keys. Manage them with: blazar keys add|rm|rotate|ls"))
+    doc.add(tomlkit.comment("[[keys]]"))
+    doc.add(tomlkit.comment('name = "admin"'))
+    doc.add(tomlkit.comment(f'secret = "..."         # {SECRET_RULE}'))
+    doc.add(tomlkit.comment("models = []             # empty = every model, and may manage keys"))
+    doc.add(tomlkit.comment("weight = 1.0            # share of contended capacity"))
+    doc.add(tomlkit.comment("max_concurrent = 0      # 0 = unlimited; so are rpm, tpm and daily_tokens"))
+    doc.add(tomlkit.comment("rpm = 0"))
+    doc.add(tomlkit.comment("tpm = 0"))
+    doc.add(tomlkit.comment("daily_tokens = 0"))
+    return tomlkit.dumps(doc)
