@@ -24,7 +24,7 @@ differences). Target (issue 5): the middleware adds under 100 µs per request.
 
 Through real HTTP (``--http``, on by default; off with ``--no-http``): ``blazar serve`` with the same 100 keys
 against a bare Granian RSGI app (embedded Granian, same settings as Blazar's) answering the same bytes, each
-driven at concurrency 1 by ``wrk`` (or the aiohttp load generator of ``bench_gateway.py``): p50 latency and the
+driven at concurrency 1 by ``wrk`` (or the aiohttp load generator of ``gateway_harness.py``): p50 latency and the
 server's CPU per request, for GET /healthz and GET /v1/models (with the key).
 
 Usage: python benches/bench_middleware.py [--rounds R] [--requests N] [--no-http] [--json FILE] [--quick]
@@ -377,7 +377,7 @@ def bare_server_main(port: int, healthz: str, models: str) -> None:
 def through_http(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import http.client
 
-    import bench_gateway as gw
+    import gateway_harness as gw
 
     root.mkdir(parents=True)
     keys = [f"sk-bench-{secrets.token_hex(16)}" for _ in range(N_KEYS)]

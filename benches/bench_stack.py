@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_gateway as gw
+import gateway_harness as gw
 
 VARIANTS = {
     "rsgi+aiohttp": ("rsgi", "aiohttp"),
