@@ -60,22 +60,9 @@ BENCH_KEY = N_KEYS // 2
 
 
 def keys_config(secrets_: list[str]) -> str:
-    lines = ['host = "127.0.0.1"', "parallel = 64", ""]
-    for i, secret in enumerate(secrets_):
-        lines += [
-            "[[keys]]",
-            f'name = "bench-{i:03d}"',
-            f'secret = "{secret}"',
-            f"weight = {1 + i % 4}",
-            "max_concurrent = 100000",
-            "rpm = 1000000000",
-            "tpm = 1000000000000",
-            "daily_tokens = 1000000000000000",
-        ]
-        if i % 2 == 0:
-            lines.append('models = ["bench"]')
-        lines.append("")
-    return "\n".join(lines)
+    from gateway_harness import bench_keys
+
+    return 'host = "127.0.0.1"\nparallel = 64\n\n' + bench_keys(secrets_, ["bench"])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -205,6 +205,13 @@ def blazar_config(port: int, chunks: int, secrets_: list[str]) -> str:
     ]
     for name in sorted(set(MODELS.values())):
         lines += [f'[models."{name}:latest"]', f'extra_args = ["--chunks", "{chunks}"]', ""]
+    return "\n".join(lines) + bench_keys(secrets_, sorted(set(MODELS.values())))
+
+
+def bench_keys(secrets_: list[str], models: list[str]) -> str:
+    """``[[keys]]`` tables for the benches: one per secret, weights 1-4, limits no run reaches (so every quota
+    path runs and none refuses), every other key scoped to ``models``."""
+    lines: list[str] = []
     for i, secret in enumerate(secrets_):
         lines += [
             "[[keys]]",
@@ -217,7 +224,7 @@ def blazar_config(port: int, chunks: int, secrets_: list[str]) -> str:
             "daily_tokens = 1000000000000000",
         ]
         if i % 2 == 0:
-            lines.append(f"models = {json.dumps(sorted(set(MODELS.values())))}")
+            lines.append(f"models = {json.dumps(models)}")
         lines.append("")
     return "\n".join(lines)
 

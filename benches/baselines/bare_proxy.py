@@ -125,6 +125,22 @@ def parse(body: bytes) -> tuple[str, bool] | None:
         return None
 
 
+async def rsgi_request(scope: Any, proto: Any) -> tuple[bytes, str, bool] | None:
+    """The chat request's body, ``model`` and ``stream``; or None once ``/health``, a 404 or a 400 is answered."""
+    if scope.path == "/health":
+        proto.response_bytes(200, JSON, HEALTH)
+        return None
+    if scope.path != PATH or scope.method != "POST":
+        proto.response_bytes(404, JSON, NOT_FOUND)
+        return None
+    body = await proto()
+    req = parse(body)
+    if req is None:
+        proto.response_bytes(400, JSON, BAD_REQUEST)
+        return None
+    return body, *req
+
+
 class RsgiProxy:
     def __init__(self, client: AiohttpClient | HttpxClient) -> None:
         self.client = client
@@ -136,18 +152,10 @@ class RsgiProxy:
         pass
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
-        if scope.path == "/health":
-            proto.response_bytes(200, JSON, HEALTH)
+        got = await rsgi_request(scope, proto)
+        if got is None:
             return
-        if scope.path != PATH or scope.method != "POST":
-            proto.response_bytes(404, JSON, NOT_FOUND)
-            return
-        body = await proto()
-        req = parse(body)
-        if req is None:
-            proto.response_bytes(400, JSON, BAD_REQUEST)
-            return
-        model, stream = req
+        body, model, stream = got
         if not stream:
             status, data = await self.client.whole(body)
             proto.response_bytes(status, JSON, rewrite_whole(data, model))
@@ -233,18 +241,10 @@ class NativeProxy:
         self.links.close()
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
-        if scope.path == "/health":
-            proto.response_bytes(200, JSON, HEALTH)
+        got = await rsgi_request(scope, proto)
+        if got is None:
             return
-        if scope.path != PATH or scope.method != "POST":
-            proto.response_bytes(404, JSON, NOT_FOUND)
-            return
-        body = await proto()
-        req = parse(body)
-        if req is None:
-            proto.response_bytes(400, JSON, BAD_REQUEST)
-            return
-        model, stream = req
+        body, model, stream = got
         conn, status = await self.links.exchange(PATH, body)
         try:
             if not stream:
