@@ -53,6 +53,7 @@ bench: install assets
 	$(PY) benches/bench_sched.py
 	$(PY) benches/bench_middleware.py
 	$(PY) benches/bench_gateway.py
+	$(PY) benches/bench_stack.py
 
 clean:
 	rm -rf $(VENV) native/target build dist
