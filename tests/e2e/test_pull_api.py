@@ -92,6 +92,14 @@ def test_pull_whole_split_and_errors(daemon_with_hub: Daemon, hub: FakeHub) -> N
         assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson"
         lines = [orjson.loads(line) for line in r.iter_lines() if line]
     assert lines[0] == {"status": "pulling manifest"} and lines[-1] == {"status": "success"}
+    # A failure after the stream began is its last line, and the response ends there: Granian ends a stream only
+    # when its transport is freed, and the failure's traceback must not keep the handler's frame holding it.
+    with httpx.stream(
+        "POST", f"{daemon_with_hub.url}/api/pull", json={"model": f"hf:{TINY_REPO}:nope.gguf"}, timeout=20
+    ) as r:
+        lines = [orjson.loads(line) for line in r.iter_lines() if line]
+    assert lines[0] == {"status": "pulling manifest"}
+    assert "nope.gguf is not in org/tiny-GGUF" in lines[-1]["error"] and len(lines) == 2
     bad = httpx.post(f"{daemon_with_hub.url}/api/pull", json={}, timeout=10)
     assert bad.status_code == 400 and bad.json() == {
         "error": "'model' is required and must be a non-empty string"

@@ -63,4 +63,8 @@ async def pull(sup: Supervisor, req: Request, proto: Any) -> Response | None:
                 return None
             line = orjson.dumps(event.as_ollama()) + b"\n"
     finally:
+        # Granian ends the response when the transport is freed. A failure's traceback holds this frame (and the
+        # pull's future holds that exception, in a cycle only a full collection frees), so the frame must not
+        # keep the transport: else the client waits forever after the error line.
+        del transport
         await events.aclose()
