@@ -22,9 +22,31 @@ def client(d: Daemon) -> openai.OpenAI:
     return closing(openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0, timeout=120))
 
 
-def test_list_models(daemon: Daemon) -> None:
-    ids = [m.id for m in client(daemon).models.list()]
-    assert ids == ["smollm2:latest"]
+def test_list_and_retrieve_models(daemon: Daemon) -> None:
+    c = client(daemon)
+    listed = list(c.models.list())
+    assert [m.id for m in listed] == ["smollm2:latest"]
+    one = c.models.retrieve("smollm2")  # GET /v1/models/{model}
+    assert one.id == "smollm2:latest" and one.object == "model" and one.created == listed[0].created
+    assert c.models.retrieve("smollm2:latest").id == "smollm2:latest"
+    with pytest.raises(openai.NotFoundError) as e:
+        c.models.retrieve("nosuch")
+    assert e.value.body == {
+        "message": "the model 'nosuch:latest' does not exist; GET /v1/models lists the models this server has",
+        "type": "not_found_error",
+        "code": 404,
+    }
+    bad = httpx.get(daemon.url + "/v1/models/a:b:c", timeout=10)
+    assert bad.status_code == 400 and "invalid model name" in bad.json()["error"]["message"]
+    # an unrouted path under /v1/messages answers in Anthropic's shape, under /api/ in Ollama's
+    r = httpx.post(daemon.url + "/v1/messages/batches", json={}, timeout=10)
+    assert r.status_code == 404 and r.json() == {
+        "type": "error",
+        "error": {"type": "not_found_error", "message": "no route for POST /v1/messages/batches"},
+    }
+    assert httpx.get(daemon.url + "/api/nothing", timeout=10).json() == {
+        "error": "no route for GET /api/nothing"
+    }
 
 
 def test_chat_non_streaming(daemon: Daemon) -> None:

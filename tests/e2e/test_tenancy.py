@@ -127,6 +127,22 @@ def test_a_scoped_key_reaches_no_other_model_by_a_side_door(daemon_factory: obje
     listed = httpx.get(d.url + "/api/tags", headers=bearer(ADMIN)).json()["models"]
     assert [m["name"] for m in listed] == ["smollm2:latest"]
     assert post(d, "/api/chat", model, bearer(ADMIN)).json()["done_reason"] == "load"  # the admin key may
+    # ... and sees none in a listing, /api/show or GET /v1/models/{id}, which the admin key sees
+    for path in ("/v1/models", "/api/tags", "/api/ps"):
+        r = httpx.get(d.url + path, headers=bearer(SCOPED))
+        assert r.status_code == 200 and "smollm2" not in r.text, (path, r.text)
+    assert [m["id"] for m in httpx.get(d.url + "/v1/models", headers=bearer(ADMIN)).json()["data"]] == [
+        "smollm2:latest"
+    ]
+    assert "smollm2" in httpx.get(d.url + "/api/ps", headers=bearer(ADMIN)).text  # loaded by the admin above
+    shown = post(d, "/api/show", model, bearer(SCOPED))
+    assert shown.status_code == 403 and shown.json() == {
+        "error": "key 'scoped' may not use model 'smollm2:latest'; it is limited to other:latest. Use one of "
+        "those, or add the model to this key's models in config.toml"
+    }
+    assert post(d, "/api/show", model, bearer(ADMIN)).status_code == 200
+    one = httpx.get(d.url + "/v1/models/smollm2", headers=bearer(SCOPED))
+    assert one.status_code == 403 and one.json()["error"]["type"] == "permission_error"
 
 
 def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:

@@ -99,8 +99,21 @@ _BLAZAR_KIND = {
 }
 
 
+_MODEL_ROUTE = Route(_OPENAI, {"GET": openai.retrieve_model})
+
+
+def _route(path: str) -> Route | None:
+    route = ROUTES.get(path)
+    if route is None and path.startswith(openai.MODELS_PREFIX) and len(path) > len(openai.MODELS_PREFIX):
+        return _MODEL_ROUTE
+    return route
+
+
 def _guess_dialect(path: str) -> str:
-    return _OLLAMA if path.startswith("/api/") else _OPENAI
+    """The dialect of an unrouted path's 404: Ollama under ``/api/``, Anthropic under ``/v1/messages``."""
+    if path.startswith("/api/"):
+        return _OLLAMA
+    return _ANTHROPIC if path.startswith("/v1/messages/") else _OPENAI
 
 
 class App:
@@ -136,7 +149,7 @@ class App:
         t0 = time.perf_counter()
         path = scope.path
         headers = scope.headers
-        route = ROUTES.get(path)
+        route = _route(path)
         dialect = route.dialect if route else _guess_dialect(path)
         trace = accept_trace_id(headers.get("x-blazar-trace-id"))
         req = Request(

@@ -17,6 +17,7 @@ import orjson
 from blazar import names
 from blazar.catalog import ModelRow, read_header
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.gateway.tenancy import require_visible, visible
 from blazar.gguf_info import human_params
 from blazar.model_dir import chat_template, read_config, small_config
 from blazar.profile import model_settings
@@ -68,7 +69,8 @@ async def version(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 async def tags(sup: Supervisor, req: Request, proto: Any) -> Response:
     # One at a time: an older catalog's first listing hashes its files in turn, not all at once on the disk.
-    return _json({"models": [_entry(m, await sup.catalog.digest(m)) for m in sup.catalog.list()]})
+    models = [m for m in sup.catalog.list() if visible(req, m.name)]
+    return _json({"models": [_entry(m, await sup.catalog.digest(m)) for m in models]})
 
 
 async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
@@ -79,7 +81,7 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
         if child.state is not State.READY:
             continue
         m = sup.catalog.find(child.model)
-        if m is None:
+        if m is None or not visible(req, m.name):
             continue
         digest = await sup.catalog.digest(m)
         limit = float(sup.cfg.idle_timeout_secs) if child.keep_alive is None else child.keep_alive
@@ -118,7 +120,9 @@ def _modelfile(m: ModelRow, digest: str | None) -> str:
 
 async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
     body = req.json_object()
-    m = sup.catalog.get(_model_name(body))
+    name = _model_name(body)
+    require_visible(req, name)
+    m = sup.catalog.get(name)
     digest = await sup.catalog.digest(m)
     if m.path.is_dir():  # safetensors / MLX: what config.json and the tokenizer files say
         md: dict[str, Any] = {}

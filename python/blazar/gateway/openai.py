@@ -8,23 +8,50 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 
+from blazar import names
+from blazar.catalog import ModelRow
 from blazar.dialects import openai as dialect
 from blazar.gateway import core
-from blazar.gateway.http import JSON_HEADERS, Request
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.gateway.tenancy import require_visible, visible
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
 
+MODELS_PREFIX = "/v1/models/"
+
+
+def _model_object(m: ModelRow) -> dict[str, Any]:
+    created = int(time.mktime(time.strptime(m.created_at[:19], "%Y-%m-%dT%H:%M:%S")))
+    return {"id": m.name, "object": "model", "created": created, "owned_by": "blazar"}
+
+
 async def list_models(sup: Supervisor, req: Request, proto: Any) -> Response:
-    data = []
-    for m in sup.catalog.list():
-        created = int(time.mktime(time.strptime(m.created_at[:19], "%Y-%m-%dT%H:%M:%S")))
-        data.append({"id": m.name, "object": "model", "created": created, "owned_by": "blazar"})
+    data = [_model_object(m) for m in sup.catalog.list() if visible(req, m.name)]
     return 200, JSON_HEADERS, orjson.dumps({"object": "list", "data": data})
+
+
+async def retrieve_model(sup: Supervisor, req: Request, proto: Any) -> Response:
+    """``GET /v1/models/{model}`` (the SDKs' ``models.retrieve``): one model object, or a 404."""
+    name = unquote(req.path[len(MODELS_PREFIX) :])
+    try:
+        full = names.normalize(name)
+    except ValueError as e:
+        raise HttpError(400, f"invalid model name {name!r}: {e}") from None
+    require_visible(req, full)
+    m = sup.catalog.find(full)
+    if m is None:
+        raise HttpError(
+            404,
+            f"the model '{full}' does not exist; GET /v1/models lists the models this server has",
+            "not_found_error",
+        )
+    return 200, JSON_HEADERS, orjson.dumps(_model_object(m))
 
 
 async def chat_completions(sup: Supervisor, req: Request, proto: Any) -> Response | None:

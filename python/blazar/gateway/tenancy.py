@@ -22,9 +22,9 @@ from blazar.admission import Lease as SlotLease
 from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
-from blazar.gateway.http import Request
+from blazar.gateway.http import HttpError, Request
 from blazar.gateway.sessions import Sessions
-from blazar.keys import KeyRegistry, Unauthorized
+from blazar.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
 from blazar.paths import DataDir
 from blazar.quotas import Quotas
 from blazar.store import Store
@@ -33,6 +33,18 @@ log = logging.getLogger("blazar.tenancy")
 
 OPEN_PATHS = frozenset({"/healthz", "/health"})
 FLUSH_SECS = 5.0
+
+
+def visible(req: Request, model: str) -> bool:
+    """Whether the caller may see ``model``: in listings (``/v1/models``, ``/api/tags``, ``/api/ps``) and in
+    ``/api/show`` a scoped key sees only its own models; a full-access key, or no auth, sees all."""
+    return req.key is None or allows_model(req.key, model)
+
+
+def require_visible(req: Request, model: str) -> None:
+    """403 in the caller's dialect when ``model`` is outside the key's scope (no quota is charged)."""
+    if req.key is not None and not allows_model(req.key, model):
+        raise HttpError(403, scope_denied_message(req.key, model), "permission_error")
 
 
 class Gate:
