@@ -67,14 +67,17 @@ def test_max_tokens_is_required() -> None:
     del body["max_tokens"]
     assert refused(anthropic.parse_messages, body) == "max_tokens: Field required"
     assert refused(anthropic.parse_messages, msgs(max_tokens=None)) == "max_tokens: Field required"
-    assert 'max_tokens: Input should be a non-negative integer, got string "5"' in refused(
+    assert 'max_tokens: Input should be an integer greater than or equal to 1, got string "5"' in refused(
         anthropic.parse_messages, msgs(max_tokens="5")
     )
     assert "got integer -1" in refused(anthropic.parse_messages, msgs(max_tokens=-1))
     assert refused(anthropic.parse_messages, msgs(max_tokens=2**63 - 1)) == (
         "max_tokens: Input should be less than or equal to 2147483647, got integer 9223372036854775807"
     )
-    assert anthropic.parse_messages(msgs(max_tokens=0)).params == {"max_tokens": 0}
+    assert "greater than or equal to 1, got integer 0" in refused(
+        anthropic.parse_messages, msgs(max_tokens=0)
+    )
+    assert anthropic.parse_messages(msgs(max_tokens=1)).params == {"max_tokens": 1}
 
 
 def test_sampling_and_stop_sequences() -> None:

@@ -124,7 +124,7 @@ def test_unknown_extras_pass_through_and_nulls_are_dropped() -> None:
 def test_max_completion_tokens_wins_over_max_tokens() -> None:
     assert openai.parse_chat(chat(max_completion_tokens=7, max_tokens=99)).params == {"max_tokens": 7}
     assert openai.parse_chat(chat(max_completion_tokens=7)).params == {"max_tokens": 7}
-    assert openai.parse_chat(chat(max_tokens=0)).params == {"max_tokens": 0}
+    assert openai.parse_chat(chat(max_tokens=1)).params == {"max_tokens": 1}
 
 
 def test_stream_and_include_usage() -> None:
@@ -311,9 +311,10 @@ def test_logprobs() -> None:
         ({"top_k": "40"}, "'top_k' must be an integer"),
         (
             {"max_tokens": -1},
-            "'max_tokens' must be a non-negative integer, got integer -1; omit it for no limit",
+            "'max_tokens' must be a positive integer, got integer -1; omit it for no limit",
         ),
-        ({"max_completion_tokens": "9"}, "'max_completion_tokens' must be a non-negative integer"),
+        ({"max_tokens": 0}, "'max_tokens' must be a positive integer, got integer 0; omit it for no limit"),
+        ({"max_completion_tokens": "9"}, "'max_completion_tokens' must be a positive integer"),
         # llama.cpp counts tokens in 32 bits: 2**31 wrapped to a refusal, 2**63-1 to "no limit"
         ({"max_tokens": 2**31}, "'max_tokens' must be at most 2147483647, got integer 2147483648"),
         ({"max_completion_tokens": 2**63 - 1}, "'max_completion_tokens' must be at most 2147483647"),
@@ -496,7 +497,8 @@ def test_completion_response_format_becomes_json_schema() -> None:
         ({"prompt": "x", "suffix": 1}, "'suffix' must be a string"),
         ({"prompt": "x", "logprobs": True}, "'logprobs' must be an integer from 0"),
         ({"prompt": "x", "n": 0}, "'n' must be a positive integer"),
-        ({"prompt": "x", "max_tokens": "1"}, "'max_tokens' must be a non-negative integer"),
+        ({"prompt": "x", "max_tokens": "1"}, "'max_tokens' must be a positive integer"),
+        ({"prompt": "x", "max_tokens": 0}, "'max_tokens' must be a positive integer, got integer 0"),
     ],
 )
 def test_completion_errors(extra: dict[str, Any], needle: str) -> None:

@@ -67,9 +67,9 @@ def parse_messages(body: Any) -> CanonicalRequest:
     if body.get("max_tokens") is None:
         raise DialectError(400, "max_tokens: Field required")
     max_tokens = body["max_tokens"]
-    if not is_int(max_tokens) or max_tokens < 0:
+    if not is_int(max_tokens) or max_tokens < 1:
         raise DialectError(
-            400, f"max_tokens: Input should be a non-negative integer, got {shown(max_tokens)}"
+            400, f"max_tokens: Input should be an integer greater than or equal to 1, got {shown(max_tokens)}"
         )
     if max_tokens > MAX_TOKENS:
         raise DialectError(

@@ -264,9 +264,9 @@ def _max_tokens(body: dict[str, Any], params: dict[str, Any], keys: tuple[str, .
         value = body.get(key)
         if value is None:
             continue
-        if not is_int(value) or value < 0:
+        if not is_int(value) or value < 1:  # OpenAI refuses 0 too ("Expected a value >= 1")
             raise DialectError(
-                400, f"'{key}' must be a non-negative integer, got {shown(value)}; omit it for no limit"
+                400, f"'{key}' must be a positive integer, got {shown(value)}; omit it for no limit"
             )
         if value > MAX_TOKENS:
             raise DialectError(
