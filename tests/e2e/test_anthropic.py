@@ -122,6 +122,9 @@ def test_count_tokens(daemon: Daemon) -> None:
     short = c.messages.count_tokens(model="smollm2", messages=[{"role": "user", "content": "hi"}])
     longer = c.messages.count_tokens(model="smollm2", messages=[{"role": "user", "content": "hi " * 50}])
     assert 0 < short.input_tokens < longer.input_tokens
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with pytest.raises(anthropic.BadRequestError, match="cannot read images"):  # as /v1/messages refuses it
+        c.messages.count_tokens(model="smollm2", messages=[{"role": "user", "content": [image]}])
 
 
 def test_errors_are_anthropic_shaped(daemon: Daemon) -> None:

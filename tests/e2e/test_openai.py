@@ -252,3 +252,31 @@ def test_n_choices_come_from_the_engine_one_slot_each(daemon_factory: object) ->
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
     assert "'n' is 3" in message and "2 parallel slot(s)" in message and "send n <= 2" in message
+
+
+def test_what_the_model_cannot_do_is_a_400_with_the_engines_message(daemon: Daemon) -> None:
+    """llama-server answers these with 500 or 501; they are the caller's to change, so Blazar says 400."""
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    cases = [
+        (
+            "/v1/chat/completions",
+            {"model": "smollm2", "max_tokens": 3, "messages": [{"role": "user", "content": [audio]}]},
+            "audio input is not supported",
+        ),
+        (
+            "/v1/completions",
+            {"model": "smollm2", "prompt": "Once", "max_tokens": 5, "suffix": "end"},
+            "infill",
+        ),
+        ("/v1/embeddings", {"model": "smollm2", "input": "word " * 3000}, "too large to process"),
+    ]
+    for path, body, needle in cases:
+        r = httpx.post(daemon.url + path, json=body, timeout=120)
+        assert r.status_code == 400, (path, r.status_code, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and needle in err["message"].lower(), (path, err)
+        assert r.headers["x-blazar-error-source"] == "engine"
+    ollama_side = httpx.post(
+        daemon.url + "/api/generate", json={"model": "smollm2", "prompt": "a", "suffix": "b"}, timeout=120
+    )
+    assert ollama_side.status_code == 400 and "infill" in ollama_side.json()["error"].lower()

@@ -14,6 +14,7 @@ from blazar.dialects import anthropic as dialect
 from blazar.dialects.canonical import render_engine
 from blazar.gateway import core, proxy
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.preflight import check_images_readable
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -28,6 +29,7 @@ async def count_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
     core.claim(sup, req, canon)  # the key's scope covers counting too: it runs the model's engine
     child, _ = await core.ready_child(sup, req, canon)
     core.llama_only(child, "counting tokens", "/apply-template and /tokenize")
+    check_images_readable(canon, child.spec.reads_images)  # as /v1/messages would refuse them
     _path, chat = render_engine(canon)
     template_req = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
     _s, data = await proxy.forward_whole(

@@ -75,8 +75,19 @@ def _engine_error(status: int, body: bytes) -> HttpError:
             message = err
     except orjson.JSONDecodeError:
         pass
+    if status >= 500 and any(fault in message.lower() for fault in _CLIENT_FAULTS):
+        status = 400  # the request asked for what this model cannot do: the caller's to change, not a 5xx
     kind = "invalid_request_error" if 400 <= status < 500 else "engine_error"
     return HttpError(status, message, kind, source="engine")
+
+
+_CLIENT_FAULTS = (
+    "input is not supported",  # audio / video / image parts for a model without them (llama-server: 500)
+    "is too large to process",  # an embedding input over the physical batch (500)
+    "infill is not supported",  # a suffix for a model without fill-in-the-middle tokens (501)
+)
+"""llama-server answers these requests with a 5xx, though nothing failed: the request asked for what the model
+cannot do. Blazar passes the engine's message (it says what to change) with a 400."""
 
 
 async def forward_whole(
