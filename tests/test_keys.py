@@ -493,9 +493,11 @@ def test_the_first_key_must_have_full_access(tmp_path: Path, env: dict[str, str]
     [
         (
             {"name": "bad name"},
-            "key name 'bad name' must be non-empty and use only letters, digits, '.', '_' and '-'",
+            "key name 'bad name' must be 1-64 characters, only letters, digits, '.', '_' and '-'",
         ),
-        ({"name": ""}, "key name '' must be non-empty"),
+        ({"name": ""}, "key name '' must be 1-64 characters"),
+        ({"name": "n" * 65}, "key name 'nnnnnnnnnnnnnnnnnnnn...' (65 characters) must be 1-64 characters"),
+        ({"models": ["../x"]}, "'../x' is not a valid model name: invalid model name '../x:latest'"),
         ({"models": ["m:"]}, "'m:' is not a valid model name: model name 'm:' ends with ':' but has no tag"),
         ({"models": [""]}, "'' is not a valid model name: model name is empty"),  # not full access
         ({"models": ["smollm2", " "]}, "' ' is not a valid model name: model name is empty"),

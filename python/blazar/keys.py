@@ -21,9 +21,11 @@ from pathlib import Path
 
 from tomlkit.toml_document import TOMLDocument
 
+from blazar import names
 from blazar.config import (
     DEFAULT_KEY_WEIGHT,
     GENERATED_SECRET_PREFIX,
+    KEY_NAME_MAX,
     KEY_NAME_PATTERN,
     KEYS_ENV,
     MIN_SECRET_LEN,
@@ -43,7 +45,7 @@ from blazar.config.edit import (
     set_key_value,
 )
 from blazar.config.write import ConfigWriteError, config_lock, read_config_bytes, write_config
-from blazar.errors import BlazarError, ConfigError
+from blazar.errors import BlazarError, CatalogError, ConfigError
 
 __all__ = [
     "NO_KEYS_MESSAGE",
@@ -338,7 +340,10 @@ def generate_secret() -> str:
 
 def _check_name(name: str) -> None:
     if KEY_NAME_PATTERN.fullmatch(name) is None:
-        raise KeysError(f"key name {name!r} must be non-empty and use only letters, digits, '.', '_' and '-'")
+        shown = repr(name) if len(name) <= KEY_NAME_MAX else f"'{name[:20]}...' ({len(name)} characters)"
+        raise KeysError(
+            f"key name {shown} must be 1-{KEY_NAME_MAX} characters, only letters, digits, '.', '_' and '-'"
+        )
 
 
 def _check_secret(secret: str) -> None:
@@ -355,8 +360,8 @@ def _normalised_models(models: Iterable[str]) -> tuple[str, ...]:
     out: list[str] = []
     for raw in models:
         try:
-            name = normalize_model_name(raw)
-        except ValueError as exc:
+            name = names.normalize(normalize_model_name(raw))  # a name the catalog could hold, or refused
+        except (ValueError, CatalogError) as exc:
             raise KeysError(f"{raw!r} is not a valid model name: {exc}") from None
         if name not in out:
             out.append(name)

@@ -139,7 +139,7 @@ def test_refusals_are_one_red_line(env: dict[str, str]) -> None:
         (("add", "ci"), "error: a key named 'ci' already exists"),
         (("rm", "ghost"), "error: no key named 'ghost' in"),
         (("rotate", "ghost"), "error: no key named 'ghost' in"),
-        (("add", "bad name"), "error: key name 'bad name' must be non-empty"),
+        (("add", "bad name"), "error: key name 'bad name' must be 1-64 characters"),
         (("add", "w", "--weight", "0"), "error: weight must be a number > 0, got 0.0"),
     ]:
         done = blazar(env, *args)

@@ -162,17 +162,17 @@ def test_load_config_text_validates_without_a_file(tmp_path: Path, env: dict[str
         ),
         (
             key_toml("bad name"),
-            """key 'keys[0].name' must be a non-empty string of letters, digits, '.', '_' and '-', """
+            """key 'keys[0].name' must be a non-empty string of at most 64 letters, digits, '.', '_' and '-', """
             """got "bad name" (string)""",
         ),
         (
             key_toml(""),
-            """key 'keys[0].name' must be a non-empty string of letters, digits, '.', '_' and '-', """
+            """key 'keys[0].name' must be a non-empty string of at most 64 letters, digits, '.', '_' and '-', """
             """got "" (string)""",
         ),
         (
             f'[[keys]]\nname = 7\nsecret = "{SECRET}"\n',
-            "key 'keys[0].name' must be a non-empty string of letters, digits, '.', '_' and '-', got 7 (integer)",
+            "key 'keys[0].name' must be a non-empty string of at most 64 letters, digits, '.', '_' and '-', got 7 (integer)",
         ),
         (
             '[[keys]]\nname = "ci"\n',
@@ -202,6 +202,11 @@ def test_load_config_text_validates_without_a_file(tmp_path: Path, env: dict[str
         (
             key_toml(extra='models = ["m:"]'),
             "key 'keys[0].models[0]' is not a valid model name: model name 'm:' ends with ':' but has no tag",
+        ),
+        (
+            key_toml(extra='models = ["../x"]'),
+            "key 'keys[0].models[0]' is not a valid model name: invalid model name '../x:latest': use name[:tag]"
+            " with letters, digits, '.', '_', '-' (and '/' in the name)",
         ),
         (key_toml(extra="weight = 0"), "key 'keys[0].weight' must be a number > 0, got 0 (integer)"),
         (key_toml(extra="weight = -1.5"), "key 'keys[0].weight' must be a number > 0, got -1.5 (float)"),
@@ -259,12 +264,12 @@ FORM = "BLAZAR_KEYS must be comma-separated name=secret items (or bare secrets)"
         (f"a={SECRET},,b={OTHER}", f"{FORM}; item 2 is empty (drop the extra comma)"),
         (
             f"bad name={SECRET}",
-            f"{FORM}; item 1 has a name that is empty or holds characters other than "
+            f"{FORM}; item 1 has a name that is empty, longer than 64 characters or holds characters other than "
             "letters, digits, '.', '_' and '-'",
         ),
         (
             f"={SECRET}",
-            f"{FORM}; item 1 has a name that is empty or holds characters other than "
+            f"{FORM}; item 1 has a name that is empty, longer than 64 characters or holds characters other than "
             "letters, digits, '.', '_' and '-'",
         ),
         (

@@ -291,3 +291,18 @@ def test_key_management_over_http(daemon_factory: object) -> None:
     gone = httpx.request("DELETE", d.url + "/api/keys", json={"name": "ci"}, headers=bearer(ADMIN))
     assert gone.status_code == 200
     assert post(d, "/v1/chat/completions", CHAT, bearer(rotated)).status_code == 401
+    # bad input is refused before the config file is touched; a given secret is kept, not replaced
+    before = (d.root / "config.toml").read_text()
+    for body, needle in [
+        ({"name": "n" * 65}, "must be 1-64 characters"),
+        ({"name": "k3", "models": ["../x"]}, "'../x' is not a valid model name"),
+        ({"name": "k4", "secret": 12345678901234567}, "'secret' must be a string"),
+        ({"name": "k5", "secret": "short"}, "at least 16 printable ASCII characters"),
+    ]:
+        r = post(d, "/api/keys", body, bearer(ADMIN))
+        assert r.status_code == 400 and needle in r.json()["error"]["message"], (body, r.text)
+    assert (d.root / "config.toml").read_text() == before
+    mine = "sk-mine-0123456789abcdef"
+    kept = post(d, "/api/keys", {"name": "k6", "secret": mine, "models": ["smollm2"]}, bearer(ADMIN))
+    assert kept.status_code == 200 and kept.json()["secret"] == mine
+    assert post(d, "/v1/chat/completions", CHAT, bearer(mine)).status_code == 200

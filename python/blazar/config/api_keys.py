@@ -10,16 +10,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from blazar import names
 from blazar.config.checks import Ctx, a_type, env_value, integer, quote_key, strings
 from blazar.config.model import (
     DEFAULT_KEY_WEIGHT,
+    KEY_NAME_MAX,
     KEY_NAME_PATTERN,
     MIN_SECRET_LEN,
     KeyConfig,
     normalize_model_name,
     secret_is_well_formed,
 )
-from blazar.errors import ConfigError
+from blazar.errors import CatalogError, ConfigError
 
 KEYS_ENV = "BLAZAR_KEYS"
 _KEY_FIELDS: tuple[str, ...] = (
@@ -32,7 +34,8 @@ _KEY_FIELDS: tuple[str, ...] = (
     "tpm",
     "daily_tokens",
 )
-_KEY_NAME_RULE = "letters, digits, '.', '_' and '-'"
+_KEY_NAME_CHARS = "letters, digits, '.', '_' and '-'"
+_KEY_NAME_RULE = f"at most {KEY_NAME_MAX} {_KEY_NAME_CHARS}"
 SECRET_RULE = f"at least {MIN_SECRET_LEN} printable ASCII characters without spaces"
 
 
@@ -49,8 +52,8 @@ def _key_models(ctx: Ctx, key: str, value: object) -> tuple[str, ...]:
     out: list[str] = []
     for i, raw in enumerate(strings(ctx, key, value)):
         try:
-            name = normalize_model_name(raw)
-        except ValueError as exc:
+            name = names.normalize(normalize_model_name(raw))  # a name the catalog could hold
+        except (ValueError, CatalogError) as exc:
             raise ConfigError(f"{ctx.source}: key '{key}[{i}]' is not a valid model name: {exc}") from None
         if name not in out:
             out.append(name)
@@ -135,8 +138,8 @@ def env_keys(env: Mapping[str, str]) -> tuple[KeyConfig, ...]:
             if KEY_NAME_PATTERN.fullmatch(name) is None:
                 # The part before '=' may be a piece of a secret: do not show it.
                 raise ConfigError(
-                    f"{form}; item {position} has a name that is empty or holds characters other than "
-                    f"{_KEY_NAME_RULE}"
+                    f"{form}; item {position} has a name that is empty, longer than {KEY_NAME_MAX} characters "
+                    f"or holds characters other than {_KEY_NAME_CHARS}"
                 )
         else:
             name, secret = f"env-{position}", item

@@ -42,8 +42,9 @@ FLASH_ATTN_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 DEFAULT_TAG = "latest"
 
-KEY_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
-"""What a ``[[keys]]`` name may hold (full match)."""
+KEY_NAME_MAX = 64
+KEY_NAME_PATTERN = re.compile(rf"[A-Za-z0-9._-]{{1,{KEY_NAME_MAX}}}")
+"""What a ``[[keys]]`` name may hold (full match): 1-64 letters, digits, ``.``, ``_`` and ``-``."""
 MIN_SECRET_LEN = 16
 DEFAULT_KEY_WEIGHT = 1.0
 GENERATED_SECRET_PREFIX = "sk-blazar-"

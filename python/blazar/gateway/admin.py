@@ -45,8 +45,11 @@ async def add_key(sup: Supervisor, req: Request, proto: Any) -> Response:
     for k, v in limits.items():
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise HttpError(400, f"'{k}' must be a number")
+    given = body.get("secret")
+    if given is not None and not isinstance(given, str):
+        raise HttpError(400, "'secret' must be a string (omit it to have one generated)")
     key, secret = await asyncio.to_thread(
-        keys.add_key, gate.config_path, _name(body), models, registry=gate.keys, **limits
+        keys.add_key, gate.config_path, _name(body), models, secret=given, registry=gate.keys, **limits
     )
     info = {"name": key.name, "secret": secret, "models": list(key.models), "weight": key.weight}
     return 200, JSON_HEADERS, orjson.dumps(info)
