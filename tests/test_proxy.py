@@ -148,6 +148,7 @@ def test_a_pooled_connection_closed_under_a_request_is_retried_once() -> None:
             alive=lambda: True,
             inflight=0,
             last_used=0.0,
+            stopped_for=None,
         )
         sup = SimpleNamespace(
             cfg=SimpleNamespace(child_header_timeout_secs=5), data=DataDir(Path("/nonexistent"))
@@ -238,7 +239,12 @@ def test_a_get_to_a_stopped_unix_socket_child_is_a_502_without_the_data_director
         for closed in (False, True):
             http = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock)))
             child = SimpleNamespace(
-                model="m:latest", key="m:latest", http=http, base_url="http://localhost", api_key="k"
+                model="m:latest",
+                key="m:latest",
+                http=http,
+                base_url="http://localhost",
+                api_key="k",
+                stopped_for=None,
             )
             if closed:
                 await http.close()

@@ -103,6 +103,32 @@ def test_child_killed_mid_stream_ends_the_stream_with_the_dialects_error(daemon_
         assert ending in (first + rest).decode(), (path, rest[-400:])
 
 
+def test_a_model_deleted_mid_stream_ends_the_stream_saying_so(daemon_factory: object) -> None:
+    """Deleting a model stops its engine on purpose: the open stream's error says so (not that the engine died
+    and the next request restarts it: the next one gets 404), and the log has no ERROR for a crash."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert (
+        httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "tmpm"}).status_code == 200
+    )
+    story = [{"role": "user", "content": "Write a long story about the sea."}]
+    body = {"model": "tmpm", "messages": story, "max_tokens": 400, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", d.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        chunks = r.iter_bytes()
+        first = next(chunks)
+        gone = httpx.request("DELETE", d.url + "/api/delete", json={"model": "tmpm"}, timeout=60)
+        rest = b"".join(chunks)
+    assert gone.status_code == 200
+    text = (first + rest).decode()
+    assert (
+        'data: {"error":{"message":"engine for \'tmpm:latest\' was stopped while serving the request'
+        ' (model deleted)"' in text
+    ), text[-400:]
+    assert httpx.post(d.url + "/v1/chat/completions", json={**CHAT, "model": "tmpm"}).status_code == 404
+    log = d.log.read_text()
+    assert "evicting tmpm:latest (model deleted)" in log and " ERROR " not in log and "died" not in log, log
+
+
 def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory()

@@ -49,6 +49,12 @@ async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[
 
 async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> HttpError:
     dead = await sup.reap(child)
+    if child.stopped_for is not None:
+        return HttpError(
+            503,
+            f"engine for '{child.model}' was stopped while serving the request ({child.stopped_for})",
+            "engine_error",
+        )
     if dead:
         code = child.proc.returncode if child.proc else None
         return HttpError(

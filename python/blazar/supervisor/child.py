@@ -81,6 +81,8 @@ class Child:
         self.ctx_size = spec.ctx_size
         self.tool_calls_supported: bool | None = None  # from the engine's /props, asked on first need
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
+        self.stopped_for: str | None = None
+        """Why the supervisor stopped this child on purpose (evicted: idle, deleted, keep_alive 0, ...)."""
         self.base_url = ""
         self.http: aiohttp.ClientSession | None = None  # for its GET endpoints; its own on a unix socket
         self._own_http = False

@@ -221,9 +221,11 @@ class Supervisor:
             child.last_used = time.monotonic()
 
     async def reap(self, child: Child, wait: float = 1.0) -> bool:
-        """After an upstream failure: if the child died, drop it so the next request respawns. True if dead."""
+        """After an upstream failure: if the child died, drop it so the next request respawns. True if dead.
+
+        A child the supervisor is stopping on purpose (``evict``) counts as dead at once, and is no crash."""
         proc = child.proc
-        if proc is None:
+        if proc is None or child.stopped_for is not None:
             return True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=wait)
@@ -243,6 +245,7 @@ class Supervisor:
             if child is None:
                 return False
             log.info("evicting %s (%s)", key, reason)
+            child.stopped_for = reason
             await child.stop(grace=self.cfg.stop_grace_secs)
             child.state = State.EVICTED
             return True
