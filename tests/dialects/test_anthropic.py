@@ -159,6 +159,11 @@ def test_system_string_and_blocks() -> None:
             {"thinking": {"type": "maybe"}},
             "thinking.type: Input should be 'enabled', 'disabled' or 'adaptive'",
         ),
+        ({"thinking": "x"}, "thinking: Input should be an object with a 'type'"),
+        (
+            {"thinking": {"type": "enabled", "budget_tokens": "x"}},
+            'thinking.budget_tokens: Input should be a valid integer, got string "x"',
+        ),
         ({"output_config": "json"}, "output_config: Input should be an object"),
         (
             {"output_format": {"type": "json_object"}},

@@ -269,10 +269,20 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]] | None, params: dict[st
 def _thinking(value: Any, req: CanonicalRequest) -> None:
     if value is None:
         return
-    kind = value.get("type") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        raise DialectError(
+            400,
+            f"thinking: Input should be an object with a 'type' ('enabled', 'disabled' or 'adaptive'), got {shown(value)}",
+        )
+    kind = value.get("type")
     if kind == "enabled":
         req.params["chat_template_kwargs"] = {"enable_thinking": True}
-        if value.get("budget_tokens") is not None:
+        budget = value.get("budget_tokens")
+        if budget is not None and not is_int(budget):
+            raise DialectError(
+                400, f"thinking.budget_tokens: Input should be a valid integer, got {shown(budget)}"
+            )
+        if budget is not None:
             req.notes.append("thinking.budget_tokens is not applied: the engine thinks within max_tokens")
     elif kind == "disabled":
         req.params["chat_template_kwargs"] = {"enable_thinking": False}
