@@ -563,11 +563,10 @@ def test_embed_options_truncate_dimensions() -> None:
         }
     )
     assert req.params == {"dimensions": 128}
-    assert req.options_ctx == 512
-    assert req.notes == [
-        "truncate is not applied: an input longer than the engine's batch is refused by the engine",
-        "option temperature does not apply to embeddings and is ignored",
-    ]
+    assert req.options_ctx == 512 and req.truncate is False
+    assert req.notes == ["option temperature does not apply to embeddings and is ignored"]
+    assert ollama.parse_embed({"model": "e", "input": "x"}).truncate is True  # Ollama's default
+    assert ollama.parse_embed({"model": "e", "input": "x", "truncate": True}).truncate is True
 
 
 @pytest.mark.parametrize(

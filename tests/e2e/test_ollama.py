@@ -106,6 +106,22 @@ def test_embed(daemon: Daemon, client: Make) -> None:
         assert ghost.status_code == 404 and "ghost" in ghost.json()["error"], (path, ghost.text)
 
 
+def test_embed_truncates_a_long_input_by_default(daemon: Daemon, client: Make) -> None:
+    """Ollama's /api/embed cuts an input to what the model embeds unless truncate is false; llama-server embeds
+    at most one physical batch (512 tokens here) and refuses more."""
+    long = "The quick brown fox jumps over the lazy dog. " * 400  # about 4,000 tokens
+    r = client(daemon).embed(model="smollm2", input=[long, "short"])
+    assert len(r.embeddings) == 2 and len(r.embeddings[0]) == 576
+    assert r.prompt_eval_count is not None and 500 < r.prompt_eval_count <= 512 + 8
+    assert r.embeddings[0] != r.embeddings[1]
+    refused = httpx.post(
+        daemon.url + "/api/embed", json={"model": "smollm2", "input": long, "truncate": False}, timeout=60
+    )
+    assert refused.status_code == 400 and "too large to process" in refused.json()["error"]
+    same = client(daemon).embed(model="smollm2", input="short")  # short inputs are sent as they are
+    assert same.embeddings[0] == r.embeddings[1]
+
+
 def test_keep_alive_zero_unloads(daemon_factory: object, client: Make) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory()

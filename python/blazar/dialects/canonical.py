@@ -65,6 +65,7 @@ class CanonicalRequest:
     raw            Ollama ``raw: true`` generate: no template (admitted as RawLong work).
     suffix         fill-in-the-middle: text after the insertion point (renders to ``ENGINE_INFILL``).
     options_ctx    Ollama ``options.num_ctx``: the per-slot context the supervisor (re)starts the engine with.
+    truncate       Ollama ``/api/embed``: cut each input to what the engine embeds in one batch (its default).
     notes          fields accepted but ignored, one teaching sentence each.
     load_only      Ollama: no prompt, messages or input; the request only loads (or with keep_alive 0 unloads) the
                    model and is never sent to the engine.
@@ -85,6 +86,7 @@ class CanonicalRequest:
     raw: bool = False
     suffix: str | None = None
     options_ctx: int | None = None
+    truncate: bool = False
     notes: list[str] = field(default_factory=list)
     load_only: bool = False
 

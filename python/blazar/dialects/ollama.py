@@ -151,10 +151,7 @@ def parse_embed(body: Any) -> CanonicalRequest:
     truncate = body.get("truncate")
     if truncate is not None and not isinstance(truncate, bool):
         raise DialectError(400, f"truncate must be a boolean, got {shown(truncate)}")
-    if truncate is not None:
-        req.notes.append(
-            "truncate is not applied: an input longer than the engine's batch is refused by the engine"
-        )
+    req.truncate = truncate is not False  # Ollama's default: true
     dims = body.get("dimensions")
     if dims is not None:
         if not isinstance(dims, int) or isinstance(dims, bool) or dims < 1:

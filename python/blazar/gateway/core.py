@@ -7,6 +7,7 @@ client request into a ``CanonicalRequest`` and call ``serve``; they never talk t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,48 @@ async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) ->
     req.engine_s += waited
     load_ns = int(waited * 1e9)
     return child, load_ns if load_ns > LOAD_REPORT_NS else 0
+
+
+EMBED_UBATCH = 512
+"""llama-server's default physical batch (``--ubatch-size``): a pooled embedding must fit one batch."""
+_SPECIAL_MARGIN = 8
+"""Tokens left for the specials the engine adds (BOS/EOS, a BERT's CLS/SEP) and for a re-tokenisation of the
+cut text that merges differently."""
+
+
+def embed_token_limit(child: Child) -> int:
+    """The most tokens one input may have to be embedded by ``child``: its physical batch (``-ub`` in its argv,
+    else llama-server's 512) and its context per slot."""
+    argv = child.spec.argv_template
+    ubatch = EMBED_UBATCH
+    for flag in ("-ub", "--ubatch-size"):
+        if flag in argv[:-1]:
+            with contextlib.suppress(ValueError):
+                ubatch = int(argv[argv.index(flag) + 1])
+    per_slot = child.spec.ctx_per_slot
+    return min(ubatch, per_slot) if per_slot > 0 else ubatch
+
+
+async def _fit_input(sup: Supervisor, req: Request, child: Child, text: Any) -> Any:
+    """``text`` cut to what ``child`` embeds in one batch (Ollama's ``truncate``). A text of fewer UTF-8 bytes
+    than the limit cannot hold more tokens and is sent as it is, untokenized."""
+    limit = embed_token_limit(child) - _SPECIAL_MARGIN
+    if not isinstance(text, str) or len(text.encode()) <= limit:
+        return text
+    content = orjson.dumps({"content": text, "add_special": False})
+    _s, data = await proxy.forward_whole(sup, child, "/tokenize", content, req.client)
+    tokens = orjson.loads(data).get("tokens")
+    if not isinstance(tokens, list):
+        raise HttpError(502, "engine did not return tokens from /tokenize", "engine_error")
+    if len(tokens) <= limit:
+        return text
+    _s, data = await proxy.forward_whole(
+        sup, child, "/detokenize", orjson.dumps({"tokens": tokens[:limit]}), req.client
+    )
+    cut = orjson.loads(data).get("content")
+    if not isinstance(cut, str):
+        raise HttpError(502, "engine did not return text from /detokenize", "engine_error")
+    return cut
 
 
 async def after(sup: Supervisor, child: Child, canon: CanonicalRequest) -> None:
@@ -219,6 +262,8 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
 
 async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     child, load_ns = await ready_child(sup, req, canon)
+    if canon.truncate and child.lane == "llama-cpp" and isinstance(canon.input, list):
+        canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
     path, body = render_engine(canon)
     if child.spec.engine_model is not None:
         body["model"] = child.spec.engine_model
