@@ -120,7 +120,7 @@ def embed_token_limit(child: Child) -> int:
 async def _fit_input(sup: Supervisor, req: Request, child: Child, text: Any) -> Any:
     """``text`` cut to what ``child`` embeds in one batch (Ollama's ``truncate``). A text of fewer UTF-8 bytes
     than the limit cannot hold more tokens and is sent as it is, untokenized."""
-    limit = embed_token_limit(child) - _SPECIAL_MARGIN
+    limit = max(1, embed_token_limit(child) - _SPECIAL_MARGIN)
     if not isinstance(text, str) or len(text.encode()) <= limit:
         return text
     content = orjson.dumps({"content": text, "add_special": False})
