@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import aiohttp
 import pytest
@@ -255,3 +255,18 @@ def test_a_get_to_a_stopped_unix_socket_child_is_a_502_without_the_data_director
             assert ("<data dir>/run/m.sock" in exc.value.message) is not closed, exc.value.message
 
     asyncio.run(main())
+
+
+def test_embed_token_limit_is_the_physical_batch_and_the_slot() -> None:
+    from blazar.gateway.core import EMBED_UBATCH, embed_token_limit
+
+    def child(argv: tuple[str, ...], per_slot: int) -> Any:
+        return SimpleNamespace(spec=SimpleNamespace(argv_template=argv, ctx_per_slot=per_slot))
+
+    assert embed_token_limit(child(("llama-server", "-m", "x"), 4096)) == EMBED_UBATCH == 512
+    assert embed_token_limit(child(("llama-server", "-ub", "2048"), 4096)) == 2048
+    assert (
+        embed_token_limit(child(("llama-server", "--ubatch-size", "8192"), 4096)) == 4096
+    )  # the slot caps it
+    assert embed_token_limit(child(("llama-server", "-ub", "many"), 0)) == 512  # unreadable: the default
+    assert embed_token_limit(child(("llama-server", "-ub"), 100)) == 100  # a flag with no value is ignored
