@@ -213,6 +213,31 @@ def test_a_model_removed_by_the_cli_is_refused_within_the_recheck(daemon_factory
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 404, r.text
     assert "model 'smollm2:latest' not found" in r.json()["error"]["message"]
+    wait_for(lambda: d.child_pids() == [], 30, "the removed model's engine to stop")
+    assert "evicting smollm2:latest (model removed from the catalog)" in d.log.read_text()
+
+
+def test_other_weights_under_the_same_name_restart_the_engine(daemon_factory: object, tmp_path: Path) -> None:
+    """`blazar rm` and an import of other weights under the same name, from another process: within the
+    recheck the daemon stops the engine that runs the old file and starts one on the new."""
+    import shutil
+    import time
+
+    from blazar.supervisor.pool import CATALOG_RECHECK_SECS
+
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [before] = d.child_pids()
+    other = tmp_path / "other-weights.gguf"  # the same bytes in another file: another inode
+    shutil.copyfile(next((d.data_dir / "models" / "smollm2").glob("*.gguf")), other)
+    d.cli("rm", "smollm2")
+    d.cli("import", str(other), "--name", "smollm2")
+    time.sleep(CATALOG_RECHECK_SECS + 0.2)
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [after] = d.child_pids()
+    assert after != before and not pid_alive(before)
+    assert "evicting smollm2:latest (its weights changed in the catalog)" in d.log.read_text()
 
 
 def test_two_daemons_on_one_data_directory_each_get_an_engine(daemon_factory: object) -> None:

@@ -45,6 +45,15 @@ class State(enum.Enum):
     CRASHED = "crashed"
 
 
+def weights_id(path: Path) -> tuple[int, int] | None:
+    """Which file (or model directory) ``path`` is: (device, inode); None when it cannot be read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -81,6 +90,9 @@ class Child:
         self.ctx_size = spec.ctx_size
         self.tool_calls_supported: bool | None = None  # from the engine's /props, asked on first need
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
+        self.weights: tuple[int, int] | None = None
+        """The model file's (device, inode) when this child was spawned: other weights under the same name (a
+        re-import) make the supervisor restart it."""
         self.stopped_for: str | None = None
         """Why the supervisor stopped this child on purpose (evicted: idle, deleted, keep_alive 0, ...)."""
         self.base_url = ""

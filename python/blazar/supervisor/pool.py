@@ -14,17 +14,18 @@ from collections.abc import Iterable, Iterator
 
 import aiohttp
 
+from blazar import names
 from blazar.catalog import Catalog, ModelRow
 from blazar.config import Config
 from blazar.engines import registry
 from blazar.engines.lanes import classify_unknown_arch, reroute_once, serving_lane
 from blazar.engines.manifest import Manifest, load_manifest
 from blazar.engines.registry import EngineRow
-from blazar.errors import ChildError, LaneError
+from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
 from blazar.paths import DataDir, child_key
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
-from blazar.supervisor.child import Child, State, log_tail
+from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
 
 log = logging.getLogger("blazar.supervisor")
@@ -122,9 +123,16 @@ class Supervisor:
         return child
 
     async def _ensure_ready(self, model_name: str, embeddings: bool, num_ctx: int | None) -> Child:
-        model = self.catalog.get(model_name)
+        try:
+            model = self.catalog.get(model_name)
+        except ModelNotFound:
+            await self._evict_model(model_name, "model removed from the catalog")
+            raise
         key = child_key(model.name, embeddings)
         lock = self._locks.setdefault(key, asyncio.Lock())
+        if (old := self.children.get(key)) is not None and old.weights != weights_id(model.path):
+            # `blazar rm` + import of other weights under the same name, from another process
+            await self.evict(key, "its weights changed in the catalog")
         async with lock:
             child = self.children.get(key)
             if child is not None and child.state is State.READY and child.alive():
@@ -173,6 +181,15 @@ class Supervisor:
             )
             return child
 
+    async def _evict_model(self, model_name: str, reason: str) -> None:
+        """Stop every child of ``model_name`` (chat and embedding), e.g. once the catalog no longer has it."""
+        try:
+            full = names.normalize(model_name)
+        except CatalogError:
+            return
+        for key in [k for k, c in self.children.items() if c.model == full]:
+            await self.evict(key, reason)
+
     async def _drain(self, child: Child, num_ctx: int | None) -> None:
         """Wait (at most ``queue_wait_secs``) until ``child`` has no request in flight, so a restart for another
         context never cuts a response off; 503 when it stays busy."""
@@ -197,6 +214,7 @@ class Supervisor:
             compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total
         )
         child = Child(key, model.name, spec, self.data)
+        child.weights = weights_id(model.path)
         child.lane = engine.kind
         child.num_ctx = num_ctx
         ov = self.cfg.model_override(model.name)
