@@ -129,6 +129,37 @@ def test_a_model_deleted_mid_stream_ends_the_stream_saying_so(daemon_factory: ob
     assert "evicting tmpm:latest (model deleted)" in log and " ERROR " not in log and "died" not in log, log
 
 
+@pytest.mark.parametrize("second_signal", [False, True])
+def test_a_stop_signal_during_a_stream_ends_it_within_the_grace(
+    daemon_factory: object, second_signal: bool
+) -> None:
+    """SIGTERM closes the listener and gives responses in flight stop_grace_secs; then the engines stop and a
+    stream still running ends with the dialect's error naming the shutdown. A second signal does that at once."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("stop_grace_secs = 2\n" if not second_signal else "stop_grace_secs = 60\n")
+    story = [{"role": "user", "content": "Write a long story about the sea."}]
+    body = {"model": "smollm2", "messages": story, "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    assert d.proc is not None
+    with httpx.stream("POST", d.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        chunks = r.iter_bytes()
+        first = next(chunks)
+        [pid] = d.child_pids()
+        d.proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        if second_signal:
+            time.sleep(0.5)
+            d.proc.send_signal(signal.SIGINT)
+        rest = b"".join(chunks)
+    took = time.monotonic() - t0
+    assert took < (8 if second_signal else 12), took
+    text = (first + rest).decode()
+    assert "was stopped while serving the request (blazar is shutting down)" in text, text[-300:]
+    assert d.proc.wait(timeout=30) == 0
+    assert not pid_alive(pid)
+    log = d.log.read_text()
+    assert " ERROR " not in log and "died" not in log, log
+
+
 def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory()

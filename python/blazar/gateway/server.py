@@ -1,7 +1,8 @@
 """Binding and running Granian (RSGI, embedded) in the daemon's process, with a clean stop on SIGINT/SIGTERM.
 
-It owns the port check (a taken port is exit code 3, one line), the Granian settings, and shutdown order:
-stop accepting, then stop every engine child by PID.
+It owns the port check (a taken port is exit code 3, one line), the Granian settings, and shutdown order: stop
+accepting; give responses in flight ``stop_grace_secs``; then stop every engine child by PID, which ends a stream
+still running with its dialect's error. A second signal stops the engines at once.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def check_port(host: str, port: int) -> None:
             raise
 
 
+FORCED_STOP_SECS = 1.0
+"""After a second stop signal, how long an engine gets between SIGTERM and SIGKILL."""
+
+
 async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
     server = Server(
         App(sup, gate),
@@ -60,12 +65,29 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
     )
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
+    engines_stopping: list[asyncio.Task[None]] = []
+    timers: list[asyncio.TimerHandle] = []
+    grace = float(cfg.stop_grace_secs)
+
+    def stop_engines(now: bool = False) -> None:
+        # Granian waits for every response in flight; an engine stopped under a stream ends that stream with the
+        # dialect's error event, so the server can finish. ``now``: SIGKILL after 1 s, not stop_grace_secs.
+        if not engines_stopping:
+            engines_stopping.append(loop.create_task(sup.stop_all(grace=FORCED_STOP_SECS if now else None)))
 
     def on_signal() -> None:
         if not stopping.is_set():
-            log.info("stopping: closing the listener, then the engine children")
+            log.info(
+                "stopping: the listener is closed; responses in flight have %.0f s, then the engines stop"
+                " (a second signal stops them now)",
+                grace,
+            )
             stopping.set()
             server.stop()  # type: ignore[no-untyped-call]
+            timers.append(loop.call_later(grace, stop_engines))
+        elif not engines_stopping:
+            log.info("stopping now: the engines stop and the responses in flight end")
+            stop_engines(now=True)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
@@ -75,6 +97,10 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
         await server.serve()
     finally:
         checker.cancel()
+        for timer in timers:
+            timer.cancel()
+        if engines_stopping:
+            await engines_stopping[0]
         await sup.stop_all()
         await gate.close()
         for sig in (signal.SIGINT, signal.SIGTERM):

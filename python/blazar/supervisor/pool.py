@@ -279,7 +279,9 @@ class Supervisor:
                 except Exception:
                     log.exception("evicting %s failed", c.key)
 
-    async def stop_all(self) -> None:
+    async def stop_all(self, reason: str = "blazar is shutting down", grace: float | None = None) -> None:
+        """Stop every child (SIGTERM, then SIGKILL after ``grace``, default ``stop_grace_secs``); a response still
+        streaming from one ends with an error naming ``reason``."""
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -287,9 +289,10 @@ class Supervisor:
             self._reaper = None
         children = list(self.children.values())
         self.children.clear()
-        await asyncio.gather(
-            *(c.stop(grace=self.cfg.stop_grace_secs) for c in children), return_exceptions=True
-        )
+        for c in children:
+            c.stopped_for = reason
+        wait = self.cfg.stop_grace_secs if grace is None else grace
+        await asyncio.gather(*(c.stop(grace=wait) for c in children), return_exceptions=True)
         if self._http is not None:
             await self._http.close()
             self._http = None
