@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from blazar.errors import ConfigError
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -58,9 +60,22 @@ class DataDir:
         return self.root / "logs"
 
     def ensure(self) -> DataDir:
-        for p in (self.root, self.models, self.engines, self.run, self.logs):
-            p.mkdir(parents=True, exist_ok=True)
-        self.run.chmod(0o700)  # the engines' API key files and unix sockets: this user's only
+        try:
+            for p in (self.root, self.models, self.engines, self.run, self.logs):
+                p.mkdir(parents=True, exist_ok=True)
+            self.run.chmod(0o700)  # the engines' API key files and unix sockets: this user's only
+        except OSError as e:
+            where = e.filename or self.root
+            if isinstance(e, FileExistsError):
+                why = f"{where} is a file, not a directory"
+            elif isinstance(e, NotADirectoryError):
+                why = f"a part of {where} is a file, not a directory"
+            else:
+                why = f"{where}: {e.strerror or e}"
+            raise ConfigError(
+                f"data directory {self.root} cannot be used: {why}; set data_dir in config.toml or"
+                " BLAZAR_DATA_DIR to a directory this user can write"
+            ) from None
         return self
 
     def run_file(self, model: str, suffix: str) -> Path:

@@ -19,6 +19,7 @@ from granian.server.embed import Server
 
 from blazar.config import Config
 from blazar.engines.check import check_loop
+from blazar.errors import ConfigError
 from blazar.gateway.app import App
 from blazar.gateway.tenancy import Gate
 from blazar.supervisor import Supervisor
@@ -45,7 +46,11 @@ def check_port(host: str, port: int) -> None:
                     f"blazar: port {port} on {host} is already in use; stop the other server or choose another"
                     " port with --port or BLAZAR_PORT"
                 ) from None
-            raise
+            why = e.strerror or str(e)
+            raise ConfigError(
+                f"cannot listen on {host}:{port}: {why}; set host (and port) in config.toml, or BLAZAR_HOST and"
+                " BLAZAR_PORT, to an address of this machine such as 127.0.0.1 or 0.0.0.0"
+            ) from None
 
 
 FORCED_STOP_SECS = 1.0
