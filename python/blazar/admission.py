@@ -48,6 +48,10 @@ class AllSlotsBusy(BlazarError):
     status = 503
     code = "all_slots_busy"
 
+    retry_after = 1
+    """Seconds a client should wait before retrying (the ``Retry-After`` header): a slot frees when any response
+    ends, so soon."""
+
     def __init__(self, model: str, waited_s: float) -> None:
         self.model = model
         self.waited_s = waited_s

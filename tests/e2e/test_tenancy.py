@@ -198,6 +198,7 @@ def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert r.status_code == 503, r.text
     assert r.json()["error"]["message"].startswith("all_slots_busy: every slot of model 'smollm2:latest'")
     assert "stayed busy for 1s" in r.json()["error"]["message"]
+    assert r.headers["retry-after"] == "1"  # clients back off on it
 
 
 def busy_slots(d: Daemon) -> int:
