@@ -71,6 +71,7 @@ def test_invalid_config_and_unfit_model(d: Daemon) -> None:
         checks = by_name(rep)
         assert code == 1 and checks["config"]["status"] == "fail"
         assert "ctx_size" in checks["config"]["detail"] and "config.toml" in checks["config"]["fix"]
+        assert str(d.port) in checks["port"]["detail"]  # the defaults, with BLAZAR_PORT still applied
         config.write_text("memory_headroom_mib = 100000000\n")
         code, rep = report(d)
         model = by_name(rep)["model smollm2:latest"]

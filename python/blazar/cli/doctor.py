@@ -23,7 +23,7 @@ import typer
 from blazar import hardware
 from blazar.catalog import Catalog, ModelRow
 from blazar.cli.common import console
-from blazar.config import Config, default_config_path, default_data_dir, load_config
+from blazar.config import Config, default_config_path, default_data_dir, load_config, load_config_text
 from blazar.engines import registry
 from blazar.engines.lanes import INSTALL_HINT, serving_lane
 from blazar.engines.registry import EngineRow
@@ -52,7 +52,10 @@ def check_config() -> tuple[Config, Check]:
     try:
         cfg = load_config()
     except ConfigError as e:
-        fallback = Config(data_dir=default_data_dir())
+        try:  # the built-in defaults, with the environment's overrides (BLAZAR_HOST, _PORT, _DATA_DIR)
+            fallback = load_config_text(None, path)
+        except ConfigError:
+            fallback = Config(data_dir=default_data_dir())
         return fallback, Check(
             "config",
             "fail",
