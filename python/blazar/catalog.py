@@ -192,7 +192,7 @@ class Catalog:
             raise CatalogError(f"{src} does not exist or is not a file")
         header = read_header(src)
         info = summarize(header)
-        full = names.normalize(name) if name else names.default_name_for_file(src.stem)
+        full = names.normalize(name) if name is not None else names.default_name_for_file(src.stem)
         self._check_new(full)  # early, before a long copy; checked again under the claim
         dest = self.files.file_for(full)
         aside = self.files.staging()
@@ -337,7 +337,7 @@ class Catalog:
         known = None if sha256s is None else {k: _check_sha256(v) for k, v in sha256s.items()}
         src = src.expanduser().resolve()
         summary = inspect_dir(src, only=None if known is None else known.keys())
-        full = names.normalize(name) if name else names.default_name_for_dir(src.name)
+        full = names.normalize(name) if name is not None else names.default_name_for_dir(src.name)
         digest = None if known is None else dir_digest(known)
         return self._add_dir(src, summary, full, progress, digest, compute=known is None)
 
@@ -414,7 +414,13 @@ class Catalog:
         return self.get(full)
 
     def remove(self, name: str) -> ModelRow:
-        row = self.get(name)
+        row = self.find(name)
+        if row is None:
+            known = [m.name for m in self.list()]
+            raise ModelNotFound(
+                f"model '{names.normalize(name)}' not found; nothing to remove"
+                + (f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)")
+            )
         with self.store.transaction():
             self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))
             self.store.conn.execute("DELETE FROM profiles WHERE model = ?", (row.name,))
