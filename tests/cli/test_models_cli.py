@@ -63,7 +63,10 @@ def test_errors_are_one_line(tmp_path: Path, model_file: Path) -> None:
         (("rm", "ghost"), "model 'ghost:latest' not found; nothing to remove (the catalog is empty)"),
         (("import", str(tmp_path / "nope.gguf")), "does not exist"),
         (("import", str(model_file), "--name", "bad name"), "invalid model name"),
-        (("import", str(model_file), "--name", ""), "invalid model name ''"),  # not a name derived from the file
+        (
+            ("import", str(model_file), "--name", ""),
+            "invalid model name ''",
+        ),  # not a name derived from the file
     ]:
         r = d.cli(*args, check=False)
         assert r.returncode == 1, (args, r.stderr)

@@ -106,6 +106,23 @@ def test_embed(daemon: Daemon, client: Make) -> None:
         assert ghost.status_code == 404 and "ghost" in ghost.json()["error"], (path, ghost.text)
 
 
+def test_ignored_fields_are_named_in_a_header(daemon: Daemon) -> None:
+    body = {
+        "model": "smollm2",
+        "prompt": "hi",
+        "context": [1, 2, 3],
+        "stream": False,
+        "options": {"num_predict": 2},
+    }
+    r = httpx.post(daemon.url + "/api/generate", json=body, timeout=60)
+    assert r.status_code == 200 and "context" in r.headers["x-blazar-ignored"], r.headers
+    odd = {"model": "smollm2", "input": "hi", "options": {"temperature\u00e9\n": 1}}
+    e = httpx.post(daemon.url + "/api/embed", json=odd, timeout=60)  # a note quoting the client's own key
+    assert e.status_code == 200 and e.headers["x-blazar-ignored"].isascii(), e.headers
+    plain = httpx.post(daemon.url + "/api/generate", json={**body, "context": None}, timeout=60)
+    assert "x-blazar-ignored" not in plain.headers
+
+
 def test_embed_truncates_a_long_input_by_default(daemon: Daemon, client: Make) -> None:
     """Ollama's /api/embed cuts an input to what the model embeds unless truncate is false; llama-server embeds
     at most one physical batch (512 tokens here) and refuses more."""

@@ -141,7 +141,7 @@ class App:
             return []
         return [
             ("access-control-allow-origin", "*" if "*" in self.cors else origin),
-            ("access-control-expose-headers", "x-blazar-trace-id, x-blazar-overhead-ms"),
+            ("access-control-expose-headers", "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored"),
             ("vary", "origin"),
         ]
 

@@ -72,7 +72,17 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
     model's engine claims it first: generation, embeddings, fill-in-the-middle, loads and unloads, token counts."""
     target = route_target(sup, canon)
     req.gate.check_model(req, target[0])
+    if canon.notes:
+        req.extra_headers.append(("x-blazar-ignored", ignored_header(canon.notes)))
     return target
+
+
+def ignored_header(notes: list[str]) -> str:
+    """The request's accepted-but-ignored fields, one sentence each, as an ``x-blazar-ignored`` header value:
+    printable ASCII only (a note may quote a client's option name), at most 2,000 characters."""
+    text = " | ".join(notes)
+    clean = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return clean if len(clean) <= 2000 else clean[:1997] + "..."
 
 
 def llama_only(child: Child, feature: str, endpoint: str) -> None:
