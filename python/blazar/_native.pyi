@@ -44,10 +44,12 @@ def parse_gguf_metadata(data: bytes, max_array_len: int = 1024) -> dict[str, obj
 
     Returns ``{"version": int, "tensor_count": int, "metadata_kv_count": int,
     "metadata": dict[str, object], "parameter_count": int, "tensor_types": dict[str, int],
-    "header_size": int}``. Metadata values are ``int``, ``float``, ``bool``, ``str`` (invalid
-    UTF-8 replaced by U+FFFD) or ``list`` of those; arrays longer than ``max_array_len`` become
-    :class:`GgufArray`. ``tensor_types`` counts tensors per ggml type name ("F32", "Q4_K", ...,
-    or "type<N>" when unknown); ``header_size`` is the offset where the tensor infos end.
+    "header_size": int, "max_tensor_offset": int}``. Metadata values are ``int``, ``float``,
+    ``bool``, ``str`` (invalid UTF-8 replaced by U+FFFD) or ``list`` of those; arrays longer than
+    ``max_array_len`` become :class:`GgufArray`. ``tensor_types`` counts tensors per ggml type name ("F32", "Q4_K", ...,
+    or "type<N>" when unknown); ``header_size`` is the offset where the tensor infos end;
+    ``max_tensor_offset`` the largest tensor data offset, relative to the data section, which starts
+    at ``header_size`` rounded up to ``general.alignment`` (default 32).
 
     Raises :class:`GgufError` for malformed data and ``ValueError`` if ``max_array_len < 0``.
     """

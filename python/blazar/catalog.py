@@ -109,11 +109,32 @@ def _row(r: tuple[object, ...]) -> ModelRow:
 def read_header(path: Path) -> dict[str, object]:
     """The GGUF header of ``path``; a corrupt or truncated file is a CatalogError naming the file."""
     try:
-        return read_gguf_metadata(str(path))
+        header = read_gguf_metadata(str(path))
+        size = path.stat().st_size
     except GgufError as e:
         raise CatalogError(f"{path} is not a usable GGUF file: {e}") from None
     except OSError as e:
         raise CatalogError(f"cannot read {path}: {e.strerror or e}") from None
+    end = tensor_data_floor(header)
+    if end is not None and end >= size:
+        raise CatalogError(
+            f"{path} is truncated: its last tensor starts at byte {end:,} but the file has {size:,} bytes;"
+            " download or copy it again"
+        )
+    return header
+
+
+def tensor_data_floor(header: dict[str, object]) -> int | None:
+    """Where the last tensor's data starts in the file (the data section begins at the header's end rounded up
+    to ``general.alignment``); a complete file is longer. None for a file without tensors."""
+    count, size, last = header.get("tensor_count"), header.get("header_size"), header.get("max_tensor_offset")
+    if not isinstance(count, int) or count <= 0 or not isinstance(size, int) or not isinstance(last, int):
+        return None
+    meta = header.get("metadata")
+    align = meta.get("general.alignment") if isinstance(meta, dict) else None
+    if not isinstance(align, int) or isinstance(align, bool) or align <= 0:
+        align = 32
+    return -(-size // align) * align + last
 
 
 def inspect(path: Path) -> GgufSummary:

@@ -58,6 +58,9 @@ def test_show_a_file_directly(tmp_path: Path, model_file: Path) -> None:
 
 def test_errors_are_one_line(tmp_path: Path, model_file: Path) -> None:
     d = make_daemon(tmp_path)
+    truncated = tmp_path / "cut.gguf"
+    with model_file.open("rb") as f:
+        truncated.write_bytes(f.read(model_file.stat().st_size - 5000))  # before the last tensor's start
     for args, needle in [
         (("show", "ghost"), "model 'ghost:latest' not found"),
         (("rm", "ghost"), "model 'ghost:latest' not found; nothing to remove (the catalog is empty)"),
@@ -67,6 +70,8 @@ def test_errors_are_one_line(tmp_path: Path, model_file: Path) -> None:
             ("import", str(model_file), "--name", ""),
             "invalid model name ''",
         ),  # not a name derived from the file
+        (("import", str(truncated), "--name", "cut"), "is truncated: its last tensor starts at byte"),
+        (("show", str(truncated)), "download or copy it again"),
     ]:
         r = d.cli(*args, check=False)
         assert r.returncode == 1, (args, r.stderr)

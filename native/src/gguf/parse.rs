@@ -45,6 +45,7 @@ pub fn parse(data: &[u8], max_array_len: u64) -> Result<GgufHeader<'_>, GgufErro
     }
 
     let mut parameter_count = 0u64;
+    let mut max_tensor_offset = 0u64;
     let mut tensor_types = BTreeMap::new();
     for t in 0..tensor_count {
         let name_len = r.u64(What::Tensor(t, "name length"))?;
@@ -60,7 +61,7 @@ pub fn parse(data: &[u8], max_array_len: u64) -> Result<GgufHeader<'_>, GgufErro
             elements = elements.checked_mul(dim).ok_or_else(|| error::parameter_overflow(t))?;
         }
         let ggml_type = r.u32(What::Tensor(t, "type"))?;
-        r.skip(8, What::Tensor(t, "data offset"))?;
+        max_tensor_offset = max_tensor_offset.max(r.u64(What::Tensor(t, "data offset"))?);
         parameter_count =
             parameter_count.checked_add(elements).ok_or_else(|| error::parameter_overflow(t))?;
         *tensor_types.entry(ggml_type).or_insert(0) += 1;
@@ -74,6 +75,7 @@ pub fn parse(data: &[u8], max_array_len: u64) -> Result<GgufHeader<'_>, GgufErro
         parameter_count,
         tensor_types,
         header_size: r.offset(),
+        max_tensor_offset,
     })
 }
 

@@ -138,6 +138,7 @@ fn header_to_dict<'py>(py: Python<'py>, header: &GgufHeader<'_>) -> PyResult<Bou
     out.set_item("parameter_count", header.parameter_count)?;
     out.set_item("tensor_types", tensor_types)?;
     out.set_item("header_size", header.header_size)?;
+    out.set_item("max_tensor_offset", header.max_tensor_offset)?;
     Ok(out)
 }
 

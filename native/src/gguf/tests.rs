@@ -222,6 +222,7 @@ fn tensor_infos_give_parameters_types_and_header_size() {
     let types: Vec<_> = h.tensor_types.iter().map(|(&id, &n)| (ggml_type_name(id), n)).collect();
     assert_eq!(types, [("F32".into(), 1), ("Q4_1".into(), 1), ("type99".into(), 1)]);
     assert_eq!(h.header_size, header_len);
+    assert_eq!(h.max_tensor_offset, 2 * 4096); // the third tensor's data offset
 }
 
 #[test]

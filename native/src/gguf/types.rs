@@ -120,6 +120,9 @@ pub struct GgufHeader<'a> {
     pub tensor_types: BTreeMap<u32, u64>,
     /// Byte offset where the tensor-info section ends.
     pub header_size: usize,
+    /// The largest tensor data offset (relative to the aligned start of the data section): a file that ends
+    /// before it is truncated.
+    pub max_tensor_offset: u64,
 }
 
 /// The ggml name of a tensor type id (`"F32"`, `"Q4_K"`, ...), or `"type<N>"` when unknown.
