@@ -228,6 +228,9 @@ def test_session_pins_child_and_slot(daemon_factory: object) -> None:
     closed = post(d, "/api/session", {"action": "close"}, h)
     assert closed.status_code == 200
     assert [s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]] == ["conv-2"]
+    for bad in ("x" * 129, "two words"):
+        r = post(d, "/v1/chat/completions", CHAT, {"x-blazar-session": bad})
+        assert r.status_code == 400 and "x-blazar-session must be 1-128 printable ASCII" in r.text, r.text
 
 
 def test_a_scoped_key_sees_and_closes_only_its_own_sessions(daemon_factory: object) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,9 @@ from blazar.store import Store
 log = logging.getLogger("blazar.tenancy")
 
 OPEN_PATHS = frozenset({"/healthz", "/health"})
+SESSION_NAME_MAX = 128
+SESSION_NAME = re.compile(rf"[!-~]{{1,{SESSION_NAME_MAX}}}")
+"""What an ``x-blazar-session`` name may be: it is kept in memory and listed back by ``/api/session``."""
 FLUSH_SECS = 5.0
 
 
@@ -135,6 +139,12 @@ class Gate:
 
     def session_slot(self, req: Request, model_key: str, slots: int) -> int | None:
         name = req.headers.get("x-blazar-session")
+        if name is not None and SESSION_NAME.fullmatch(name) is None:
+            raise HttpError(
+                400,
+                f"x-blazar-session must be 1-{SESSION_NAME_MAX} printable ASCII characters without spaces"
+                f" (got {len(name)} characters)",
+            )
         owner = req.key.name if req.key is not None else ""
         return self.sessions.pin(name, model_key, slots, owner) if name else None
 
