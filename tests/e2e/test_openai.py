@@ -280,3 +280,13 @@ def test_what_the_model_cannot_do_is_a_400_with_the_engines_message(daemon: Daem
         daemon.url + "/api/generate", json={"model": "smollm2", "prompt": "a", "suffix": "b"}, timeout=120
     )
     assert ollama_side.status_code == 400 and "infill" in ollama_side.json()["error"].lower()
+
+
+def test_tools_a_template_cannot_call_are_named_in_a_header(daemon: Daemon) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    body = {"model": "smollm2", "messages": PROMPT, "max_tokens": 4, "tools": [tool]}
+    r = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200
+    assert "does not support tool calls" in r.headers["x-blazar-ignored"], r.headers
+    none = httpx.post(daemon.url + "/v1/chat/completions", json={**body, "tool_choice": "none"}, timeout=120)
+    assert "x-blazar-ignored" not in none.headers

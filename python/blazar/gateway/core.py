@@ -73,8 +73,20 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
     target = route_target(sup, canon)
     req.gate.check_model(req, target[0])
     if canon.notes:
-        req.extra_headers.append(("x-blazar-ignored", ignored_header(canon.notes)))
+        req.extra_headers.append((IGNORED, ignored_header(canon.notes)))
     return target
+
+
+IGNORED = "x-blazar-ignored"
+
+
+def note_ignored(req: Request, note: str) -> None:
+    """Add ``note`` to the response's ``x-blazar-ignored`` header (one header, sentences joined)."""
+    for i, (name, value) in enumerate(req.extra_headers):
+        if name == IGNORED:
+            req.extra_headers[i] = (IGNORED, ignored_header([value, note]))
+            return
+    req.extra_headers.append((IGNORED, ignored_header([note])))
 
 
 def ignored_header(notes: list[str]) -> str:
@@ -194,6 +206,16 @@ async def _dispatch(
                 "invalid_request_error",
             )
         schema = forced_tool_schema(canon) if forced_tools.wants_forcing(canon) else None
+        if (
+            schema is None
+            and canon.has_tools()
+            and not await forced_tools.template_emits_tool_calls(sup, child)
+        ):
+            note_ignored(
+                req,
+                f"tools may not reach the model: the chat template of '{child.model}' does not support tool calls"
+                " (llama-server's /props); send tool_choice required, or name a tool, to force a call",
+            )
         if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
             if choices > 1:
                 raise HttpError(
