@@ -263,7 +263,12 @@ def test_cors(daemon_factory: object) -> None:
     )
     assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == "http://app.local"
     r = httpx.get(d.url + "/healthz", headers={"origin": "http://evil.local"})
-    assert "access-control-allow-origin" not in r.headers
+    assert "access-control-allow-origin" not in r.headers and r.headers["vary"] == "origin"
+    denied = httpx.options(
+        d.url + "/v1/chat/completions",
+        headers={"origin": "http://evil.local", "access-control-request-method": "POST"},
+    )
+    assert "access-control-allow-origin" not in denied.headers
 
 
 def test_no_cors_header_by_default(daemon: Daemon) -> None:

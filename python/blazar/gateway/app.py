@@ -137,8 +137,12 @@ class App:
         pass
 
     def _cors_headers(self, origin: str | None) -> list[tuple[str, str]]:
-        if not origin or not self.cors or ("*" not in self.cors and origin not in self.cors):
+        if not origin or not self.cors:
             return []
+        if "*" not in self.cors and origin not in self.cors:
+            return [
+                ("vary", "origin")
+            ]  # the answer depends on the Origin: caches must not reuse it for another
         return [
             ("access-control-allow-origin", "*" if "*" in self.cors else origin),
             ("access-control-expose-headers", "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored"),
@@ -159,7 +163,7 @@ class App:
         cors = self._cors_headers(headers.get("origin")) if self.cors else []
         if cors:
             req.extra_headers.extend(cors)
-            if scope.method == "OPTIONS":  # a preflight is answered before auth
+            if scope.method == "OPTIONS" and len(cors) > 1:  # an allowed preflight is answered before auth
                 allow = headers.get("access-control-request-headers") or "authorization, content-type"
                 proto.response_empty(
                     204,
