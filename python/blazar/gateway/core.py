@@ -294,12 +294,12 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
 
 async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     child, load_ns = await ready_child(sup, req, canon)
-    if canon.truncate and child.lane == "llama-cpp" and isinstance(canon.input, list):
-        canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
-    path, body = render_engine(canon)
-    if child.spec.engine_model is not None:
-        body["model"] = child.spec.engine_model
     try:
+        if canon.truncate and child.lane == "llama-cpp" and isinstance(canon.input, list):
+            canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
+        path, body = render_engine(canon)
+        if child.spec.engine_model is not None:
+            body["model"] = child.spec.engine_model
         t0 = time.perf_counter()
         _status, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
         req.engine_s += time.perf_counter() - t0
