@@ -140,9 +140,8 @@ class App:
         if not origin or not self.cors:
             return []
         if "*" not in self.cors and origin not in self.cors:
-            return [
-                ("vary", "origin")
-            ]  # the answer depends on the Origin: caches must not reuse it for another
+            # no CORS headers, but the answer depends on the Origin: a cache must not reuse it for another
+            return [("vary", "origin")]
         return [
             ("access-control-allow-origin", "*" if "*" in self.cors else origin),
             ("access-control-expose-headers", "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored"),

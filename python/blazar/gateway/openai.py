@@ -38,11 +38,7 @@ async def list_models(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 async def retrieve_model(sup: Supervisor, req: Request, proto: Any) -> Response:
     """``GET /v1/models/{model}`` (the SDKs' ``models.retrieve``): one model object, or a 404."""
-    name = unquote(req.path[len(MODELS_PREFIX) :])
-    try:
-        full = names.normalize(name)
-    except ValueError as e:
-        raise HttpError(400, f"invalid model name {name!r}: {e}") from None
+    full = names.normalize(unquote(req.path[len(MODELS_PREFIX) :]))  # an invalid name: CatalogError, a 400
     require_visible(req, full)
     m = sup.catalog.find(full)
     if m is None:
