@@ -12,8 +12,8 @@ import orjson
 
 from blazar.dialects import anthropic as dialect
 from blazar.dialects.canonical import render_engine
-from blazar.gateway import core, proxy
-from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.gateway import core
+from blazar.gateway.http import JSON_HEADERS, Request
 from blazar.preflight import check_images_readable
 from blazar.supervisor import Supervisor
 
@@ -31,17 +31,8 @@ async def count_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
     core.llama_only(child, "counting tokens", "/apply-template and /tokenize")
     check_images_readable(canon, child.spec.reads_images)  # as /v1/messages would refuse them
     _path, chat = render_engine(canon)
-    template_req = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
-    _s, data = await proxy.forward_whole(
-        sup, child, "/apply-template", orjson.dumps(template_req), req.client
-    )
-    prompt = orjson.loads(data).get("prompt")
-    if not isinstance(prompt, str):
-        raise HttpError(502, "engine did not return a prompt from /apply-template", "engine_error")
-    _s, data = await proxy.forward_whole(
-        sup, child, "/tokenize", orjson.dumps({"content": prompt, "add_special": True}), req.client
-    )
-    tokens = orjson.loads(data).get("tokens")
-    if not isinstance(tokens, list):
-        raise HttpError(502, "engine did not return tokens from /tokenize", "engine_error")
+    template_req: dict[str, Any] = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
+    prompt = await core.ask_engine(sup, req, child, "/apply-template", template_req, "prompt", str)
+    body = {"content": prompt, "add_special": True}
+    tokens = await core.ask_engine(sup, req, child, "/tokenize", body, "tokens", list)
     return 200, JSON_HEADERS, orjson.dumps({"input_tokens": len(tokens)})

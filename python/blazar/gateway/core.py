@@ -145,20 +145,24 @@ async def _fit_input(sup: Supervisor, req: Request, child: Child, text: Any) -> 
     limit = max(1, embed_token_limit(child) - _SPECIAL_MARGIN)
     if not isinstance(text, str) or len(text.encode()) <= limit:
         return text
-    content = orjson.dumps({"content": text, "add_special": False})
-    _s, data = await proxy.forward_whole(sup, child, "/tokenize", content, req.client)
-    tokens = orjson.loads(data).get("tokens")
-    if not isinstance(tokens, list):
-        raise HttpError(502, "engine did not return tokens from /tokenize", "engine_error")
+    tokens = await ask_engine(
+        sup, req, child, "/tokenize", {"content": text, "add_special": False}, "tokens", list
+    )
     if len(tokens) <= limit:
         return text
-    _s, data = await proxy.forward_whole(
-        sup, child, "/detokenize", orjson.dumps({"tokens": tokens[:limit]}), req.client
-    )
-    cut = orjson.loads(data).get("content")
-    if not isinstance(cut, str):
-        raise HttpError(502, "engine did not return text from /detokenize", "engine_error")
-    return cut
+    return await ask_engine(sup, req, child, "/detokenize", {"tokens": tokens[:limit]}, "content", str)
+
+
+async def ask_engine(
+    sup: Supervisor, req: Request, child: Child, path: str, body: dict[str, Any], field: str, kind: type
+) -> Any:
+    """POST ``body`` to one of llama-server's utility endpoints (``/tokenize``, ``/detokenize``,
+    ``/apply-template``) and return the answer's ``field``; 502 when it is missing or not a ``kind``."""
+    _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
+    value = orjson.loads(data).get(field)
+    if not isinstance(value, kind):
+        raise HttpError(502, f"engine did not return '{field}' from {path}", "engine_error")
+    return value
 
 
 async def after(sup: Supervisor, child: Child, canon: CanonicalRequest) -> None:
