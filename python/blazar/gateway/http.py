@@ -33,11 +33,17 @@ def new_trace_id() -> str:
     return f"plm-{_PROC_HEX}-{next(_SEQ)}"
 
 
+HEADER_TOKEN_MAX = 128
+
+
+def is_header_token(value: str) -> bool:
+    """A caller-chosen id (trace id, session name): 1-128 printable ASCII characters without spaces."""
+    return 0 < len(value) <= HEADER_TOKEN_MAX and value.isascii() and value.isprintable() and " " not in value
+
+
 def accept_trace_id(value: str | None) -> str:
     """Echo a caller's trace id when it is short and printable, else assign one."""
-    if value and len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value:
-        return value
-    return new_trace_id()
+    return value if value and is_header_token(value) else new_trace_id()
 
 
 class HttpError(Exception):

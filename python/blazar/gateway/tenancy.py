@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +22,7 @@ from blazar.admission import Lease as SlotLease
 from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
-from blazar.gateway.http import HttpError, Request
+from blazar.gateway.http import HEADER_TOKEN_MAX, HttpError, Request, is_header_token
 from blazar.gateway.sessions import Sessions
 from blazar.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
 from blazar.paths import DataDir
@@ -33,9 +32,6 @@ from blazar.store import Store
 log = logging.getLogger("blazar.tenancy")
 
 OPEN_PATHS = frozenset({"/healthz", "/health"})
-SESSION_NAME_MAX = 128
-SESSION_NAME = re.compile(rf"[!-~]{{1,{SESSION_NAME_MAX}}}")
-"""What an ``x-blazar-session`` name may be: it is kept in memory and listed back by ``/api/session``."""
 FLUSH_SECS = 5.0
 
 
@@ -139,10 +135,10 @@ class Gate:
 
     def session_slot(self, req: Request, model_key: str, slots: int) -> int | None:
         name = req.headers.get("x-blazar-session")
-        if name is not None and SESSION_NAME.fullmatch(name) is None:
+        if name is not None and not is_header_token(name):
             raise HttpError(
                 400,
-                f"x-blazar-session must be 1-{SESSION_NAME_MAX} printable ASCII characters without spaces"
+                f"x-blazar-session must be 1-{HEADER_TOKEN_MAX} printable ASCII characters without spaces"
                 f" (got {len(name)} characters)",
             )
         owner = req.key.name if req.key is not None else ""
