@@ -8,9 +8,11 @@ client request into a ``CanonicalRequest`` and call ``serve``; they never talk t
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -25,6 +27,9 @@ from blazar.preflight import check_images_readable, check_request_fits
 from blazar.supervisor import Child, Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
+T = TypeVar("T")
+
+log = logging.getLogger("blazar.proxy")
 
 LOAD_REPORT_NS = 100_000_000
 """load_duration is reported when the engine load took over 100 ms."""
@@ -84,7 +89,8 @@ def note_ignored(req: Request, note: str) -> None:
     """Add ``note`` to the response's ``x-blazar-ignored`` header (one header, sentences joined)."""
     for i, (name, value) in enumerate(req.extra_headers):
         if name == IGNORED:
-            req.extra_headers[i] = (IGNORED, ignored_header([value, note]))
+            if note not in value:  # a retried request notes it once
+                req.extra_headers[i] = (IGNORED, ignored_header([value, note]))
             return
     req.extra_headers.append((IGNORED, ignored_header([note])))
 
@@ -171,7 +177,7 @@ async def after(sup: Supervisor, child: Child, canon: CanonicalRequest) -> None:
         return
     if canon.keep_alive == 0:
         if child.inflight == 0:
-            await sup.evict(child.key, "keep_alive 0")
+            await sup.evict(child.key, "keep_alive 0", only=child)
         return
     child.keep_alive = canon.keep_alive
 
@@ -182,7 +188,20 @@ async def serve(
     """Chat and completion requests of any dialect: quotas, admission, the child, the translated response."""
     _name, key, slots = claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
-        return await _dispatch(sup, req, proto, canon, shape, key, slots)
+        return await _once_more_if_wedged(lambda: _dispatch(sup, req, proto, canon, shape, key, slots))
+
+
+async def _once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
+    """``attempt()``; when its engine sent no response headers in time (it has been stopped, and nothing reached
+    the client), once more on the fresh engine the supervisor starts. A second wedge is the client's 504."""
+    try:
+        return await attempt()
+    except proxy.EngineWedged as first:
+        log.warning("%s; retrying the request once on a restarted engine", first.what)
+        try:
+            return await attempt()
+        except proxy.EngineWedged:
+            raise first.again() from None
 
 
 async def _dispatch(
@@ -293,7 +312,7 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     """An embedding request: the engine's OpenAI embeddings body (parsed) and the load time in ns."""
     _name, key, slots = claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
-        return await _embed(sup, req, canon)
+        return await _once_more_if_wedged(lambda: _embed(sup, req, canon))
 
 
 async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:

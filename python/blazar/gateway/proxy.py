@@ -31,20 +31,59 @@ async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[
     A connection the engine closed before answering (typically a pooled keep-alive connection it was closing as
     the request went out) is retried once on a fresh connection, while the engine runs (``Links.exchange``). If
     the engine had read the request and then dropped the connection, the retry repeats that work once;
-    llama-server cancels the abandoned task. A dead engine is never retried: it is reaped and answered with 502."""
+    llama-server cancels the abandoned task. A dead engine is never retried: it is reaped and answered with 502.
+
+    No head within ``child_header_timeout_secs``: an engine that still answers its health check is working on a
+    long whole answer, and only this request ends (504); one that does not is wedged, is stopped, and
+    ``EngineWedged`` lets ``core`` retry the request once on a fresh engine."""
     try:
         async with asyncio.timeout(float(sup.cfg.child_header_timeout_secs)):
             return await child.links.exchange(path, body, child.alive)
     except TimeoutError:
-        await sup.evict(child.key, "no response headers within child_header_timeout_secs")
-        raise HttpError(
-            504,
-            f"engine for '{child.model}' sent no response headers within {sup.cfg.child_header_timeout_secs}s"
-            " (child_header_timeout_secs); it was stopped and the next request restarts it",
-            "engine_error",
-        ) from None
+        secs = sup.cfg.child_header_timeout_secs
+        if await child.responsive():
+            # working, not wedged (a long whole answer): only this request's work stops, with its connection
+            raise HttpError(
+                504,
+                f"engine for '{child.model}' is running but sent no response headers within {secs}s"
+                " (child_header_timeout_secs): a whole (non-streamed) answer comes only when it is complete;"
+                " stream the response, ask for fewer tokens, or raise child_header_timeout_secs",
+                "engine_error",
+            ) from None
+        await sup.evict(
+            child.key,
+            "no response headers within child_header_timeout_secs",
+            grace=WEDGED_GRACE_SECS,
+            only=child,
+        )
+        raise EngineWedged(child.model, secs) from None
     except (LinkError, OSError) as e:
         raise await _engine_failed(sup, child, e) from None
+
+
+WEDGED_GRACE_SECS = 2.0
+"""How long a wedged engine (no response headers in time) gets between SIGTERM and SIGKILL: it is stuck, and the
+request that found it waits for a fresh one."""
+
+
+class EngineWedged(HttpError):
+    """The engine sent no response headers within ``child_header_timeout_secs``; it has been stopped. Nothing
+    reached the client yet, so ``core`` retries the request once on a fresh engine; a second wedge is a 504."""
+
+    def __init__(self, model: str, secs: int) -> None:
+        self.what = (
+            f"engine for '{model}' sent no response headers within {secs}s (child_header_timeout_secs)"
+        )
+        super().__init__(504, f"{self.what}; it was stopped and the next request restarts it", "engine_error")
+
+    def again(self) -> HttpError:
+        """The 504 for a request whose retry on a fresh engine wedged too."""
+        return HttpError(
+            504,
+            f"{self.what}, and again when the request was retried once on a restarted engine; both were stopped"
+            " and the next request starts it again",
+            "engine_error",
+        )
 
 
 async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> HttpError:

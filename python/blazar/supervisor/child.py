@@ -226,6 +226,20 @@ class Child:
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.25)
 
+    async def responsive(self, timeout: float = 2.0) -> bool:
+        """Whether the engine answers its health endpoint within ``timeout``. A running engine that is slow to
+        answer a request still does (llama-server serves ``/health`` beside its slots); a wedged one (stopped,
+        deadlocked) does not."""
+        http = self.http
+        if http is None or http.closed or not self.alive():
+            return False
+        with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            async with http.get(
+                self.base_url + self.spec.health_path, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as r:
+                return r.status == 200
+        return False
+
     @property
     def address(self) -> str:
         """Where it listens, for logs: its socket relative to the data directory, or its port."""
@@ -248,6 +262,7 @@ class Child:
             self.state = State.STOPPING
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGCONT)  # a stopped (SIGSTOP, a debugger) engine acts on it now
             try:
                 await asyncio.wait_for(proc.wait(), timeout=grace)
             except TimeoutError:

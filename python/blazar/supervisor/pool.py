@@ -256,15 +256,20 @@ class Supervisor:
         await child.stop(grace=0)
         return True
 
-    async def evict(self, key: str, reason: str) -> bool:
+    async def evict(
+        self, key: str, reason: str, *, grace: float | None = None, only: Child | None = None
+    ) -> bool:
+        """Stop the child serving ``key`` (SIGTERM, SIGKILL after ``grace``, default ``stop_grace_secs``). With
+        ``only``, stop it only if it is still that child: one a request gave up on may have been replaced."""
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            child = self.children.pop(key, None)
-            if child is None:
+            child = self.children.get(key)
+            if child is None or (only is not None and child is not only):
                 return False
+            del self.children[key]
             log.info("evicting %s (%s)", key, reason)
             child.stopped_for = reason
-            await child.stop(grace=self.cfg.stop_grace_secs)
+            await child.stop(grace=self.cfg.stop_grace_secs if grace is None else grace)
             child.state = State.EVICTED
             return True
 
@@ -275,7 +280,7 @@ class Supervisor:
             await asyncio.sleep(tick)
             for c in idle_victims(list(self.children.values()), time.monotonic(), timeout):
                 try:
-                    await self.evict(c.key, "idle")
+                    await self.evict(c.key, "idle", only=c)
                 except Exception:
                     log.exception("evicting %s failed", c.key)
 

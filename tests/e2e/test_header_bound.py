@@ -1,0 +1,117 @@
+"""End to end: the header-phase bound (``child_header_timeout_secs``) on a real llama-server.
+
+An engine that sends no response headers in time is either wedged (it no longer answers its health check: here
+it is stopped with SIGSTOP) or working on a long whole answer. A wedged one is stopped and the request retried
+once on a fresh engine; a working one keeps running and only the slow request ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Daemon, pid_alive, wait_for
+from tests.e2e.test_supervision import CHAT, engine_busy
+
+pytestmark = pytest.mark.e2e
+
+BOUND = "child_header_timeout_secs = 3\n"
+LONG = {
+    **CHAT,
+    "max_tokens": 4000,
+    "ignore_eos": True,
+    "messages": [{"role": "user", "content": "Write a story."}],
+}
+"""A whole answer that takes far longer than the bound on this CPU: llama-server sends its head at the end."""
+
+
+def chat(d: Daemon, body: dict[str, Any], timeout: float = 90) -> httpx.Response:
+    return httpx.post(d.url + "/v1/chat/completions", json=body, timeout=timeout)
+
+
+def test_a_wedged_engine_is_stopped_and_the_request_retried_on_a_fresh_one(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(BOUND)
+    assert chat(d, CHAT).status_code == 200
+    [pid] = d.child_pids()
+    os.kill(pid, signal.SIGSTOP)
+    r = chat(d, CHAT)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"]
+    wait_for(lambda: not pid_alive(pid), 10, "the wedged engine to be gone")
+    [fresh] = d.child_pids()
+    assert fresh != pid
+    log = d.log.read_text()
+    assert (
+        "engine for 'smollm2:latest' sent no response headers within 3s (child_header_timeout_secs);"
+        " retrying the request once on a restarted engine"
+    ) in log, log[-2000:]
+
+    # a stream too: nothing reached the client before the retry, so it gets one whole stream
+    os.kill(fresh, signal.SIGSTOP)
+    with httpx.stream(
+        "POST", d.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=90
+    ) as s:
+        assert s.status_code == 200
+        text = s.read().decode()
+    assert text.count("data: [DONE]") == 1 and text.rstrip().endswith("data: [DONE]"), text[-300:]
+    assert '"content"' in text
+    wait_for(lambda: not pid_alive(fresh), 10, "the second wedged engine to be gone")
+
+
+def test_an_engine_that_wedges_again_on_the_retry_is_a_504(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(BOUND)
+    assert chat(d, CHAT).status_code == 200
+    [first] = d.child_pids()
+    os.kill(first, signal.SIGSTOP)
+    result: dict[str, httpx.Response] = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", chat(d, LONG)))
+    t.start()
+
+    def fresh_engine_generating() -> int | None:
+        pids = [p for p in d.child_pids() if p != first]
+        try:
+            return pids[0] if pids and engine_busy(d, pids[0]) else None
+        except (AssertionError, httpx.HTTPError, OSError, StopIteration):  # still loading, or files in flux
+            return None
+
+    wait_for(fresh_engine_generating, 60, "the restarted engine to be generating the retried request")
+    second = fresh_engine_generating()
+    assert second is not None
+    os.kill(second, signal.SIGSTOP)  # wedged too, before its 3 s bound runs out
+    t.join(60)
+    r = result["r"]
+    assert r.status_code == 504, r.text
+    message = r.json()["error"]["message"]
+    assert message == (
+        "engine for 'smollm2:latest' sent no response headers within 3s (child_header_timeout_secs), and again"
+        " when the request was retried once on a restarted engine; both were stopped and the next request"
+        " starts it again"
+    )
+    wait_for(lambda: not pid_alive(first) and not pid_alive(second), 10, "both wedged engines to be gone")
+    assert chat(d, CHAT).status_code == 200  # a third engine
+
+
+def test_a_long_whole_answer_ends_only_itself_and_the_engine_keeps_running(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(BOUND)
+    assert chat(d, CHAT).status_code == 200
+    [pid] = d.child_pids()
+    r = chat(d, LONG)
+    assert r.status_code == 504, r.text
+    message = r.json()["error"]["message"]
+    assert message.startswith(
+        "engine for 'smollm2:latest' is running but sent no response headers within 3s"
+        " (child_header_timeout_secs): a whole (non-streamed) answer comes only when it is complete;"
+    ), message
+    assert d.child_pids() == [pid] and pid_alive(pid)  # not stopped, not retried
+    wait_for(lambda: not engine_busy(d, pid), 10, "the engine to drop the abandoned generation")
+    assert chat(d, CHAT).status_code == 200
+    assert d.child_pids() == [pid]
+    assert "retrying the request" not in d.log.read_text()
