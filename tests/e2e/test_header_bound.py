@@ -54,9 +54,7 @@ def test_a_wedged_engine_is_stopped_and_the_request_retried_on_a_fresh_one(daemo
 
     # a stream too: nothing reached the client before the retry, so it gets one whole stream
     os.kill(fresh, signal.SIGSTOP)
-    with httpx.stream(
-        "POST", d.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=90
-    ) as s:
+    with httpx.stream("POST", d.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=90) as s:
         assert s.status_code == 200
         text = s.read().decode()
     assert text.count("data: [DONE]") == 1 and text.rstrip().endswith("data: [DONE]"), text[-300:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from blazar.cli import doctor, engine, keys, models, pull, run, serve
+from blazar.cli import doctor, engine, keys, models, ps, pull, run, serve
 
 app = typer.Typer(
     help="Blazar: one local endpoint for every inference engine.",
@@ -21,6 +21,8 @@ app.command("rm")(models.rm_cmd)
 app.command("cp")(models.cp_cmd)
 app.command("show")(models.show_cmd)
 app.command("run")(run.run_cmd)
+app.command("ps")(ps.ps_cmd)
+app.command("stop")(ps.stop_cmd)
 app.command("doctor")(doctor.doctor_cmd)
 app.command("pull")(pull.pull_cmd)
 

@@ -21,8 +21,8 @@ import httpx
 import orjson
 import typer
 
-from blazar.cli.common import config, err_console, handles_errors
-from blazar.errors import BlazarError
+from blazar.cli.common import err_console, handles_errors
+from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
 
 HELP = """Available commands:
   /clear          Forget the conversation so far
@@ -35,8 +35,7 @@ Ctrl-C stops an answer in progress; the question and the partial answer are drop
 MULTI = '"""'
 
 
-class RunError(BlazarError):
-    """The daemon refused a request or cannot be reached; the message is one line for the terminal."""
+RunError = DaemonError
 
 
 @dataclass
@@ -64,7 +63,7 @@ class Chat:
         pieces: list[str] = []
         with self.client.stream("POST", "/api/chat", content=orjson.dumps(body)) as resp:
             if resp.status_code >= 400:
-                raise RunError(_error_text(resp.read(), resp.status_code))
+                raise RunError(error_text(resp.read(), resp.status_code))
             for line in resp.iter_lines():
                 if not line.strip():
                     continue
@@ -87,34 +86,6 @@ class Chat:
         answer = "".join(pieces)
         self.messages += [turn, {"role": "assistant", "content": answer}]
         return answer
-
-
-def _error_text(data: bytes, status: int) -> str:
-    """The message of an error body in any of the daemon's dialects, else the status."""
-    try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        body = None
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict):
-        err = err.get("message")
-    if isinstance(err, str) and err:
-        return err
-    text = data.decode(errors="replace").strip()
-    return text[:300] if text else f"the daemon answered HTTP {status}"
-
-
-def _base_url(host: str, port: int) -> str:
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = "127.0.0.1"
-    elif ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
-
-
-def _unreachable(url: str, exc: httpx.TransportError) -> RunError:
-    why = "connection refused" if isinstance(exc, httpx.ConnectError) else type(exc).__name__
-    return RunError(f"cannot reach the Blazar daemon at {url} ({why}); start it with: blazar serve")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -223,18 +194,9 @@ def run_cmd(
         str | None,
         typer.Option(help='How long the model stays loaded after the chat: seconds or a duration ("5m").'),
     ] = None,
-    host: Annotated[
-        str | None, typer.Option(help="Daemon address (default: from the config).", envvar="BLAZAR_HOST")
-    ] = None,
-    port: Annotated[
-        int | None, typer.Option(help="Daemon port (default: from the config).", envvar="BLAZAR_PORT")
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            help="API key, when the daemon requires one.", envvar="BLAZAR_API_KEY", show_default=False
-        ),
-    ] = None,
+    host: Host = None,
+    port: Port = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Chat with a model through the running daemon (`blazar serve`), like `ollama run`.
 
@@ -242,11 +204,7 @@ def run_cmd(
 
     Otherwise chat: \"\"\" begins and ends a multi-line message, /clear forgets the conversation, /bye or Ctrl-D exits, Ctrl-C stops an answer.
     """
-    if host is None or port is None:
-        cfg = config()
-        host = cfg.host if host is None else host
-        port = cfg.port if port is None else port
-    url = _base_url(host, port)
+    url = address(host, port)
     options: dict[str, Any] = {}
     if max_tokens is not None:
         options["num_predict"] = max_tokens
@@ -254,9 +212,6 @@ def run_cmd(
         options["temperature"] = temperature
     if seed is not None:
         options["seed"] = seed
-    headers = {"content-type": "application/json"}
-    if api_key:
-        headers["authorization"] = f"Bearer {api_key}"
     text = " ".join(prompt or [])
     if not interactive and not sys.stdin.isatty():
         piped = sys.stdin.read()
@@ -264,8 +219,8 @@ def run_cmd(
         if not text:
             raise RunError("nothing to ask: give a PROMPT or pipe text on stdin")
     timeout = httpx.Timeout(10.0, read=None)
-    with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
-        chat = Chat(client, model, options, keepalive)
+    with client(url, api_key, timeout) as c:
+        chat = Chat(c, model, options, keepalive)
         try:
             if text and not interactive:
                 chat.ask(text, sys.stdout)
@@ -279,4 +234,4 @@ def run_cmd(
                 import readline  # noqa: F401  (line editing and history for input())
             repl(chat, input if tty else _read_line, sys.stdout, tty)
         except httpx.TransportError as e:
-            raise _unreachable(url, e) from None
+            raise unreachable(url, e) from None

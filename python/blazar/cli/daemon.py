@@ -1,0 +1,87 @@
+"""How CLI commands talk to the running daemon (`blazar run`, `ps`, `stop`): its address, the key, one-line errors.
+
+It owns the ``--host``/``--port``/``--api-key`` options those commands share, the client they use, and turning an
+unreachable daemon or an error body in any of the daemon's dialects into one line for the terminal. It never
+starts the daemon and never reads the data directory.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import httpx
+import orjson
+import typer
+
+from blazar.cli.common import config
+from blazar.errors import BlazarError
+
+Host = Annotated[
+    str | None, typer.Option(help="Daemon address (default: from the config).", envvar="BLAZAR_HOST")
+]
+Port = Annotated[
+    int | None, typer.Option(help="Daemon port (default: from the config).", envvar="BLAZAR_PORT")
+]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(help="API key, when the daemon requires one.", envvar="BLAZAR_API_KEY", show_default=False),
+]
+
+
+class DaemonError(BlazarError):
+    """The daemon refused a request or cannot be reached; the message is one line for the terminal."""
+
+
+def error_text(data: bytes, status: int) -> str:
+    """The message of an error body in any of the daemon's dialects, else the status."""
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        body = None
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        err = err.get("message")
+    if isinstance(err, str) and err:
+        return err
+    text = data.decode(errors="replace").strip()
+    return text[:300] if text else f"the daemon answered HTTP {status}"
+
+
+def base_url(host: str, port: int) -> str:
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def unreachable(url: str, exc: httpx.TransportError) -> DaemonError:
+    why = "connection refused" if isinstance(exc, httpx.ConnectError) else type(exc).__name__
+    return DaemonError(f"cannot reach the Blazar daemon at {url} ({why}); start it with: blazar serve")
+
+
+def address(host: str | None, port: int | None) -> str:
+    """The daemon's base URL: the options (or their environment variables), else the config's host and port."""
+    if host is None or port is None:
+        cfg = config()
+        host = cfg.host if host is None else host
+        port = cfg.port if port is None else port
+    return base_url(host, port)
+
+
+def client(url: str, api_key: str | None, timeout: httpx.Timeout | float = 10.0) -> httpx.Client:
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    return httpx.Client(base_url=url, headers=headers, timeout=timeout)
+
+
+def call(c: httpx.Client, method: str, path: str, body: bytes | None = None) -> httpx.Response:
+    """One request to the daemon; an unreachable daemon or an error answer is a ``DaemonError``."""
+    try:
+        r = c.request(method, path, content=body)
+    except httpx.TransportError as e:
+        raise unreachable(str(c.base_url).rstrip("/"), e) from None
+    if r.status_code >= 400:
+        raise DaemonError(error_text(r.content, r.status_code))
+    return r

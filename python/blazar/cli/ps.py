@@ -1,0 +1,97 @@
+"""`blazar ps` and `blazar stop MODEL`: the models the running daemon has loaded, and unloading one, as `ollama ps`
+and `ollama stop` do.
+
+Both speak the daemon's Ollama API: ``GET /api/ps`` lists the running engines; ``stop`` is ``POST /api/generate``
+with ``keep_alive: 0`` and no prompt, the request Ollama's own CLI sends to unload a model, which stops every
+engine of that model (its chat and its embedding child). They never read the data directory.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from blazar import names
+from blazar.cli.common import console, handles_errors
+from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, call, client
+from blazar.hardware import human_bytes
+
+FOREVER_AFTER_SECS = 5 * 365 * 86400
+"""An engine whose unload is further off than this is shown as kept "forever" (the daemon puts a model kept
+loaded forever ten years ahead)."""
+
+
+def running(url: str, api_key: str | None) -> list[dict[str, Any]]:
+    with client(url, api_key) as c:
+        models = call(c, "GET", "/api/ps").json().get("models")
+    return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+
+
+def until(expires_at: Any, now: datetime) -> str:
+    """``expires_at`` as Ollama's ps shows it: "in 4 minutes", "forever", "now"."""
+    try:
+        when = datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
+    except ValueError:
+        return "-"
+    secs = (when - now).total_seconds()
+    if secs > FOREVER_AFTER_SECS:
+        return "forever"
+    if secs < 1:
+        return "now"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if secs >= size:
+            n = int(secs // size)
+            return f"in {n} {unit}{'s' if n != 1 else ''}"
+    return "now"
+
+
+@handles_errors
+def ps_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print /api/ps's answer as JSON.")] = False,
+    host: Host = None,
+    port: Port = None,
+    api_key: ApiKey = None,
+) -> None:
+    """List the models the running daemon has loaded (`blazar serve`), like `ollama ps`."""
+    models = running(address(host, port), api_key)
+    if as_json:
+        sys.stdout.write(orjson.dumps({"models": models}, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    if not models:
+        console.print("no models are running; a request to one starts it", highlight=False)
+        return
+    now = datetime.now(UTC)
+    console.print(f"{'NAME':<40} {'ID':<12} {'SIZE':>10} {'CONTEXT':>8}  UNTIL", highlight=False)
+    for m in models:
+        size = m.get("size")
+        context = m.get("context_length")
+        console.print(
+            f"{m.get('name', '?')!s:<40} {str(m.get('digest') or '-')[:12]:<12}"
+            f" {human_bytes(size) if isinstance(size, int) else '-':>10}"
+            f" {context if isinstance(context, int) else '-':>8}  {until(m.get('expires_at'), now)}",
+            highlight=False,
+        )
+
+
+@handles_errors
+def stop_cmd(
+    model: Annotated[
+        str, typer.Argument(help="Model to unload, as `blazar ps` names it (name or name:tag).")
+    ],
+    host: Host = None,
+    port: Port = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Unload a model from the running daemon now (its engines stop), like `ollama stop`."""
+    name = names.normalize(model)
+    url = address(host, port)
+    loaded = {str(m.get("model", "")) for m in running(url, api_key)}
+    if name not in loaded:
+        raise DaemonError(f"model '{name}' is not running; `blazar ps` lists the ones that are")
+    with client(url, api_key, timeout=60.0) as c:
+        call(c, "POST", "/api/generate", orjson.dumps({"model": name, "keep_alive": 0}))
+    console.print(f"stopped {name}", highlight=False)

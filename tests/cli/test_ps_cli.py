@@ -1,0 +1,108 @@
+"""`blazar ps` and `blazar stop` as real subprocesses against a real `blazar serve` + llama-server."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from blazar.cli.ps import until
+from tests.conftest import Daemon, free_port, make_daemon, pid_alive, wait_for
+
+pytestmark = pytest.mark.e2e
+
+CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+SECRET = "sk-ps-admin-0123456789abcdef"
+
+
+def blazar(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "blazar", *args],
+        env={**env, "NO_COLOR": "1", "COLUMNS": "300"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_ps_lists_the_running_engine_and_stop_unloads_it(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    r = blazar(d.env, "ps")
+    assert (r.returncode, r.stdout) == (0, "no models are running; a request to one starts it\n"), r.stderr
+
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    api = httpx.get(d.url + "/api/ps", timeout=10).json()["models"]
+    r = blazar(d.env, "ps")
+    assert r.returncode == 0, r.stderr
+    header, row = r.stdout.splitlines()
+    assert header.split() == ["NAME", "ID", "SIZE", "CONTEXT", "UNTIL"]
+    digest, context = api[0]["digest"][:12], api[0]["context_length"]
+    pattern = (
+        rf"smollm2:latest +{digest} +[0-9.]+ MiB +{context}  in (29|30) minutes"  # idle_timeout_secs 1800
+    )
+    assert re.fullmatch(pattern, row), row
+
+    r = blazar(d.env, "ps", "--json")
+    assert r.returncode == 0 and orjson.loads(r.stdout)["models"][0]["name"] == "smollm2:latest", r.stdout
+
+    r = blazar(d.env, "stop", "smollm2")
+    assert (r.returncode, r.stdout) == (0, "stopped smollm2:latest\n"), r.stderr
+    wait_for(lambda: not pid_alive(pid), 10, "the engine to stop")
+    assert d.child_pids() == []
+    assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []
+
+    r = blazar(d.env, "stop", "smollm2")
+    assert r.returncode == 1 and r.stdout == ""
+    assert (
+        r.stderr.strip()
+        == "error: model 'smollm2:latest' is not running; `blazar ps` lists the ones that are"
+    )
+    r = blazar(d.env, "stop", "no/such name")
+    assert r.returncode == 1 and r.stderr.startswith("error: invalid model name"), r.stderr
+
+
+def test_with_keys_they_need_one_and_say_so(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(f'[[keys]]\nname = "admin"\nsecret = "{SECRET}"\n')
+    r = blazar(d.env, "ps")
+    assert r.returncode == 1
+    assert r.stderr.strip() == ("error: missing or invalid API key (Authorization: Bearer or x-api-key)"), (
+        r.stderr
+    )
+    assert SECRET not in r.stderr
+    r = blazar({**d.env, "BLAZAR_API_KEY": SECRET}, "ps")
+    assert (r.returncode, r.stdout) == (0, "no models are running; a request to one starts it\n"), r.stderr
+    auth = {"authorization": f"Bearer {SECRET}"}
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, headers=auth, timeout=60).status_code == 200
+    r = blazar(d.env, "stop", "smollm2", "--api-key", SECRET)
+    assert (r.returncode, r.stdout) == (0, "stopped smollm2:latest\n"), r.stderr
+
+
+def test_no_daemon_is_one_line(tmp_path: Path) -> None:
+    d = make_daemon(tmp_path / "none")
+    for args in (["ps"], ["stop", "smollm2"]):
+        r = blazar({**d.env, "BLAZAR_PORT": str(free_port())}, *args)
+        assert r.returncode == 1 and r.stdout == ""
+        [line] = r.stderr.strip().splitlines()
+        assert line.startswith("error: cannot reach the Blazar daemon at http://127.0.0.1:"), line
+        assert line.endswith("(connection refused); start it with: blazar serve"), line
+
+
+def test_until_reads_like_ollamas_ps() -> None:
+    now = datetime(2026, 11, 30, tzinfo=UTC)
+    at = lambda **k: (now + timedelta(**k)).isoformat().replace("+00:00", "Z")  # noqa: E731
+    assert until(at(minutes=29, seconds=59), now) == "in 29 minutes"
+    assert until(at(hours=1, minutes=5), now) == "in 1 hour"
+    assert until(at(seconds=1), now) == "in 1 second"
+    assert until(at(days=3650), now) == "forever"
+    assert until(at(seconds=-3), now) == "now"
+    assert until("not a time", now) == "-"
