@@ -10,6 +10,7 @@ BlazarError                 base; ``str(e)`` is one teaching line (what happened
 │       │                   Its text is the same bytes in the CLI and in API bodies.
 │       └── ProfileUnfit    (fit.py) the model cannot fit this machine; names the levers (503)
 ├── ChildError              a spawned engine failed to start or died (502)
+│   └── EngineHeldBack      (supervisor/breaker.py) its restarts are held back after repeated crashes (503)
 ├── PromptTooLong           (preflight.py) the prompt cannot fit the context; names the levers (400)
 ├── KeysError, QuotaError   (keys.py, quotas.py) 401 / 403 / 429 with retry-after
 └── AllSlotsBusy            (admission.py) 503 all_slots_busy after the bounded wait

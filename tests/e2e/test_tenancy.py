@@ -143,6 +143,14 @@ def test_a_scoped_key_reaches_no_other_model_by_a_side_door(daemon_factory: obje
     assert post(d, "/api/show", model, bearer(ADMIN)).status_code == 200
     one = httpx.get(d.url + "/v1/models/smollm2", headers=bearer(SCOPED))
     assert one.status_code == 403 and one.json()["error"]["type"] == "permission_error"
+    # crash breakers: a scoped key may read its own, never reset any
+    r = post(d, "/api/breakers/reset", {}, bearer(SCOPED))
+    assert r.status_code == 403 and "resetting crash breakers needs a full-access key" in r.text, r.text
+    assert post(d, "/api/breakers/reset", {"model": "smollm2"}, bearer(ADMIN)).json() == {"reset": []}
+    bad = post(d, "/api/breakers/reset", {"model": 5}, bearer(ADMIN))
+    assert bad.status_code == 400 and "'model' must be a model name" in bad.text, bad.text
+    assert httpx.get(d.url + "/api/breakers", headers=bearer(SCOPED)).json() == {"held": []}
+    assert httpx.get(d.url + "/api/breakers").status_code == 401
 
 
 def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:

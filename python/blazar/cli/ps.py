@@ -49,21 +49,61 @@ def until(expires_at: Any, now: datetime) -> str:
     return "now"
 
 
+def held_back(url: str, api_key: str | None) -> list[dict[str, Any]]:
+    with client(url, api_key) as c:
+        held = call(c, "GET", "/api/breakers").json().get("held")
+    return [h for h in held if isinstance(h, dict)] if isinstance(held, list) else []
+
+
 @handles_errors
 def ps_cmd(
-    as_json: Annotated[bool, typer.Option("--json", help="Print /api/ps's answer as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the running models and the held-back engines as JSON.")
+    ] = False,
+    reset: Annotated[
+        bool,
+        typer.Option(
+            "--reset", help="Let engines held back after repeated crashes start again on the next request."
+        ),
+    ] = False,
     host: Host = None,
     port: Port = None,
     api_key: ApiKey = None,
 ) -> None:
-    """List the models the running daemon has loaded (`blazar serve`), like `ollama ps`."""
-    models = running(address(host, port), api_key)
+    """List the models the running daemon has loaded (`blazar serve`), like `ollama ps`, and the engines whose
+    restarts it holds back because they keep crashing."""
+    url = address(host, port)
+    if reset:
+        with client(url, api_key) as c:
+            cleared = call(c, "POST", "/api/breakers/reset", b"{}").json().get("reset") or []
+        console.print(
+            f"reset: {', '.join(map(str, cleared))}" if cleared else "no engine was held back",
+            highlight=False,
+        )
+        return
+    models, held = running(url, api_key), held_back(url, api_key)
     if as_json:
-        sys.stdout.write(orjson.dumps({"models": models}, option=orjson.OPT_INDENT_2).decode() + "\n")
+        out = {"models": models, "held": held}
+        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     if not models:
         console.print("no models are running; a request to one starts it", highlight=False)
-        return
+    else:
+        show_running(models)
+    if held:
+        console.print(
+            "held back after repeated crashes (`blazar ps --reset` lets them start again now):",
+            highlight=False,
+        )
+        for h in held:
+            console.print(
+                f"  {h.get('engine')}: {h.get('crashes')} crashes, next start allowed in"
+                f" {h.get('retry_in_secs')}s; last: {h.get('last')}",
+                highlight=False,
+            )
+
+
+def show_running(models: list[dict[str, Any]]) -> None:
     now = datetime.now(UTC)
     console.print(f"{'NAME':<40} {'ID':<12} {'SIZE':>10} {'CONTEXT':>8}  UNTIL", highlight=False)
     for m in models:

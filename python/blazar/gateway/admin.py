@@ -1,4 +1,5 @@
-"""Blazar's own management endpoints: API keys (/api/keys, /api/keys/rotate) and sessions (/api/session).
+"""Blazar's own management endpoints: API keys (/api/keys, /api/keys/rotate), sessions (/api/session) and the
+engines' crash breakers (/api/breakers, /api/breakers/reset).
 
 Key changes go through the same config round trip as ``blazar keys`` (parse, validate, atomic write, ``.bak``),
 off the event loop, and swap the live key registry (rolled back if the write fails). Only full-access keys
@@ -12,8 +13,9 @@ from typing import Any
 
 import orjson
 
-from blazar import keys
+from blazar import keys, names
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.gateway.tenancy import visible
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -89,3 +91,39 @@ async def session_action(sup: Supervisor, req: Request, proto: Any) -> Response:
     if not req.gate.sessions.close(name, req.gate.sessions_seen_by(req)):
         raise HttpError(404, f"no open session named '{name}'", "not_found_error")
     return 200, JSON_HEADERS, orjson.dumps({"closed": name})
+
+
+async def breakers_list(sup: Supervisor, req: Request, proto: Any) -> Response:
+    """The engines whose restarts are held back after repeated crashes (a scoped key sees its models only)."""
+    held = [
+        {
+            "model": h.model,
+            "engine": h.key,
+            "crashes": h.crashes,
+            "retry_in_secs": h.retry_in_secs,
+            "last": h.last,
+        }
+        for h in sup.breakers.held()
+        if visible(req, h.model)
+    ]
+    return 200, JSON_HEADERS, orjson.dumps({"held": held})
+
+
+async def breakers_reset(sup: Supervisor, req: Request, proto: Any) -> Response:
+    """Forget the crash history of one model's engines (``{"model": ...}``) or of all: the next request starts
+    them again. With keys on, a full-access key only."""
+    if req.key is not None and not req.key.full_access:
+        raise HttpError(
+            403,
+            f"key '{req.key.name}' is limited to some models; resetting crash breakers needs a full-access key"
+            " (one without a models list)",
+            "permission_error",
+        )
+    model = req.json_object().get("model") if req.body.strip() else None
+    if model is not None and (not isinstance(model, str) or not model):
+        raise HttpError(400, "'model' must be a model name (omit it to reset every engine)")
+    return (
+        200,
+        JSON_HEADERS,
+        orjson.dumps({"reset": sup.breakers.reset(names.normalize(model) if model else None)}),
+    )

@@ -89,6 +89,8 @@ ROUTES: dict[str, Route] = {
     "/api/keys": Route(_OPENAI, {"GET": admin.list_keys, "POST": admin.add_key, "DELETE": admin.remove_key}),
     "/api/keys/rotate": Route(_OPENAI, {"POST": admin.rotate_key}),
     "/api/session": Route(_OPENAI, {"GET": admin.sessions_list, "POST": admin.session_action}),
+    "/api/breakers": Route(_OPENAI, {"GET": admin.breakers_list}),
+    "/api/breakers/reset": Route(_OPENAI, {"POST": admin.breakers_reset}),
 }
 
 _BLAZAR_KIND = {

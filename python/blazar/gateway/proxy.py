@@ -55,6 +55,7 @@ async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[
             "no response headers within child_header_timeout_secs",
             grace=WEDGED_GRACE_SECS,
             only=child,
+            crash=True,
         )
         raise EngineWedged(child.model, secs) from None
     except (LinkError, OSError) as e:

@@ -25,6 +25,7 @@ from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
 from blazar.paths import DataDir, child_key
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
+from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
 
@@ -80,6 +81,7 @@ class Supervisor:
         self._reaper: asyncio.Task[None] | None = None
         self._hot: dict[tuple[str, bool], Child] = {}  # client-given name -> its ready child (fast path)
         self.routes: dict[tuple[str, bool], tuple[str, str, int]] = {}  # gateway.core.route_target's memo
+        self.breakers = Breakers()
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -146,8 +148,12 @@ class Supervisor:
                 self.children.pop(key, None)
             elif child is not None:
                 log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
+                if not child.alive() and child.stopped_for is None:
+                    code = child.proc.returncode if child.proc else None
+                    self.breakers.crashed(key, model.name, f"it exited with code {code} while idle")
                 await child.stop(grace=self.cfg.stop_grace_secs)
                 self.children.pop(key, None)
+            self.breakers.check(key, model.name, self.data.log_name(key))
             engines = registry.list_all(self.store)
             engine = serving_lane(self.cfg, model, engines)
             try:
@@ -223,8 +229,10 @@ class Supervisor:
         self.children[key] = child
         try:
             await child.start(self.http, float(self.cfg.child_start_timeout_secs))
-        except BaseException:
+        except BaseException as e:
             self.children.pop(key, None)
+            if isinstance(e, ChildError):
+                self.breakers.crashed(key, model.name, f"its start failed: {e}")
             raise
         return child
 
@@ -251,16 +259,24 @@ class Supervisor:
             return False
         child.state = State.CRASHED
         log.error("engine for %s died (exit %s)", child.key, proc.returncode)
+        self.breakers.crashed(child.key, child.model, f"it died while serving (exit {proc.returncode})")
         if self.children.get(child.key) is child:
             self.children.pop(child.key, None)
         await child.stop(grace=0)
         return True
 
     async def evict(
-        self, key: str, reason: str, *, grace: float | None = None, only: Child | None = None
+        self,
+        key: str,
+        reason: str,
+        *,
+        grace: float | None = None,
+        only: Child | None = None,
+        crash: bool = False,
     ) -> bool:
         """Stop the child serving ``key`` (SIGTERM, SIGKILL after ``grace``, default ``stop_grace_secs``). With
-        ``only``, stop it only if it is still that child: one a request gave up on may have been replaced."""
+        ``only``, stop it only if it is still that child: one a request gave up on may have been replaced. A
+        stop on purpose clears the key's crash history; with ``crash`` (a wedged engine) it adds to it."""
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             child = self.children.get(key)
@@ -268,6 +284,10 @@ class Supervisor:
                 return False
             del self.children[key]
             log.info("evicting %s (%s)", key, reason)
+            if crash:
+                self.breakers.crashed(key, child.model, reason)
+            else:
+                self.breakers.clean(key)
             child.stopped_for = reason
             await child.stop(grace=self.cfg.stop_grace_secs if grace is None else grace)
             child.state = State.EVICTED
