@@ -24,6 +24,7 @@ from blazar.config.model import (
     DEFAULT_PARALLEL,
     DEFAULT_PORT,
     DEFAULT_QUEUE_WAIT_SECS,
+    DEFAULT_SENTINEL_STALL_SECS,
     DEFAULT_SESSION_KEEP_SECS,
     DEFAULT_STOP_GRACE_SECS,
     DEFAULT_THREADS,
@@ -75,6 +76,17 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         "Seconds between background checks for newer engine releases (never installs); 0 = off.",
     ),
     ("audit", False, "Write one audit line per request to <data_dir>/audit/audit.log."),
+    (
+        "sentinel_stall_secs",
+        DEFAULT_SENTINEL_STALL_SECS,
+        "The sentinel reports a stream that pauses longer than this between tokens; 0 = off.",
+    ),
+    (
+        "sentinel_enforce",
+        False,
+        "Answer a non-streamed request the sentinel finds fault with (truncated, invalid tool call or JSON,"
+        " empty) with 422 instead of the answer.",
+    ),
     (
         "cache_type_k",
         DEFAULT_CACHE_TYPE,

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from blazar import names
+from blazar import names, sentinel
 from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
 from blazar.errors import LaneError
@@ -258,6 +258,7 @@ async def _dispatch(
                 sup, child, path, engine_body, proto, req.extra_headers, translator, shape.stream_type
             )
             req.summary = translator.summary()
+            observe(sup, req, canon)
             return None
         t0 = time.perf_counter()
         _status, data = await proxy.forward_whole(sup, child, path, engine_body, req.client)
@@ -270,9 +271,42 @@ async def _dispatch(
             total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
         )
         req.summary = summary
+        judge_whole(sup, req, canon)
         return 200, [("content-type", "application/json")], out
     finally:
         await after(sup, child, canon)
+
+
+def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> list[sentinel.Finding]:
+    """The sentinel's findings on the answer just given (``req.summary``), logged; never changes the answer."""
+    if req.summary is None:
+        return []
+    findings = sentinel.judge(canon, req.summary, float(sup.cfg.sentinel_stall_secs))
+    if findings:
+        who = f", key {req.key.name}" if req.key is not None else ""
+        log.warning(
+            "sentinel: %s answered %s (trace %s%s): %s",
+            canon.model,
+            "a stream" if canon.stream else "whole",
+            req.trace_id,
+            who,
+            "; ".join(map(str, findings)),
+        )
+    return findings
+
+
+def judge_whole(sup: Supervisor, req: Request, canon: CanonicalRequest) -> None:
+    """``observe`` for a whole answer: its codes in ``x-blazar-sentinel``, or with ``sentinel_enforce`` a 422
+    instead of the answer (usage is still charged: the engine did the work)."""
+    findings = observe(sup, req, canon)
+    if not findings:
+        return
+    if sup.cfg.sentinel_enforce:
+        raise HttpError(422, sentinel.enforce_message(findings), "sentinel_violation")
+    req.extra_headers.append((SENTINEL, sentinel.header_value(findings)))
+
+
+SENTINEL = "x-blazar-sentinel"
 
 
 async def _forced_tool_call(
@@ -297,6 +331,7 @@ async def _forced_tool_call(
         )
         out = tr.feed(forced_tools.as_stream(completion)) + tr.finish()
         req.summary = tr.summary()
+        observe(sup, req, canon)
         return 200, [("content-type", shape.stream_type), ("cache-control", "no-cache")], out
     out, req.summary = translate_whole(
         shape.translator,
@@ -305,6 +340,7 @@ async def _forced_tool_call(
         load_duration_ns=load_ns,
         total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
     )
+    judge_whole(sup, req, canon)
     return 200, [("content-type", "application/json")], out
 
 

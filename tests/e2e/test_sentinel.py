@@ -1,0 +1,66 @@
+"""End to end: the sentinel watches real llama-server answers; warn-only by default, 422 with sentinel_enforce."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.conftest import Daemon, wait_for
+
+pytestmark = pytest.mark.e2e
+
+ASK = [{"role": "user", "content": "Tell me a story about a fox."}]
+CUT = {"model": "smollm2", "messages": ASK, "max_tokens": 2, "temperature": 0}
+WHOLE = {"model": "smollm2", "messages": ASK, "max_tokens": 40, "stop": [" "], "temperature": 0}
+"""Stops at the first space: a sound, finished answer of one word."""
+TRUNCATED = "[truncated] the answer was cut off at the token limit after 2 tokens (finish_reason length)"
+
+
+def test_findings_are_logged_and_named_but_the_answer_is_untouched(daemon: Daemon) -> None:
+    fine = httpx.post(daemon.url + "/v1/chat/completions", json=WHOLE, timeout=60)
+    assert fine.status_code == 200 and fine.json()["choices"][0]["finish_reason"] == "stop", fine.text
+    assert "x-blazar-sentinel" not in fine.headers
+
+    r = httpx.post(daemon.url + "/v1/chat/completions", json=CUT, timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length", r.text
+    assert r.headers["x-blazar-sentinel"] == "truncated"
+    trace = r.headers["x-blazar-trace-id"]
+    assert f"sentinel: smollm2 answered whole (trace {trace}): {TRUNCATED}" in daemon.log.read_text()
+
+    o = httpx.post(daemon.url + "/api/chat", json={"model": "smollm2", "messages": ASK, "stream": False,
+                                                  "options": {"num_predict": 2}}, timeout=60)  # fmt: skip
+    assert o.status_code == 200 and o.json()["done_reason"] == "length"
+    assert o.headers["x-blazar-sentinel"] == "truncated"
+
+    with httpx.stream(
+        "POST", daemon.url + "/v1/chat/completions", json={**CUT, "stream": True}, timeout=60
+    ) as s:
+        assert s.status_code == 200 and "x-blazar-sentinel" not in s.headers  # the head went out first
+        text = s.read().decode()
+        trace = s.headers["x-blazar-trace-id"]
+    assert text.rstrip().endswith("data: [DONE]")
+    line = f"sentinel: smollm2 answered a stream (trace {trace}): {TRUNCATED}"
+    wait_for(lambda: line in daemon.log.read_text(), 10, "the sentinel's line (written as the stream ends)")
+
+
+def test_enforce_answers_a_faulty_whole_answer_with_422(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("sentinel_enforce = true\n")
+    r = httpx.post(d.url + "/v1/chat/completions", json=CUT, timeout=60)
+    assert r.status_code == 422, r.text
+    assert r.json() == {
+        "error": {"message": f"sentinel enforce: {TRUNCATED}", "type": "sentinel_violation", "code": 422}
+    }
+    a = httpx.post(
+        d.url + "/v1/messages",
+        json={"model": "smollm2", "messages": ASK, "max_tokens": 2},
+        headers={"anthropic-version": "2023-06-01"},
+        timeout=60,
+    )
+    assert a.status_code == 422 and a.json()["error"]["message"] == f"sentinel enforce: {TRUNCATED}", a.text
+    assert a.json()["type"] == "error"
+    fine = httpx.post(d.url + "/v1/chat/completions", json=WHOLE, timeout=60)
+    assert fine.status_code == 200, fine.text
+    # a stream is never held back: its bytes are already the client's
+    streamed = httpx.post(d.url + "/v1/chat/completions", json={**CUT, "stream": True}, timeout=60)
+    assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
