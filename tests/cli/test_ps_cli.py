@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import orjson
 import pytest
 
 from blazar.cli.ps import until
-from tests.conftest import Daemon, free_port, make_daemon, pid_alive, wait_for
+from tests.conftest import Daemon, blazar_cmd, free_port, make_daemon, pid_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -22,14 +21,8 @@ SECRET = "sk-ps-admin-0123456789abcdef"
 
 
 def blazar(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "blazar", *args],
-        env={**env, "NO_COLOR": "1", "COLUMNS": "300"},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """The command as a user runs it, with no colours and no wrapping."""
+    return blazar_cmd(*args, env={**env, "NO_COLOR": "1", "COLUMNS": "300"}, check=False)
 
 
 def test_ps_lists_the_running_engine_and_stop_unloads_it(daemon_factory: object) -> None:

@@ -6,30 +6,17 @@ start of its engine fail, as a broken build or model would.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import httpx
 import pytest
 
 from blazar.supervisor.child import START_MARK
+from tests.cli.test_ps_cli import blazar
 from tests.conftest import Daemon
 
 pytestmark = pytest.mark.e2e
 
 CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
 BROKEN = '[models."smollm2:latest"]\nextra_args = ["--no-such-flag"]\n'
-
-
-def blazar(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "blazar", *args],
-        env={**d.env, "NO_COLOR": "1", "COLUMNS": "300"},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_an_engine_that_keeps_crashing_is_held_back_until_reset(daemon_factory: object) -> None:
@@ -62,7 +49,7 @@ def test_an_engine_that_keeps_crashing_is_held_back_until_reset(daemon_factory: 
     assert [(h["model"], h["engine"], h["crashes"]) for h in held] == [
         ("smollm2:latest", "smollm2:latest", 3)
     ]
-    ps = blazar(d, "ps")
+    ps = blazar(d.env, "ps")
     assert ps.returncode == 0, ps.stderr
     assert ps.stdout.splitlines()[:3] == [
         "no models are running; a request to one starts it",
@@ -71,10 +58,10 @@ def test_an_engine_that_keeps_crashing_is_held_back_until_reset(daemon_factory: 
     ]
     assert ps.stdout.splitlines()[2].startswith("  smollm2:latest: 3 crashes, next start allowed in ")
 
-    reset = blazar(d, "ps", "--reset")
+    reset = blazar(d.env, "ps", "--reset")
     assert (reset.returncode, reset.stdout) == (0, "reset: smollm2:latest\n"), reset.stderr
     assert httpx.get(d.url + "/api/breakers", timeout=10).json()["held"] == []
     again = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert again.status_code == 502, again.text  # tried again (and still broken)
     assert engine_log.read_text().count(START_MARK) == 4  # the held-back requests started nothing
-    assert blazar(d, "ps", "--reset").stdout == "no engine was held back\n"
+    assert blazar(d.env, "ps", "--reset").stdout == "no engine was held back\n"
