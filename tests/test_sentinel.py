@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
+from blazar import sentinel
 from blazar.dialects.canonical import CanonicalRequest
-from blazar.sentinel import Finding, enforce_message, header_value, judge
+from blazar.sentinel import Finding, enforce_message, header_value
+from blazar.sentinel import judge as judge_async
+from blazar.sentinel import judge_now as judge
 
 WEATHER = {
     "type": "function",
@@ -111,3 +116,53 @@ def test_the_enforce_message_and_the_header() -> None:
         enforce_message(findings) == "sentinel enforce: [truncated] cut; [tool_unknown] a; [tool_unknown] b"
     )
     assert header_value(findings) == "truncated, tool_unknown"
+
+
+# ---- the client's schema must not cost the gateway what it cannot bound ---------------------------------------
+
+
+def test_a_ref_outside_the_schema_is_never_fetched(tmp_path: Path) -> None:
+    """A file the client points at would change the verdict if it were read: it is not (nor a URL)."""
+    elsewhere = tmp_path / "string.json"
+    elsewhere.write_text('{"type": "string"}')
+    for ref in (elsewhere.as_uri(), "http://127.0.0.1:9/schema.json"):
+        fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": {"$ref": ref}}}
+        assert judge(request(response_format=fmt), summary('{"a": 1}'), 30) == []
+    inside = {
+        "$defs": {"n": {"type": "integer"}},
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/n"}},
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": inside}}
+    assert codes(judge(request(response_format=fmt), summary('{"a": "x"}'), 30)) == ["json_schema"]
+
+
+def test_regex_keywords_are_not_run() -> None:
+    """``re`` holds the GIL while it backtracks: a pattern like this one would freeze the loop for hours."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"pattern": "^(a+)+$"}},
+        "patternProperties": {"^(b+)+$": {}},
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}
+    answer = '{"a": "' + "a" * 60 + '!", "' + "b" * 60 + '!": 1}'
+    assert judge(request(response_format=fmt), summary(answer), 30) == []
+
+
+def test_a_schema_jsonschema_cannot_use_judges_nothing() -> None:
+    for schema in ({"$schema": 5, "type": "object"}, {"$schema": True}, {"type": 12}, {"$ref": "#/nowhere"}):
+        fmt = {"type": "json_schema", "json_schema": {"name": "b", "schema": schema}}
+        assert judge(request(response_format=fmt), summary('{"n": 1}'), 30) == [], schema
+
+
+def test_schema_checks_run_off_the_loop_and_are_skipped_when_too_many_run() -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "array"}}}
+    req, answer = request(response_format=fmt), summary('{"n": 1}')
+    assert codes(asyncio.run(judge_async(req, answer, 30))) == ["json_schema"]
+    held = [sentinel._slots.acquire(blocking=False) for _ in range(sentinel.SCHEMA_CHECKS_AT_ONCE)]
+    try:
+        assert all(held)
+        assert asyncio.run(judge_async(req, answer, 30)) == []  # skipped, not queued behind the others
+    finally:
+        for _ in held:
+            sentinel._slots.release()

@@ -10,10 +10,19 @@ no answer), ``tool_unknown`` (a call to a tool the request did not offer), ``too
 not a JSON object), ``tool_args_schema`` (arguments outside the tool's parameters schema), ``json_invalid`` (a
 ``response_format`` of JSON answered with something else), ``json_schema`` (JSON outside the ``json_schema``),
 ``stalled`` (a gap between streamed tokens over ``sentinel_stall_secs``).
+
+The schemas are the client's, so checking them must cost the gateway nothing it cannot bound: a ``$ref`` resolves
+only inside its schema (never a URL or a file), the regex keywords (``pattern``, ``patternProperties``: Python's
+``re`` holds the GIL while it backtracks) are not checked, and the checks run in a worker thread, at most
+``SCHEMA_CHECKS_AT_ONCE`` at a time (more are skipped), waited for at most ``SCHEMA_CHECK_SECS``, on values of at
+most ``SCHEMA_CHECK_MAX_BYTES``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,11 +30,20 @@ from typing import Any
 import orjson
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
+from referencing import Registry
 
 from blazar.dialects.canonical import CanonicalRequest, schema_of
 
+log = logging.getLogger("blazar.sentinel")
+
+SCHEMA_CHECKS_AT_ONCE = 2
+SCHEMA_CHECK_SECS = 2.0
+SCHEMA_CHECK_MAX_BYTES = 256 * 1024
+_slots = threading.BoundedSemaphore(SCHEMA_CHECKS_AT_ONCE)
+_NO_REGEX = {"pattern": None, "patternProperties": None}
 _VALIDATORS_MAX = 256
 _validators: dict[bytes, Any] = {}
+_validators_lock = threading.Lock()
 _DETAIL_MAX = 300
 
 
@@ -38,6 +56,16 @@ class Finding:
         return f"[{self.code}] {self.detail}"
 
 
+@dataclass(frozen=True, slots=True)
+class SchemaCheck:
+    """One value to hold against one schema; a break is the finding ``code`` with ``prefix: how``."""
+
+    code: str
+    prefix: str
+    schema: dict[str, Any]
+    value: Any
+
+
 def enforce_message(findings: list[Finding]) -> str:
     """The 422 message under ``sentinel_enforce``, in the seed's shape."""
     return "sentinel enforce: " + "; ".join(map(str, findings))
@@ -48,46 +76,60 @@ def header_value(findings: list[Finding]) -> str:
     return ", ".join(dict.fromkeys(f.code for f in findings))
 
 
-def judge(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float) -> list[Finding]:
-    """What is wrong with the answer ``summary`` describes, given the request ``canon``; [] for a sound one."""
+async def judge(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float) -> list[Finding]:
+    """What is wrong with the answer ``summary`` describes, given the request ``canon``; [] for a sound one.
+    The schema checks run in a worker thread, bounded as the module doc says."""
+    findings, checks = look(canon, summary, stall_secs)
+    if checks:
+        findings += await _in_thread(checks)
+    return findings
+
+
+def judge_now(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float) -> list[Finding]:
+    """``judge`` in the calling thread with no time bound: for tests and tools, never on the event loop."""
+    findings, checks = look(canon, summary, stall_secs)
+    return findings + check_schemas(checks)
+
+
+def look(
+    canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float
+) -> tuple[list[Finding], list[SchemaCheck]]:
+    """The findings that cost next to nothing (made on the loop), and the schema checks still to run."""
     out: list[Finding] = []
-    text = summary.get("text") or ""
+    checks: list[SchemaCheck] = []
+    text = summary.get("text")
+    text = text if isinstance(text, str) else ""
     calls = [c for c in summary.get("tool_calls") or [] if isinstance(c, dict)]
     finish = summary.get("finish_reason")
     if finish == "length":
-        usage = summary.get("usage") or {}
+        usage = summary.get("usage")
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         n = f" after {tokens} tokens" if isinstance(tokens, int) else ""
         out.append(
             Finding("truncated", f"the answer was cut off at the token limit{n} (finish_reason length)")
         )
     elif not text.strip() and not calls:
-        reasoning = summary.get("reasoning") or ""
-        if reasoning.strip():
-            out.append(
-                Finding(
-                    "reasoning_only", f"the model reasoned ({len(reasoning)} characters) but gave no answer"
-                )
-            )
+        reasoning = summary.get("reasoning")
+        if isinstance(reasoning, str) and reasoning.strip():
+            detail = f"the model reasoned ({len(reasoning)} characters) but gave no answer"
+            out.append(Finding("reasoning_only", detail))
         else:
             out.append(Finding("empty", "the model answered nothing"))
     if calls:
-        out += _judge_calls(canon, calls)
+        out += _look_at_calls(canon, calls, checks)
     elif canon.response_format is not None and text.strip():
-        out += _judge_json(canon.response_format, text, truncated=finish == "length")
+        out += _look_at_json(canon.response_format, text, finish == "length", checks)
     gaps = summary.get("tpot_ms")
     worst = gaps.get("max") if isinstance(gaps, dict) else None
     if isinstance(worst, int | float) and stall_secs > 0 and worst > stall_secs * 1000:
-        out.append(
-            Finding(
-                "stalled",
-                f"the stream paused {worst / 1000:.1f}s between two tokens (sentinel_stall_secs is {stall_secs:g})",
-            )
-        )
-    return out
+        detail = f"the stream paused {worst / 1000:.1f}s between two tokens (sentinel_stall_secs is {stall_secs:g})"
+        out.append(Finding("stalled", detail))
+    return out, checks
 
 
-def _judge_calls(canon: CanonicalRequest, calls: list[dict[str, Any]]) -> list[Finding]:
+def _look_at_calls(
+    canon: CanonicalRequest, calls: list[dict[str, Any]], checks: list[SchemaCheck]
+) -> list[Finding]:
     offered: dict[str, Any] = {}
     for tool in canon.tools or []:
         spec = tool.get("function") if isinstance(tool, dict) else None
@@ -115,17 +157,16 @@ def _judge_calls(canon: CanonicalRequest, calls: list[dict[str, Any]]) -> list[F
         if not isinstance(args, dict):
             out.append(Finding("tool_args_json", f"the arguments of '{name}' are not a JSON object"))
             continue
-        problem = _violation(offered[name], args)
-        if problem:
-            out.append(
-                Finding(
-                    "tool_args_schema", _cut(f"the arguments of '{name}' break its parameters: {problem}")
-                )
-            )
+        schema = offered[name]
+        if isinstance(schema, dict) and schema and _small(raw):
+            prefix = f"the arguments of '{name}' break its parameters"
+            checks.append(SchemaCheck("tool_args_schema", prefix, schema, args))
     return out
 
 
-def _judge_json(response_format: dict[str, Any], text: str, truncated: bool) -> list[Finding]:
+def _look_at_json(
+    response_format: dict[str, Any], text: str, truncated: bool, checks: list[SchemaCheck]
+) -> list[Finding]:
     kind = response_format.get("type")
     if kind not in ("json_object", "json_schema"):
         return []
@@ -143,25 +184,56 @@ def _judge_json(response_format: dict[str, Any], text: str, truncated: bool) -> 
                 "json_invalid", "response_format json_object asks for an object; the answer is other JSON"
             )
         ]
-    problem = _violation(schema_of(response_format), value) if kind == "json_schema" else None
-    return (
-        [Finding("json_schema", _cut(f"the answer breaks the response_format schema: {problem}"))]
-        if problem
-        else []
-    )
+    schema = schema_of(response_format) if kind == "json_schema" else None
+    if isinstance(schema, dict) and schema and _small(text):
+        checks.append(
+            SchemaCheck("json_schema", "the answer breaks the response_format schema", schema, value)
+        )
+    return []
 
 
-def _violation(schema: Any, value: Any) -> str | None:
-    """How ``value`` breaks ``schema`` (a JSON Schema, any draft; jsonschema's most relevant error), or None. A schema jsonschema cannot
-    use (invalid, or not an object) judges nothing: the engine constrained the output by its own reading of it."""
-    if not isinstance(schema, dict) or not schema:
-        return None
+def _small(raw: Any) -> bool:
+    return not isinstance(raw, str | bytes) or len(raw) <= SCHEMA_CHECK_MAX_BYTES
+
+
+async def _in_thread(checks: list[SchemaCheck]) -> list[Finding]:
+    if not _slots.acquire(blocking=False):
+        log.info(
+            "sentinel: %d schema check(s) skipped, %d already running", len(checks), SCHEMA_CHECKS_AT_ONCE
+        )
+        return []
+
+    def run() -> list[Finding]:
+        try:
+            return check_schemas(checks)
+        finally:
+            _slots.release()  # when the check ends, even one nobody waits for any more
+
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(run), SCHEMA_CHECK_SECS)
+    except TimeoutError:
+        log.info("sentinel: a schema check took over %gs; its answer was not waited for", SCHEMA_CHECK_SECS)
+        return []
+
+
+def check_schemas(checks: list[SchemaCheck]) -> list[Finding]:
+    out: list[Finding] = []
+    for c in checks:
+        problem = _violation(c.schema, c.value)
+        if problem:
+            out.append(Finding(c.code, _cut(f"{c.prefix}: {problem}")))
+    return out
+
+
+def _violation(schema: dict[str, Any], value: Any) -> str | None:
+    """How ``value`` breaks ``schema`` (a JSON Schema, any draft; jsonschema's most relevant error), or None. A
+    schema jsonschema cannot use judges nothing: the engine constrained the output by its own reading of it."""
     validator = _validator(schema)
     if validator is None:
         return None
     try:
         error = schema_errors.best_match(validator.iter_errors(value))
-    except Exception:  # a schema jsonschema accepted but cannot apply (an unresolvable $ref, say)
+    except Exception:  # a schema jsonschema accepted but cannot apply (a $ref it may not follow, say)
         return None
     if error is None:
         return None
@@ -170,18 +242,25 @@ def _violation(schema: Any, value: Any) -> str | None:
 
 
 def _validator(schema: dict[str, Any]) -> Any:
-    key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    if key in _validators:
-        return _validators[key]
+    """A validator for ``schema`` that resolves no ``$ref`` outside it (an empty registry: no URL, no file) and
+    checks no regex keyword; None for a schema it cannot use. Cached per schema."""
+    try:
+        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+    with _validators_lock:
+        if key in _validators:
+            return _validators[key]
     try:
         cls = validators.validator_for(schema)
         cls.check_schema(schema)
-        validator: Any = cls(schema)
-    except (schema_errors.SchemaError, TypeError, ValueError):
+        validator: Any = validators.extend(cls, _NO_REGEX)(schema, registry=Registry())
+    except Exception:  # SchemaError, a "$schema" that is not a string, a metaschema check that fails itself
         validator = None
-    if len(_validators) >= _VALIDATORS_MAX:
-        _validators.clear()
-    _validators[key] = validator
+    with _validators_lock:
+        if len(_validators) >= _VALIDATORS_MAX:
+            _validators.clear()
+        _validators[key] = validator
     return validator
 
 

@@ -90,6 +90,20 @@ def test_no_daemon_is_one_line(tmp_path: Path) -> None:
         assert line.endswith("(connection refused); start it with: blazar serve"), line
 
 
+def test_a_bad_address_or_key_is_one_line(tmp_path: Path) -> None:
+    env = make_daemon(tmp_path / "none").env
+    for args, line in [
+        (["ps", "--host", "127.0.0.1:5"], "error: '127.0.0.1:5' is not a host name or address (--host or"
+         " BLAZAR_HOST); give the port with --port"),
+        (["stop", "smollm2", "--port", "99999"], "error: the daemon's port must be 1-65535, got 99999 (--port or"
+         " BLAZAR_PORT)"),
+        (["ps", "--api-key", "sk-a\nb"], "error: the API key must be printable ASCII without spaces (--api-key"
+         " or BLAZAR_API_KEY)"),
+    ]:  # fmt: skip
+        r = blazar(env, *args)
+        assert (r.returncode, r.stdout, r.stderr.strip()) == (1, "", line), (args, r.stderr)
+
+
 def test_until_reads_like_ollamas_ps() -> None:
     now = datetime(2026, 11, 30, tzinfo=UTC)
     at = lambda **k: (now + timedelta(**k)).isoformat().replace("+00:00", "Z")  # noqa: E731

@@ -51,8 +51,9 @@ def test_an_engine_that_keeps_crashing_is_held_back_until_reset(daemon_factory: 
     ]
     ps = blazar(d.env, "ps")
     assert ps.returncode == 0, ps.stderr
+    assert "--no-such-flag" in message  # the engine's own last words, from its log
     assert ps.stdout.splitlines()[:3] == [
-        "no models are running; a request to one starts it",
+        "no models are running",
         "held back after repeated crashes (`blazar ps --reset` lets them start again now):",
         ps.stdout.splitlines()[2],
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -60,6 +61,42 @@ def test_a_wedged_engine_is_stopped_and_the_request_retried_on_a_fresh_one(daemo
     assert text.count("data: [DONE]") == 1 and text.rstrip().endswith("data: [DONE]"), text[-300:]
     assert '"content"' in text
     wait_for(lambda: not pid_alive(fresh), 10, "the second wedged engine to be gone")
+
+
+def test_a_request_that_was_waiting_on_the_wedged_engine_is_retried_too(daemon_factory: object) -> None:
+    """B went out to the wedged engine after A did; A's timeout stops the engine under B, which never got a
+    byte of its answer either: B is retried on the fresh engine, not failed."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(BOUND + "parallel = 2\n")
+    assert chat(d, CHAT).status_code == 200
+    [pid] = d.child_pids()
+    os.kill(pid, signal.SIGSTOP)
+    results: dict[str, httpx.Response] = {}
+    first = threading.Thread(target=lambda: results.setdefault("a", chat(d, CHAT)))
+    first.start()
+    time.sleep(1.5)
+    second = threading.Thread(target=lambda: results.setdefault("b", chat(d, CHAT)))
+    second.start()
+    first.join(90)
+    second.join(90)
+    assert results["a"].status_code == 200, results["a"].text
+    assert results["b"].status_code == 200, results["b"].text
+    wait_for(lambda: not pid_alive(pid), 10, "the wedged engine to be gone")
+    assert len(d.child_pids()) == 1
+
+
+def test_a_client_that_leaves_during_the_check_still_gets_the_wedged_engine_stopped(
+    daemon_factory: object,
+) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(BOUND)
+    assert chat(d, CHAT).status_code == 200
+    [pid] = d.child_pids()
+    os.kill(pid, signal.SIGSTOP)
+    with pytest.raises(httpx.ReadTimeout):
+        chat(d, CHAT, timeout=4)  # gone after the 3 s bound, while the health check (2 s) runs
+    wait_for(lambda: not pid_alive(pid), 10, "the wedged engine to be stopped all the same")
+    assert chat(d, CHAT).status_code == 200
 
 
 def test_an_engine_that_wedges_again_on_the_retry_is_a_504(daemon_factory: object) -> None:

@@ -64,3 +64,12 @@ def test_enforce_answers_a_faulty_whole_answer_with_422(daemon_factory: object) 
     # a stream is never held back: its bytes are already the client's
     streamed = httpx.post(d.url + "/v1/chat/completions", json={**CUT, "stream": True}, timeout=60)
     assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+
+
+def test_off_means_off(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("sentinel = false\nsentinel_enforce = true\n")
+    r = httpx.post(d.url + "/v1/chat/completions", json=CUT, timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length", r.text
+    assert "x-blazar-sentinel" not in r.headers
+    assert "sentinel" not in d.log.read_text()

@@ -12,6 +12,10 @@ from blazar.supervisor.breaker import (
 )
 
 LOG = "logs/m--latest.log in blazar's data directory"
+WHY = (
+    "its start failed: engine for 'm:latest' exited with code 1 while starting; last log lines (logs/m.log):\n"
+    "build: 11434 (b11434)\n\nerror: invalid argument: --no-such-flag\n"
+)
 
 
 class Clock:
@@ -24,11 +28,7 @@ class Clock:
 
 def crash(b: Breakers, n: int, clock: Clock, gap: float = 1.0, key: str = "m:latest") -> None:
     for _ in range(n):
-        b.crashed(
-            key,
-            key.partition("@")[0],
-            "its start failed: engine for 'm:latest' exited with code 1\nlog lines",
-        )
+        b.crashed(key, key.partition("@")[0], WHY)
         clock.t += gap
 
 
@@ -44,7 +44,8 @@ def test_two_crashes_hold_nothing_back_and_the_third_does() -> None:
     assert e.value.status == 503 and e.value.retry_after == HOLD_SECS
     assert str(e.value) == (
         "engine for 'm:latest' crashed 3 times in 120s, so Blazar holds its restart back for 60s more instead of"
-        " crashing it again (last: its start failed: engine for 'm:latest' exited with code 1); fix the cause"
+        " crashing it again (last: its start failed: engine for 'm:latest' exited with code 1 while starting;"
+        " last log lines (logs/m.log): error: invalid argument: --no-such-flag); fix the cause"
         f" (see {LOG}), then run `blazar ps --reset` or wait"
     )
     [held] = b.held()

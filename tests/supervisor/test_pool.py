@@ -154,3 +154,28 @@ def test_the_run_files_of_daemons_that_are_gone_are_swept(tmp_path: Path) -> Non
     data.sweep_run()
     assert [f.exists() for f in kept] == [True] * len(kept)
     assert [f.exists() for f in swept] == [False] * len(swept)
+
+
+def test_one_death_is_one_crash_however_many_requests_find_it(tmp_path: Path) -> None:
+    """Three requests in flight on an engine that dies each reap it; the breaker hears of one crash."""
+    from blazar.config import Config
+    from blazar.store import Store
+    from blazar.supervisor.pool import Supervisor
+
+    data = DataDir(tmp_path / "data").ensure()
+    store = Store.open(data.db)
+    sup = Supervisor(Config(data_dir=data.root), data, store)
+
+    async def main() -> None:
+        c = Child("m:latest", "m:latest", LaunchSpec(("x",)), data)
+        c.proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(3)")
+        c.state = State.READY
+        sup.children[c.key] = c
+        assert await asyncio.gather(*(sup.reap(c, wait=5) for _ in range(3))) == [True, True, True]
+        [held] = [h for h in [sup.breakers._by_key.get("m:latest")] if h is not None]
+        assert len(held.crashes) == 1 and held.last == "it died while serving (exit 3)"
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()

@@ -66,20 +66,38 @@ def address(host: str | None, port: int | None) -> str:
         cfg = config()
         host = cfg.host if host is None else host
         port = cfg.port if port is None else port
-    return base_url(host, port)
+    if not 1 <= port <= 65535:
+        raise DaemonError(f"the daemon's port must be 1-65535, got {port} (--port or BLAZAR_PORT)")
+    url = base_url(host, port)
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL:
+        raise DaemonError(
+            f"'{host}' is not a host name or address (--host or BLAZAR_HOST); give the port with --port"
+        ) from None
+    return url
 
 
 def client(url: str, api_key: str | None, timeout: httpx.Timeout | float = 10.0) -> httpx.Client:
     headers = {"content-type": "application/json"}
     if api_key:
+        if not all("!" <= ch <= "~" for ch in api_key):
+            raise DaemonError(
+                "the API key must be printable ASCII without spaces (--api-key or BLAZAR_API_KEY)"
+            )
         headers["authorization"] = f"Bearer {api_key}"
     return httpx.Client(base_url=url, headers=headers, timeout=timeout)
 
 
 def call(c: httpx.Client, method: str, path: str, body: bytes | None = None) -> httpx.Response:
-    """One request to the daemon; an unreachable daemon or an error answer is a ``DaemonError``."""
+    """One request to the daemon; an unreachable daemon, one that does not answer in time, or an error answer
+    is a ``DaemonError``."""
     try:
         r = c.request(method, path, content=body)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        raise unreachable(str(c.base_url).rstrip("/"), e) from None
+    except httpx.TimeoutException:
+        raise DaemonError(f"the daemon did not answer {method} {path} in time; see its log") from None
     except httpx.TransportError as e:
         raise unreachable(str(c.base_url).rstrip("/"), e) from None
     if r.status_code >= 400:

@@ -87,7 +87,8 @@ def ps_cmd(
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     if not models:
-        console.print("no models are running; a request to one starts it", highlight=False)
+        idle = "no models are running" + ("" if held else "; a request to one starts it")
+        console.print(idle, highlight=False)
     else:
         show_running(models)
     if held:

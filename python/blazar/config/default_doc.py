@@ -77,6 +77,12 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
     ),
     ("audit", False, "Write one audit line per request to <data_dir>/audit/audit.log."),
     (
+        "sentinel",
+        True,
+        "Check every answer against its request (cut off, empty, invalid tool call or JSON) and log what is"
+        " wrong; answers are never changed unless sentinel_enforce is on.",
+    ),
+    (
         "sentinel_stall_secs",
         DEFAULT_SENTINEL_STALL_SECS,
         "The sentinel reports a stream that pauses longer than this between tokens; 0 = off.",

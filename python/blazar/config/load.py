@@ -87,6 +87,7 @@ _TOP_LEVEL: dict[str, Check] = {
     "session_keep_secs": lambda c, k, v: integer(c, k, v, 0),
     "engine_check_secs": lambda c, k, v: integer(c, k, v, 0),
     "audit": boolean,
+    "sentinel": boolean,
     "sentinel_stall_secs": lambda c, k, v: number(c, k, v, 0.0),
     "sentinel_enforce": boolean,
     "cache_type_k": lambda c, k, v: choice(c, k, v, CACHE_TYPES),

@@ -217,7 +217,8 @@ class Config:
     the background engine update check off. ``cache_type_k``/``cache_type_v``/``flash_attn``/``swa_full`` go to
     the engine as they are; ``lookup_cache`` turns on llama-server's n-gram lookup decoding with a per-model
     cache file; ``memory_headroom_mib`` is the memory the context fitting leaves free on each device.
-    ``sentinel_stall_secs`` is the gap between streamed tokens the sentinel reports (0 = off);
+    ``sentinel`` turns the sentinel (warn-only answer checks) on; ``sentinel_stall_secs`` is the gap between
+    streamed tokens it reports (0 = off);
     ``sentinel_enforce`` answers a non-streamed request the sentinel finds fault with by a 422.
     """
 
@@ -239,6 +240,7 @@ class Config:
     session_keep_secs: int = DEFAULT_SESSION_KEEP_SECS
     engine_check_secs: int = DEFAULT_ENGINE_CHECK_SECS
     audit: bool = False
+    sentinel: bool = True
     sentinel_stall_secs: float = DEFAULT_SENTINEL_STALL_SECS
     sentinel_enforce: bool = False
     cache_type_k: str = DEFAULT_CACHE_TYPE

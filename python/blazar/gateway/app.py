@@ -146,7 +146,10 @@ class App:
             return [("vary", "origin")]
         return [
             ("access-control-allow-origin", "*" if "*" in self.cors else origin),
-            ("access-control-expose-headers", "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored"),
+            (
+                "access-control-expose-headers",
+                "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored, x-blazar-sentinel",
+            ),
             ("vary", "origin"),
         ]
 

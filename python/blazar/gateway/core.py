@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 import orjson
 
-from blazar import names, sentinel
+from blazar import names
 from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
 from blazar.errors import LaneError
-from blazar.gateway import forced_tools, proxy
+from blazar.gateway import forced_tools, proxy, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
@@ -188,10 +188,10 @@ async def serve(
     """Chat and completion requests of any dialect: quotas, admission, the child, the translated response."""
     _name, key, slots = claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
-        return await _once_more_if_wedged(lambda: _dispatch(sup, req, proto, canon, shape, key, slots))
+        return await once_more_if_wedged(lambda: _dispatch(sup, req, proto, canon, shape, key, slots))
 
 
-async def _once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
+async def once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
     """``attempt()``; when its engine sent no response headers in time (it has been stopped, and nothing reached
     the client), once more on the fresh engine the supervisor starts. A second wedge is the client's 504."""
     try:
@@ -258,7 +258,7 @@ async def _dispatch(
                 sup, child, path, engine_body, proto, req.extra_headers, translator, shape.stream_type
             )
             req.summary = translator.summary()
-            observe(sup, req, canon)
+            await watch.observe(sup, req, canon)
             return None
         t0 = time.perf_counter()
         _status, data = await proxy.forward_whole(sup, child, path, engine_body, req.client)
@@ -271,42 +271,10 @@ async def _dispatch(
             total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
         )
         req.summary = summary
-        judge_whole(sup, req, canon)
+        await watch.judge_whole(sup, req, canon)
         return 200, [("content-type", "application/json")], out
     finally:
         await after(sup, child, canon)
-
-
-def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> list[sentinel.Finding]:
-    """The sentinel's findings on the answer just given (``req.summary``), logged; never changes the answer."""
-    if req.summary is None:
-        return []
-    findings = sentinel.judge(canon, req.summary, float(sup.cfg.sentinel_stall_secs))
-    if findings:
-        who = f", key {req.key.name}" if req.key is not None else ""
-        log.warning(
-            "sentinel: %s answered %s (trace %s%s): %s",
-            canon.model,
-            "a stream" if canon.stream else "whole",
-            req.trace_id,
-            who,
-            "; ".join(map(str, findings)),
-        )
-    return findings
-
-
-def judge_whole(sup: Supervisor, req: Request, canon: CanonicalRequest) -> None:
-    """``observe`` for a whole answer: its codes in ``x-blazar-sentinel``, or with ``sentinel_enforce`` a 422
-    instead of the answer (usage is still charged: the engine did the work)."""
-    findings = observe(sup, req, canon)
-    if not findings:
-        return
-    if sup.cfg.sentinel_enforce:
-        raise HttpError(422, sentinel.enforce_message(findings), "sentinel_violation")
-    req.extra_headers.append((SENTINEL, sentinel.header_value(findings)))
-
-
-SENTINEL = "x-blazar-sentinel"
 
 
 async def _forced_tool_call(
@@ -331,7 +299,7 @@ async def _forced_tool_call(
         )
         out = tr.feed(forced_tools.as_stream(completion)) + tr.finish()
         req.summary = tr.summary()
-        observe(sup, req, canon)
+        await watch.observe(sup, req, canon)
         return 200, [("content-type", shape.stream_type), ("cache-control", "no-cache")], out
     out, req.summary = translate_whole(
         shape.translator,
@@ -340,7 +308,7 @@ async def _forced_tool_call(
         load_duration_ns=load_ns,
         total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
     )
-    judge_whole(sup, req, canon)
+    await watch.judge_whole(sup, req, canon)
     return 200, [("content-type", "application/json")], out
 
 
@@ -348,7 +316,7 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     """An embedding request: the engine's OpenAI embeddings body (parsed) and the load time in ns."""
     _name, key, slots = claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
-        return await _once_more_if_wedged(lambda: _embed(sup, req, canon))
+        return await once_more_if_wedged(lambda: _embed(sup, req, canon))
 
 
 async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:

@@ -117,7 +117,12 @@ class Request:
 
     def mark_overhead(self) -> None:
         """Add ``x-blazar-overhead-ms`` now (a stream's headers leave before the response is complete)."""
-        self.extra_headers.append(("x-blazar-overhead-ms", f"{self.overhead_ms():.3f}"))
+        header = ("x-blazar-overhead-ms", f"{self.overhead_ms():.3f}")
+        for i, (name, _) in enumerate(self.extra_headers):
+            if name == header[0]:  # a request retried on a fresh engine marks it again
+                self.extra_headers[i] = header
+                return
+        self.extra_headers.append(header)
 
     def json(self) -> Any:
         """The body parsed as JSON (any value; dialect parsers say what shape they need)."""

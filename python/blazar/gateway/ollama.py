@@ -14,7 +14,7 @@ import orjson
 
 from blazar.dialects import ollama as dialect
 from blazar.dialects.canonical import CanonicalRequest, render_engine
-from blazar.gateway import core, proxy
+from blazar.gateway import core, proxy, watch
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.supervisor import Supervisor
 
@@ -71,7 +71,7 @@ async def _infill(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Res
     it is claimed and admitted like any generation."""
     _name, key, slots = core.claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
-        return await _infill_admitted(sup, req, canon)
+        return await core.once_more_if_wedged(lambda: _infill_admitted(sup, req, canon))
 
 
 async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
@@ -87,6 +87,16 @@ async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalReques
     if not isinstance(out, dict):
         raise HttpError(502, "engine sent a malformed /infill body", "engine_error")
     timings = out.get("timings") or {}
+    # the summary the native translators give other answers: quotas charge its usage, the sentinel reads it
+    req.summary = {
+        "text": out.get("content", ""),
+        "finish_reason": "length" if out.get("stop_type") == "limit" else "stop",
+        "usage": {
+            "prompt_tokens": int(timings.get("prompt_n", 0)),
+            "completion_tokens": int(timings.get("predicted_n", 0)),
+        },
+    }
+    await watch.judge_whole(sup, req, canon)
     final = {
         "model": canon.model,
         "created_at": _now(),

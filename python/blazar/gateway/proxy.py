@@ -40,27 +40,15 @@ async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[
         async with asyncio.timeout(float(sup.cfg.child_header_timeout_secs)):
             return await child.links.exchange(path, body, child.alive)
     except TimeoutError:
-        secs = sup.cfg.child_header_timeout_secs
-        if await child.responsive():
-            # working, not wedged (a long whole answer): only this request's work stops, with its connection
-            raise HttpError(
-                504,
-                f"engine for '{child.model}' is running but sent no response headers within {secs}s"
-                " (child_header_timeout_secs): a whole (non-streamed) answer comes only when it is complete;"
-                " stream the response, ask for fewer tokens, or raise child_header_timeout_secs",
-                "engine_error",
-            ) from None
-        await sup.evict(
-            child.key,
-            "no response headers within child_header_timeout_secs",
-            grace=WEDGED_GRACE_SECS,
-            only=child,
-            crash=True,
-        )
-        raise EngineWedged(child.model, secs) from None
+        raise await no_head_in_time(sup, child) from None
     except (LinkError, OSError) as e:
+        if child.stopped_for == WEDGED:  # another request found it wedged: this one never got a byte either
+            raise EngineWedged(child.model, sup.cfg.child_header_timeout_secs) from None
         raise await _engine_failed(sup, child, e) from None
 
+
+WEDGED = "no response headers within child_header_timeout_secs"
+"""``Child.stopped_for`` of an engine stopped as wedged."""
 
 WEDGED_GRACE_SECS = 2.0
 """How long a wedged engine (no response headers in time) gets between SIGTERM and SIGKILL: it is stuck, and the
@@ -87,6 +75,37 @@ class EngineWedged(HttpError):
         )
 
 
+async def no_head_in_time(sup: Supervisor, child: Child) -> HttpError:
+    """The error for a request whose engine sent no response head within ``child_header_timeout_secs``. An
+    engine that still answers ``/health`` is working on a long whole answer: a 504 for this request alone (its
+    connection is closed, so the engine drops the work). One that does not is wedged: it is stopped, and
+    ``EngineWedged`` lets the request be retried. The requests that time out on one engine together share one
+    check (a second probe could catch the engine answering as it is being stopped), and the check is shielded:
+    a client that leaves meanwhile must not leave the engine probed but not stopped, or never killed."""
+    secs = sup.cfg.child_header_timeout_secs
+    if child.stopped_for != WEDGED:
+        check = child.wedge_check
+        if check is None or check.done():
+            check = child.wedge_check = asyncio.ensure_future(_is_wedged(sup, child))
+        if not await asyncio.shield(check):
+            return HttpError(
+                504,
+                f"engine for '{child.model}' is running but sent no response headers within {secs}s"
+                " (child_header_timeout_secs): a whole (non-streamed) answer comes only when it is complete;"
+                " stream the response, ask for fewer tokens, or raise child_header_timeout_secs",
+                "engine_error",
+            )
+    return EngineWedged(child.model, secs)
+
+
+async def _is_wedged(sup: Supervisor, child: Child) -> bool:
+    """Whether ``child`` fails its health check now; a wedged one is stopped before this returns."""
+    if await child.responsive():
+        return False
+    await sup.evict(child.key, WEDGED, grace=WEDGED_GRACE_SECS, only=child, crash=True)
+    return True
+
+
 async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> HttpError:
     dead = await sup.reap(child)
     if child.stopped_for is not None:
@@ -104,7 +123,8 @@ async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> H
             "engine_error",
         )
     # a unix socket's connection error names its path
-    return HttpError(502, f"engine for '{child.model}' failed: {sup.data.redact(str(exc))}", "engine_error")
+    why = sup.data.redact(str(exc)) or type(exc).__name__
+    return HttpError(502, f"engine for '{child.model}' failed: {why}", "engine_error")
 
 
 def _engine_error(status: int, body: bytes) -> HttpError:
@@ -226,6 +246,8 @@ async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, byte
             timeout=aiohttp.ClientTimeout(total=float(sup.cfg.child_header_timeout_secs)),
         ) as resp:
             data = await resp.read()
+    except TimeoutError:  # before OSError, which it is
+        raise await no_head_in_time(sup, child) from None
     except (aiohttp.ClientError, OSError) as e:
         raise await _engine_failed(sup, child, e) from None
     if resp.status >= 400:

@@ -66,7 +66,7 @@ class Breakers:
         h.crashes.append(now)
         while h.crashes and now - h.crashes[0] > CRASH_WINDOW_SECS:
             h.crashes.popleft()
-        h.last = why.strip().splitlines()[0] if why.strip() else "no reason given"
+        h.last = _gist(why)
         if len(h.crashes) >= CRASHES_TO_OPEN:
             h.held_until = now + HOLD_SECS
 
@@ -107,3 +107,16 @@ class Breakers:
         for k in chosen:
             del self._by_key[k]
         return was_held
+
+
+GIST_MAX = 400
+
+
+def _gist(why: str) -> str:
+    """One line of a failure: its first line and, for one that quotes a log (a failed start), the log's last
+    line, where an engine says why it exited."""
+    lines = [ln.strip() for ln in why.strip().splitlines() if ln.strip()]
+    if not lines:
+        return "no reason given"
+    gist = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
+    return gist if len(gist) <= GIST_MAX else gist[: GIST_MAX - 3] + "..."

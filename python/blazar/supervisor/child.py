@@ -94,6 +94,8 @@ class Child:
         """The model file's (device, inode) when this child was spawned: other weights under the same name (a
         re-import) make the supervisor restart it."""
         self.stopped_for: str | None = None
+        self.crash_counted = False  # its crash went to the breaker once (many requests may find it dead)
+        self.wedge_check: asyncio.Future[bool] | None = None  # the header-bound check requests share
         """Why the supervisor stopped this child on purpose (evicted: idle, deleted, keep_alive 0, ...)."""
         self.base_url = ""
         self.http: aiohttp.ClientSession | None = None  # for its GET endpoints; its own on a unix socket

@@ -150,7 +150,7 @@ class Supervisor:
                 log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
                 if not child.alive() and child.stopped_for is None:
                     code = child.proc.returncode if child.proc else None
-                    self.breakers.crashed(key, model.name, f"it exited with code {code} while idle")
+                    self._crashed(child, f"it exited with code {code} while idle")
                 await child.stop(grace=self.cfg.stop_grace_secs)
                 self.children.pop(key, None)
             self.breakers.check(key, model.name, self.data.log_name(key))
@@ -232,7 +232,7 @@ class Supervisor:
         except BaseException as e:
             self.children.pop(key, None)
             if isinstance(e, ChildError):
-                self.breakers.crashed(key, model.name, f"its start failed: {e}")
+                self._crashed(child, f"its start failed: {e}")
             raise
         return child
 
@@ -259,11 +259,17 @@ class Supervisor:
             return False
         child.state = State.CRASHED
         log.error("engine for %s died (exit %s)", child.key, proc.returncode)
-        self.breakers.crashed(child.key, child.model, f"it died while serving (exit {proc.returncode})")
+        self._crashed(child, f"it died while serving (exit {proc.returncode})")
         if self.children.get(child.key) is child:
             self.children.pop(child.key, None)
         await child.stop(grace=0)
         return True
+
+    def _crashed(self, child: Child, why: str) -> None:
+        """One crash of ``child`` for the breaker, however many requests found it."""
+        if not child.crash_counted:
+            child.crash_counted = True
+            self.breakers.crashed(child.key, child.model, why)
 
     async def evict(
         self,
@@ -285,11 +291,12 @@ class Supervisor:
             del self.children[key]
             log.info("evicting %s (%s)", key, reason)
             if crash:
-                self.breakers.crashed(key, child.model, reason)
+                self._crashed(child, reason)
             else:
                 self.breakers.clean(key)
             child.stopped_for = reason
-            await child.stop(grace=self.cfg.stop_grace_secs if grace is None else grace)
+            # shielded: a caller cancelled meanwhile (its client left) must not leave the engine without SIGKILL
+            await asyncio.shield(child.stop(grace=self.cfg.stop_grace_secs if grace is None else grace))
             child.state = State.EVICTED
             return True
 

@@ -1,0 +1,55 @@
+"""The sentinel's place in a request: judging the answer just given, logging what it found, and for a whole
+answer naming it in ``x-blazar-sentinel`` or, with ``sentinel_enforce``, answering 422 instead.
+
+The judgement is ``blazar.sentinel``'s. Whatever goes wrong in it is logged and judges nothing: the sentinel
+never fails an answer it was only meant to watch. ``sentinel = false`` turns it off; a request for several
+choices (``n`` > 1) is not judged, since the summary holds only the first.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from blazar import sentinel
+from blazar.dialects.canonical import CanonicalRequest
+from blazar.gateway.http import HttpError, Request
+from blazar.supervisor import Supervisor
+
+log = logging.getLogger("blazar.sentinel")
+
+HEADER = "x-blazar-sentinel"
+
+
+async def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> list[sentinel.Finding]:
+    """The sentinel's findings on the answer just given (``req.summary``), logged; never changes the answer."""
+    if req.summary is None or not sup.cfg.sentinel or canon.choices() > 1:
+        return []
+    try:
+        findings = await sentinel.judge(canon, req.summary, float(sup.cfg.sentinel_stall_secs))
+    except Exception:
+        log.exception(
+            "sentinel: judging the answer failed (trace %s); the answer is unaffected", req.trace_id
+        )
+        return []
+    if findings:
+        who = f", key {req.key.name}" if req.key is not None else ""
+        log.warning(
+            "sentinel: %s answered %s (trace %s%s): %s",
+            canon.model,
+            "a stream" if canon.stream else "whole",
+            req.trace_id,
+            who,
+            "; ".join(map(str, findings)),
+        )
+    return findings
+
+
+async def judge_whole(sup: Supervisor, req: Request, canon: CanonicalRequest) -> None:
+    """``observe`` for a whole answer: its codes in ``x-blazar-sentinel``, and with ``sentinel_enforce`` a 422
+    instead of the answer (usage is still charged: the engine did the work)."""
+    findings = await observe(sup, req, canon)
+    if not findings:
+        return
+    req.extra_headers.append((HEADER, sentinel.header_value(findings)))
+    if sup.cfg.sentinel_enforce:
+        raise HttpError(422, sentinel.enforce_message(findings), "sentinel_violation")
