@@ -11,39 +11,24 @@ not a JSON object), ``tool_args_schema`` (arguments outside the tool's parameter
 ``response_format`` of JSON answered with something else), ``json_schema`` (JSON outside the ``json_schema``),
 ``stalled`` (a gap between streamed tokens over ``sentinel_stall_secs``).
 
-The schemas are the client's, so checking them must cost the gateway nothing it cannot bound: a ``$ref`` resolves
-only inside its schema (never a URL or a file), the regex keywords (``pattern``, ``patternProperties``: Python's
-``re`` holds the GIL while it backtracks) are not checked, and the checks run in a worker thread, at most
-``SCHEMA_CHECKS_AT_ONCE`` at a time (more are skipped), waited for at most ``SCHEMA_CHECK_SECS``, on values of at
-most ``SCHEMA_CHECK_MAX_BYTES``.
+Tool parameters and ``response_format`` schemas are the client's: they are checked for their structural
+subset only (``blazar.schema_subset``: types, required and known properties, enums, bounds), which is bounded
+and runs on the loop; ``$ref``, combinators and regexes are not followed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from jsonschema import exceptions as schema_errors
-from jsonschema import validators
-from referencing import Registry
 
 from blazar.dialects.canonical import CanonicalRequest, schema_of
+from blazar.schema_subset import violation
 
-log = logging.getLogger("blazar.sentinel")
-
-SCHEMA_CHECKS_AT_ONCE = 2
-SCHEMA_CHECK_SECS = 2.0
 SCHEMA_CHECK_MAX_BYTES = 256 * 1024
-_slots = threading.BoundedSemaphore(SCHEMA_CHECKS_AT_ONCE)
-_NO_REGEX = {"pattern": None, "patternProperties": None}
-_VALIDATORS_MAX = 256
-_validators: dict[bytes, Any] = {}
-_validators_lock = threading.Lock()
+"""A value larger than this (as JSON text) is not held against its schema."""
 _DETAIL_MAX = 300
 
 
@@ -76,17 +61,8 @@ def header_value(findings: list[Finding]) -> str:
     return ", ".join(dict.fromkeys(f.code for f in findings))
 
 
-async def judge(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float) -> list[Finding]:
-    """What is wrong with the answer ``summary`` describes, given the request ``canon``; [] for a sound one.
-    The schema checks run in a worker thread, bounded as the module doc says."""
-    findings, checks = look(canon, summary, stall_secs)
-    if checks:
-        findings += await _in_thread(checks)
-    return findings
-
-
-def judge_now(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float) -> list[Finding]:
-    """``judge`` in the calling thread with no time bound: for tests and tools, never on the event loop."""
+def judge(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float) -> list[Finding]:
+    """What is wrong with the answer ``summary`` describes, given the request ``canon``; [] for a sound one."""
     findings, checks = look(canon, summary, stall_secs)
     return findings + check_schemas(checks)
 
@@ -94,7 +70,7 @@ def judge_now(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: f
 def look(
     canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float
 ) -> tuple[list[Finding], list[SchemaCheck]]:
-    """The findings that cost next to nothing (made on the loop), and the schema checks still to run."""
+    """The findings, and the schema checks still to run (``check_schemas``)."""
     out: list[Finding] = []
     checks: list[SchemaCheck] = []
     text = summary.get("text")
@@ -108,7 +84,7 @@ def look(
         out.append(
             Finding("truncated", f"the answer was cut off at the token limit{n} (finish_reason length)")
         )
-    elif not text.strip() and not calls:
+    elif not text.strip() and not calls and canon.suffix is None:  # an empty fill-in-the-middle is an answer
         reasoning = summary.get("reasoning")
         if isinstance(reasoning, str) and reasoning.strip():
             detail = f"the model reasoned ({len(reasoning)} characters) but gave no answer"
@@ -196,72 +172,13 @@ def _small(raw: Any) -> bool:
     return not isinstance(raw, str | bytes) or len(raw) <= SCHEMA_CHECK_MAX_BYTES
 
 
-async def _in_thread(checks: list[SchemaCheck]) -> list[Finding]:
-    if not _slots.acquire(blocking=False):
-        log.info(
-            "sentinel: %d schema check(s) skipped, %d already running", len(checks), SCHEMA_CHECKS_AT_ONCE
-        )
-        return []
-
-    def run() -> list[Finding]:
-        try:
-            return check_schemas(checks)
-        finally:
-            _slots.release()  # when the check ends, even one nobody waits for any more
-
-    try:
-        return await asyncio.wait_for(asyncio.to_thread(run), SCHEMA_CHECK_SECS)
-    except TimeoutError:
-        log.info("sentinel: a schema check took over %gs; its answer was not waited for", SCHEMA_CHECK_SECS)
-        return []
-
-
 def check_schemas(checks: list[SchemaCheck]) -> list[Finding]:
     out: list[Finding] = []
     for c in checks:
-        problem = _violation(c.schema, c.value)
+        problem = violation(c.schema, c.value)
         if problem:
             out.append(Finding(c.code, _cut(f"{c.prefix}: {problem}")))
     return out
-
-
-def _violation(schema: dict[str, Any], value: Any) -> str | None:
-    """How ``value`` breaks ``schema`` (a JSON Schema, any draft; jsonschema's most relevant error), or None. A
-    schema jsonschema cannot use judges nothing: the engine constrained the output by its own reading of it."""
-    validator = _validator(schema)
-    if validator is None:
-        return None
-    try:
-        error = schema_errors.best_match(validator.iter_errors(value))
-    except Exception:  # a schema jsonschema accepted but cannot apply (a $ref it may not follow, say)
-        return None
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"{error.message} (at {where})" if where else error.message
-
-
-def _validator(schema: dict[str, Any]) -> Any:
-    """A validator for ``schema`` that resolves no ``$ref`` outside it (an empty registry: no URL, no file) and
-    checks no regex keyword; None for a schema it cannot use. Cached per schema."""
-    try:
-        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        return None
-    with _validators_lock:
-        if key in _validators:
-            return _validators[key]
-    try:
-        cls = validators.validator_for(schema)
-        cls.check_schema(schema)
-        validator: Any = validators.extend(cls, _NO_REGEX)(schema, registry=Registry())
-    except Exception:  # SchemaError, a "$schema" that is not a string, a metaschema check that fails itself
-        validator = None
-    with _validators_lock:
-        if len(_validators) >= _VALIDATORS_MAX:
-            _validators.clear()
-        _validators[key] = validator
-    return validator
 
 
 def _cut(text: str) -> str:

@@ -95,6 +95,8 @@ def test_a_bad_address_or_key_is_one_line(tmp_path: Path) -> None:
     for args, line in [
         (["ps", "--host", "127.0.0.1:5"], "error: '127.0.0.1:5' is not a host name or address (--host or"
          " BLAZAR_HOST); give the port with --port"),
+        (["ps", "--host", "host/path"], "error: 'host/path' is not a host name or address (--host or"
+         " BLAZAR_HOST); give the port with --port"),
         (["stop", "smollm2", "--port", "99999"], "error: the daemon's port must be 1-65535, got 99999 (--port or"
          " BLAZAR_PORT)"),
         (["ps", "--api-key", "sk-a\nb"], "error: the API key must be printable ASCII without spaces (--api-key"

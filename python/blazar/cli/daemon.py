@@ -7,6 +7,8 @@ starts the daemon and never reads the data directory.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Annotated
 
 import httpx
@@ -68,14 +70,23 @@ def address(host: str | None, port: int | None) -> str:
         port = cfg.port if port is None else port
     if not 1 <= port <= 65535:
         raise DaemonError(f"the daemon's port must be 1-65535, got {port} (--port or BLAZAR_PORT)")
-    url = base_url(host, port)
-    try:
-        httpx.URL(url)
-    except httpx.InvalidURL:
+    if not _is_host(host):
         raise DaemonError(
             f"'{host}' is not a host name or address (--host or BLAZAR_HOST); give the port with --port"
-        ) from None
-    return url
+        )
+    return base_url(host, port)
+
+
+def _is_host(host: str) -> bool:
+    """A host name, an IPv4 address, or an IPv6 address with or without brackets; empty means this machine."""
+    if ":" not in host:
+        return re.fullmatch(r"[A-Za-z0-9.-]*", host) is not None
+    try:
+        return isinstance(
+            ipaddress.ip_address(host.removeprefix("[").removesuffix("]")), ipaddress.IPv6Address
+        )
+    except ValueError:
+        return False
 
 
 def client(url: str, api_key: str | None, timeout: httpx.Timeout | float = 10.0) -> httpx.Client:

@@ -258,7 +258,7 @@ async def _dispatch(
                 sup, child, path, engine_body, proto, req.extra_headers, translator, shape.stream_type
             )
             req.summary = translator.summary()
-            await watch.observe(sup, req, canon)
+            watch.observe(sup, req, canon)
             return None
         t0 = time.perf_counter()
         _status, data = await proxy.forward_whole(sup, child, path, engine_body, req.client)
@@ -271,7 +271,7 @@ async def _dispatch(
             total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
         )
         req.summary = summary
-        await watch.judge_whole(sup, req, canon)
+        watch.judge_whole(sup, req, canon)
         return 200, [("content-type", "application/json")], out
     finally:
         await after(sup, child, canon)
@@ -299,7 +299,7 @@ async def _forced_tool_call(
         )
         out = tr.feed(forced_tools.as_stream(completion)) + tr.finish()
         req.summary = tr.summary()
-        await watch.observe(sup, req, canon)
+        watch.observe(sup, req, canon)
         return 200, [("content-type", shape.stream_type), ("cache-control", "no-cache")], out
     out, req.summary = translate_whole(
         shape.translator,
@@ -308,7 +308,7 @@ async def _forced_tool_call(
         load_duration_ns=load_ns,
         total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
     )
-    await watch.judge_whole(sup, req, canon)
+    watch.judge_whole(sup, req, canon)
     return 200, [("content-type", "application/json")], out
 
 

@@ -96,7 +96,7 @@ async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalReques
             "completion_tokens": int(timings.get("predicted_n", 0)),
         },
     }
-    await watch.judge_whole(sup, req, canon)
+    watch.judge_whole(sup, req, canon)
     final = {
         "model": canon.model,
         "created_at": _now(),

@@ -87,7 +87,18 @@ async def no_head_in_time(sup: Supervisor, child: Child) -> HttpError:
         check = child.wedge_check
         if check is None or check.done():
             check = child.wedge_check = asyncio.ensure_future(_is_wedged(sup, child))
-        if not await asyncio.shield(check):
+            check.add_done_callback(_retrieved)  # its waiters may all have left; its failure is logged below
+        try:
+            wedged = await asyncio.shield(check)
+        except Exception:
+            log.exception("checking whether the engine for %s is wedged failed", child.key)
+            return HttpError(
+                502,
+                f"engine for '{child.model}' sent no response headers within {secs}s (child_header_timeout_secs),"
+                " and checking it failed; see the daemon log",
+                "engine_error",
+            )
+        if not wedged:
             return HttpError(
                 504,
                 f"engine for '{child.model}' is running but sent no response headers within {secs}s"
@@ -96,6 +107,11 @@ async def no_head_in_time(sup: Supervisor, child: Child) -> HttpError:
                 "engine_error",
             )
     return EngineWedged(child.model, secs)
+
+
+def _retrieved(fut: asyncio.Future[bool]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def _is_wedged(sup: Supervisor, child: Child) -> bool:
@@ -249,6 +265,8 @@ async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, byte
     except TimeoutError:  # before OSError, which it is
         raise await no_head_in_time(sup, child) from None
     except (aiohttp.ClientError, OSError) as e:
+        if child.stopped_for == WEDGED:  # stopped under this request by another that found it wedged
+            raise EngineWedged(child.model, sup.cfg.child_header_timeout_secs) from None
         raise await _engine_failed(sup, child, e) from None
     if resp.status >= 400:
         raise _engine_error(resp.status, data)

@@ -20,12 +20,12 @@ log = logging.getLogger("blazar.sentinel")
 HEADER = "x-blazar-sentinel"
 
 
-async def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> list[sentinel.Finding]:
+def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> list[sentinel.Finding]:
     """The sentinel's findings on the answer just given (``req.summary``), logged; never changes the answer."""
     if req.summary is None or not sup.cfg.sentinel or canon.choices() > 1:
         return []
     try:
-        findings = await sentinel.judge(canon, req.summary, float(sup.cfg.sentinel_stall_secs))
+        findings = sentinel.judge(canon, req.summary, float(sup.cfg.sentinel_stall_secs))
     except Exception:
         log.exception(
             "sentinel: judging the answer failed (trace %s); the answer is unaffected", req.trace_id
@@ -44,10 +44,10 @@ async def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> lis
     return findings
 
 
-async def judge_whole(sup: Supervisor, req: Request, canon: CanonicalRequest) -> None:
+def judge_whole(sup: Supervisor, req: Request, canon: CanonicalRequest) -> None:
     """``observe`` for a whole answer: its codes in ``x-blazar-sentinel``, and with ``sentinel_enforce`` a 422
     instead of the answer (usage is still charged: the engine did the work)."""
-    findings = await observe(sup, req, canon)
+    findings = observe(sup, req, canon)
     if not findings:
         return
     req.extra_headers.append((HEADER, sentinel.header_value(findings)))

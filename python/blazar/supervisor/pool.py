@@ -295,9 +295,18 @@ class Supervisor:
             else:
                 self.breakers.clean(key)
             child.stopped_for = reason
-            # shielded: a caller cancelled meanwhile (its client left) must not leave the engine without SIGKILL
-            await asyncio.shield(child.stop(grace=self.cfg.stop_grace_secs if grace is None else grace))
-            child.state = State.EVICTED
+            stop = asyncio.ensure_future(
+                child.stop(grace=self.cfg.stop_grace_secs if grace is None else grace)
+            )
+            try:
+                await asyncio.shield(stop)
+            except asyncio.CancelledError:
+                # The caller left (its client did). The engine is stopped all the same, SIGKILL included, and
+                # the key stays locked until it is: no new child starts beside it on the same socket and files.
+                await asyncio.wait({stop})
+                raise
+            finally:
+                child.state = State.EVICTED
             return True
 
     async def _idle_loop(self) -> None:
