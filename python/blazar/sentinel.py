@@ -27,8 +27,6 @@ import orjson
 from blazar.dialects.canonical import CanonicalRequest, schema_of
 from blazar.schema_subset import violation
 
-SCHEMA_CHECK_MAX_BYTES = 256 * 1024
-"""A value larger than this (as JSON text) is not held against its schema."""
 _DETAIL_MAX = 300
 
 
@@ -39,16 +37,6 @@ class Finding:
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.detail}"
-
-
-@dataclass(frozen=True, slots=True)
-class SchemaCheck:
-    """One value to hold against one schema; a break is the finding ``code`` with ``prefix: how``."""
-
-    code: str
-    prefix: str
-    schema: dict[str, Any]
-    value: Any
 
 
 def enforce_message(findings: list[Finding]) -> str:
@@ -63,18 +51,10 @@ def header_value(findings: list[Finding]) -> str:
 
 def judge(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float) -> list[Finding]:
     """What is wrong with the answer ``summary`` describes, given the request ``canon``; [] for a sound one."""
-    findings, checks = look(canon, summary, stall_secs)
-    return findings + check_schemas(checks)
-
-
-def look(
-    canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float
-) -> tuple[list[Finding], list[SchemaCheck]]:
-    """The findings, and the schema checks still to run (``check_schemas``)."""
     out: list[Finding] = []
-    checks: list[SchemaCheck] = []
-    text = summary.get("text")
-    text = text if isinstance(text, str) else ""
+    given = summary.get("text")
+    text = given if isinstance(given, str) else ""
+    said = bool(text.strip())
     calls = [c for c in summary.get("tool_calls") or [] if isinstance(c, dict)]
     finish = summary.get("finish_reason")
     if finish == "length":
@@ -84,7 +64,7 @@ def look(
         out.append(
             Finding("truncated", f"the answer was cut off at the token limit{n} (finish_reason length)")
         )
-    elif not text.strip() and not calls and canon.suffix is None:  # an empty fill-in-the-middle is an answer
+    elif not said and not calls and canon.suffix is None:  # an empty fill-in-the-middle is an answer
         reasoning = summary.get("reasoning")
         if isinstance(reasoning, str) and reasoning.strip():
             detail = f"the model reasoned ({len(reasoning)} characters) but gave no answer"
@@ -92,20 +72,18 @@ def look(
         else:
             out.append(Finding("empty", "the model answered nothing"))
     if calls:
-        out += _look_at_calls(canon, calls, checks)
-    elif canon.response_format is not None and text.strip():
-        out += _look_at_json(canon.response_format, text, finish == "length", checks)
+        out += _look_at_calls(canon, calls)
+    elif canon.response_format is not None and said:
+        out += _look_at_json(canon.response_format, text, finish == "length")
     gaps = summary.get("tpot_ms")
     worst = gaps.get("max") if isinstance(gaps, dict) else None
     if isinstance(worst, int | float) and stall_secs > 0 and worst > stall_secs * 1000:
         detail = f"the stream paused {worst / 1000:.1f}s between two tokens (sentinel_stall_secs is {stall_secs:g})"
         out.append(Finding("stalled", detail))
-    return out, checks
+    return out
 
 
-def _look_at_calls(
-    canon: CanonicalRequest, calls: list[dict[str, Any]], checks: list[SchemaCheck]
-) -> list[Finding]:
+def _look_at_calls(canon: CanonicalRequest, calls: list[dict[str, Any]]) -> list[Finding]:
     offered: dict[str, Any] = {}
     for tool in canon.tools or []:
         spec = tool.get("function") if isinstance(tool, dict) else None
@@ -133,16 +111,17 @@ def _look_at_calls(
         if not isinstance(args, dict):
             out.append(Finding("tool_args_json", f"the arguments of '{name}' are not a JSON object"))
             continue
-        schema = offered[name]
-        if isinstance(schema, dict) and schema and _small(raw):
-            prefix = f"the arguments of '{name}' break its parameters"
-            checks.append(SchemaCheck("tool_args_schema", prefix, schema, args))
+        problem = violation(offered[name], args)
+        if problem:
+            out.append(
+                Finding(
+                    "tool_args_schema", _cut(f"the arguments of '{name}' break its parameters: {problem}")
+                )
+            )
     return out
 
 
-def _look_at_json(
-    response_format: dict[str, Any], text: str, truncated: bool, checks: list[SchemaCheck]
-) -> list[Finding]:
+def _look_at_json(response_format: dict[str, Any], text: str, truncated: bool) -> list[Finding]:
     kind = response_format.get("type")
     if kind not in ("json_object", "json_schema"):
         return []
@@ -160,25 +139,10 @@ def _look_at_json(
                 "json_invalid", "response_format json_object asks for an object; the answer is other JSON"
             )
         ]
-    schema = schema_of(response_format) if kind == "json_schema" else None
-    if isinstance(schema, dict) and schema and _small(text):
-        checks.append(
-            SchemaCheck("json_schema", "the answer breaks the response_format schema", schema, value)
-        )
+    problem = violation(schema_of(response_format), value) if kind == "json_schema" else None
+    if problem:
+        return [Finding("json_schema", _cut(f"the answer breaks the response_format schema: {problem}"))]
     return []
-
-
-def _small(raw: Any) -> bool:
-    return not isinstance(raw, str | bytes) or len(raw) <= SCHEMA_CHECK_MAX_BYTES
-
-
-def check_schemas(checks: list[SchemaCheck]) -> list[Finding]:
-    out: list[Finding] = []
-    for c in checks:
-        problem = violation(c.schema, c.value)
-        if problem:
-            out.append(Finding(c.code, _cut(f"{c.prefix}: {problem}")))
-    return out
 
 
 def _cut(text: str) -> str:

@@ -38,12 +38,24 @@ def chat(d: Daemon, body: dict[str, Any], timeout: float = 90) -> httpx.Response
     return httpx.post(d.url + "/v1/chat/completions", json=body, timeout=timeout)
 
 
+def serving(d: Daemon) -> int:
+    """The pid of the engine after one quick answer."""
+    assert chat(d, QUICK).status_code == 200
+    [pid] = d.child_pids()
+    return pid
+
+
+def wedge(d: Daemon) -> int:
+    """The pid of a serving engine, now stopped with SIGSTOP: it no longer answers anything."""
+    pid = serving(d)
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
 def test_a_wedged_engine_is_stopped_and_the_request_retried_on_a_fresh_one(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(BOUND)
-    assert chat(d, QUICK).status_code == 200
-    [pid] = d.child_pids()
-    os.kill(pid, signal.SIGSTOP)
+    pid = wedge(d)
     r = chat(d, QUICK)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"]
@@ -75,9 +87,7 @@ def test_a_request_that_was_waiting_on_the_wedged_engine_is_retried_too(daemon_f
     d: Daemon = daemon_factory(
         "child_header_timeout_secs = 8\nparallel = 2\n"
     )  # two retries share one engine
-    assert chat(d, QUICK).status_code == 200
-    [pid] = d.child_pids()
-    os.kill(pid, signal.SIGSTOP)
+    pid = wedge(d)
     results: dict[str, httpx.Response] = {}
     first = threading.Thread(target=lambda: results.setdefault("a", chat(d, QUICK)))
     first.start()
@@ -97,9 +107,7 @@ def test_a_client_that_leaves_during_the_check_still_gets_the_wedged_engine_stop
 ) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(BOUND)
-    assert chat(d, QUICK).status_code == 200
-    [pid] = d.child_pids()
-    os.kill(pid, signal.SIGSTOP)
+    pid = wedge(d)
     with pytest.raises(httpx.ReadTimeout):
         chat(d, QUICK, timeout=11)  # gone after the 10 s bound, while the health check (2 s) runs
     wait_for(lambda: not pid_alive(pid), 10, "the wedged engine to be stopped all the same")
@@ -109,9 +117,7 @@ def test_a_client_that_leaves_during_the_check_still_gets_the_wedged_engine_stop
 def test_an_engine_that_wedges_again_on_the_retry_is_a_504(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(BOUND)
-    assert chat(d, QUICK).status_code == 200
-    [first] = d.child_pids()
-    os.kill(first, signal.SIGSTOP)
+    first = wedge(d)
     result: dict[str, httpx.Response] = {}
     t = threading.Thread(target=lambda: result.setdefault("r", chat(d, LONG)))
     t.start()
@@ -143,8 +149,7 @@ def test_an_engine_that_wedges_again_on_the_retry_is_a_504(daemon_factory: objec
 def test_a_long_whole_answer_ends_only_itself_and_the_engine_keeps_running(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(BOUND)
-    assert chat(d, QUICK).status_code == 200
-    [pid] = d.child_pids()
+    pid = serving(d)
     r = chat(d, LONG)
     assert r.status_code == 504, r.text
     message = r.json()["error"]["message"]

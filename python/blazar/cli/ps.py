@@ -12,6 +12,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+import httpx
 import orjson
 import typer
 
@@ -25,10 +26,10 @@ FOREVER_AFTER_SECS = 5 * 365 * 86400
 loaded forever ten years ahead)."""
 
 
-def running(url: str, api_key: str | None) -> list[dict[str, Any]]:
-    with client(url, api_key) as c:
-        models = call(c, "GET", "/api/ps").json().get("models")
-    return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+def listing(c: httpx.Client, path: str, field: str) -> list[dict[str, Any]]:
+    """The objects in the list ``field`` of the daemon's answer to ``GET path``."""
+    items = call(c, "GET", path).json().get(field)
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
 def until(expires_at: Any, now: datetime) -> str:
@@ -47,12 +48,6 @@ def until(expires_at: Any, now: datetime) -> str:
             n = int(secs // size)
             return f"in {n} {unit}{'s' if n != 1 else ''}"
     return "now"
-
-
-def held_back(url: str, api_key: str | None) -> list[dict[str, Any]]:
-    with client(url, api_key) as c:
-        held = call(c, "GET", "/api/breakers").json().get("held")
-    return [h for h in held if isinstance(h, dict)] if isinstance(held, list) else []
 
 
 @handles_errors
@@ -81,7 +76,8 @@ def ps_cmd(
             highlight=False,
         )
         return
-    models, held = running(url, api_key), held_back(url, api_key)
+    with client(url, api_key) as c:
+        models, held = listing(c, "/api/ps", "models"), listing(c, "/api/breakers", "held")
     if as_json:
         out = {"models": models, "held": held}
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -130,9 +126,8 @@ def stop_cmd(
     """Unload a model from the running daemon now (its engines stop), like `ollama stop`."""
     name = names.normalize(model)
     url = address(host, port)
-    loaded = {str(m.get("model", "")) for m in running(url, api_key)}
-    if name not in loaded:
-        raise DaemonError(f"model '{name}' is not running; `blazar ps` lists the ones that are")
     with client(url, api_key, timeout=60.0) as c:
+        if name not in {str(m.get("model", "")) for m in listing(c, "/api/ps", "models")}:
+            raise DaemonError(f"model '{name}' is not running; `blazar ps` lists the ones that are")
         call(c, "POST", "/api/generate", orjson.dumps({"model": name, "keep_alive": 0}))
     console.print(f"stopped {name}", highlight=False)

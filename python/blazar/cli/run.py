@@ -35,9 +35,6 @@ Ctrl-C stops an answer in progress; the question and the partial answer are drop
 MULTI = '"""'
 
 
-RunError = DaemonError
-
-
 @dataclass
 class Chat:
     """One conversation with one model over the daemon's /api/chat stream."""
@@ -63,18 +60,18 @@ class Chat:
         pieces: list[str] = []
         with self.client.stream("POST", "/api/chat", content=orjson.dumps(body)) as resp:
             if resp.status_code >= 400:
-                raise RunError(error_text(resp.read(), resp.status_code))
+                raise DaemonError(error_text(resp.read(), resp.status_code))
             for line in resp.iter_lines():
                 if not line.strip():
                     continue
                 try:
                     obj = orjson.loads(line)
                 except orjson.JSONDecodeError:
-                    raise RunError(f"the daemon sent a line that is not JSON: {line[:200]!r}") from None
+                    raise DaemonError(f"the daemon sent a line that is not JSON: {line[:200]!r}") from None
                 if not isinstance(obj, dict):
                     continue
                 if obj.get("error"):
-                    raise RunError(str(obj["error"]))
+                    raise DaemonError(str(obj["error"]))
                 msg = obj.get("message")
                 piece = msg.get("content") if isinstance(msg, dict) else None
                 if isinstance(piece, str) and piece:
@@ -156,7 +153,7 @@ def repl(chat: Chat, read: Callable[[str], str], out: TextIO, tty: bool) -> None
             out.write("\n\n")
         except KeyboardInterrupt:
             out.write("\n[interrupted]\n\n")
-        except RunError as e:
+        except DaemonError as e:
             out.write("\n")
             err_console.print(f"[red]error:[/red] {e}", markup=True, highlight=False, soft_wrap=True)
         out.flush()
@@ -217,7 +214,7 @@ def run_cmd(
         piped = sys.stdin.read()
         text = f"{piped.rstrip()}\n\n{text}" if text and piped.strip() else (text or piped.strip())
         if not text:
-            raise RunError("nothing to ask: give a PROMPT or pipe text on stdin")
+            raise DaemonError("nothing to ask: give a PROMPT or pipe text on stdin")
     timeout = httpx.Timeout(10.0, read=None)
     with client(url, api_key, timeout) as c:
         chat = Chat(c, model, options, keepalive)

@@ -78,7 +78,7 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
     target = route_target(sup, canon)
     req.gate.check_model(req, target[0])
     if canon.notes:
-        req.extra_headers.append((IGNORED, ignored_header(canon.notes)))
+        req.set_header(IGNORED, ignored_header(canon.notes))
     return target
 
 
@@ -87,12 +87,9 @@ IGNORED = "x-blazar-ignored"
 
 def note_ignored(req: Request, note: str) -> None:
     """Add ``note`` to the response's ``x-blazar-ignored`` header (one header, sentences joined)."""
-    for i, (name, value) in enumerate(req.extra_headers):
-        if name == IGNORED:
-            if note not in value:  # a retried request notes it once
-                req.extra_headers[i] = (IGNORED, ignored_header([value, note]))
-            return
-    req.extra_headers.append((IGNORED, ignored_header([note])))
+    have = req.response_header(IGNORED)
+    if have is None or note not in have:  # a retried request notes it once
+        req.set_header(IGNORED, ignored_header([have, note] if have else [note]))
 
 
 def ignored_header(notes: list[str]) -> str:

@@ -116,13 +116,21 @@ class Request:
         return max(0.0, (time.perf_counter() - self.t0 - self.engine_s) * 1000)
 
     def mark_overhead(self) -> None:
-        """Add ``x-blazar-overhead-ms`` now (a stream's headers leave before the response is complete)."""
-        header = ("x-blazar-overhead-ms", f"{self.overhead_ms():.3f}")
-        for i, (name, _) in enumerate(self.extra_headers):
-            if name == header[0]:  # a request retried on a fresh engine marks it again
-                self.extra_headers[i] = header
+        """Set ``x-blazar-overhead-ms`` now (a stream's headers leave before the response is complete); a request
+        retried on a fresh engine sets it again."""
+        self.set_header("x-blazar-overhead-ms", f"{self.overhead_ms():.3f}")
+
+    def set_header(self, name: str, value: str) -> None:
+        """Set the response header ``name`` in ``extra_headers``, replacing it rather than adding a second."""
+        for i, (have, _) in enumerate(self.extra_headers):
+            if have == name:
+                self.extra_headers[i] = (name, value)
                 return
-        self.extra_headers.append(header)
+        self.extra_headers.append((name, value))
+
+    def response_header(self, name: str) -> str | None:
+        """The value of response header ``name`` in ``extra_headers``, if set."""
+        return next((value for have, value in self.extra_headers if have == name), None)
 
     def json(self) -> Any:
         """The body parsed as JSON (any value; dialect parsers say what shape they need)."""

@@ -87,37 +87,31 @@ async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalReques
     if not isinstance(out, dict):
         raise HttpError(502, "engine sent a malformed /infill body", "engine_error")
     timings = out.get("timings") or {}
-    # the summary the native translators give other answers: quotas charge its usage, the sentinel reads it
-    req.summary = {
-        "text": out.get("content", ""),
-        "finish_reason": "length" if out.get("stop_type") == "limit" else "stop",
-        "usage": {
-            "prompt_tokens": int(timings.get("prompt_n", 0)),
-            "completion_tokens": int(timings.get("predicted_n", 0)),
-        },
+    text = out.get("content", "")
+    reason = "length" if out.get("stop_type") == "limit" else "stop"
+    usage = {
+        "prompt_tokens": int(timings.get("prompt_n", 0)),
+        "completion_tokens": int(timings.get("predicted_n", 0)),
     }
+    # the summary the native translators give other answers: quotas charge its usage, the sentinel reads it
+    req.summary = {"text": text, "finish_reason": reason, "usage": usage}
     watch.judge_whole(sup, req, canon)
     final = {
         "model": canon.model,
         "created_at": _now(),
-        "response": "" if canon.stream else out.get("content", ""),
+        "response": "" if canon.stream else text,
         "done": True,
-        "done_reason": "length" if out.get("stop_type") == "limit" else "stop",
+        "done_reason": reason,
         "total_duration": int((time.perf_counter() - req.t0) * 1e9),
         "load_duration": load_ns,
-        "prompt_eval_count": int(timings.get("prompt_n", 0)),
+        "prompt_eval_count": usage["prompt_tokens"],
         "prompt_eval_duration": int(float(timings.get("prompt_ms", 0)) * 1e6),
-        "eval_count": int(timings.get("predicted_n", 0)),
+        "eval_count": usage["completion_tokens"],
         "eval_duration": int(float(timings.get("predicted_ms", 0)) * 1e6),
     }
     if not canon.stream:
         return 200, JSON_HEADERS, orjson.dumps(final)
-    first = {
-        "model": canon.model,
-        "created_at": final["created_at"],
-        "response": out.get("content", ""),
-        "done": False,
-    }
+    first = {"model": canon.model, "created_at": final["created_at"], "response": text, "done": False}
     lines = orjson.dumps(first) + b"\n" + orjson.dumps(final) + b"\n"
     return 200, [("content-type", "application/x-ndjson")], lines
 

@@ -50,6 +50,6 @@ def judge_whole(sup: Supervisor, req: Request, canon: CanonicalRequest) -> None:
     findings = observe(sup, req, canon)
     if not findings:
         return
-    req.extra_headers.append((HEADER, sentinel.header_value(findings)))
+    req.set_header(HEADER, sentinel.header_value(findings))
     if sup.cfg.sentinel_enforce:
         raise HttpError(422, sentinel.enforce_message(findings), "sentinel_violation")

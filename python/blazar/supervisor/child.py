@@ -94,9 +94,9 @@ class Child:
         """The model file's (device, inode) when this child was spawned: other weights under the same name (a
         re-import) make the supervisor restart it."""
         self.stopped_for: str | None = None
+        """Why the supervisor stopped this child on purpose (evicted: idle, deleted, keep_alive 0, ...)."""
         self.crash_counted = False  # its crash went to the breaker once (many requests may find it dead)
         self.wedge_check: asyncio.Future[bool] | None = None  # the header-bound check requests share
-        """Why the supervisor stopped this child on purpose (evicted: idle, deleted, keep_alive 0, ...)."""
         self.base_url = ""
         self.http: aiohttp.ClientSession | None = None  # for its GET endpoints; its own on a unix socket
         self._own_http = False
@@ -195,7 +195,7 @@ class Child:
             self._own_http = True
         self.http = http
         try:
-            await self._wait_healthy(http, timeout)
+            await self._wait_healthy(timeout)
         except BaseException:
             await self.stop(grace=2.0)
             self.state = State.CRASHED
@@ -205,10 +205,9 @@ class Child:
         """The engine log since the last start's mark."""
         return log_tail(self.data.log_file(self.key), lines=200).rpartition(START_MARK)[2]
 
-    async def _wait_healthy(self, http: aiohttp.ClientSession, timeout: float) -> None:
+    async def _wait_healthy(self, timeout: float) -> None:
         assert self.proc is not None
         deadline = time.monotonic() + timeout
-        url = self.base_url + self.spec.health_path
         delay = 0.02
         while True:
             if self.proc.returncode is not None:
@@ -216,10 +215,8 @@ class Child:
                     f"engine for '{self.model}' exited with code {self.proc.returncode} while starting;"
                     f" last log lines ({self.data.log_name(self.key)}):\n{self._public_tail()}"
                 )
-            with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
-                async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
-                    if r.status == 200:
-                        return
+            if await self.responsive():
+                return
             if time.monotonic() > deadline:
                 raise ChildError(
                     f"engine for '{self.model}' did not become healthy within {timeout:.0f}s"
