@@ -222,6 +222,10 @@ class EngineLink:
         ``send`` (Granian's ``send_bytes``). ``done`` gets None when the engine's response ended,
         or ``send``'s error awaitable when the client is gone; it fails with
         :class:`StreamError` or :class:`LinkError`. ``ValueError`` before the head."""
+    def tick(self) -> float | None:
+        """A timer's call while relaying: writes what the translator owes the client after a quiet
+        spell (an Anthropic ``ping``) and returns the seconds since the engine last sent bytes;
+        None when no stream is being relayed."""
     def abandon(self) -> None:
         """The exchange's caller gave up: drop its future and the client's ``send``."""
     @property

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import httpx
 import pytest
 
@@ -73,3 +77,45 @@ def test_off_means_off(daemon_factory: object) -> None:
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length", r.text
     assert "x-blazar-sentinel" not in r.headers
     assert "sentinel" not in d.log.read_text()
+
+
+def test_a_stalled_stream_is_reported_while_the_client_waits_and_kept_alive(daemon_factory: object) -> None:
+    """The engine stops (SIGSTOP) mid-stream: the sentinel warns while the client still waits, the Anthropic
+    client gets a ``ping`` after 10 s without output, and the stream completes once the engine resumes."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("sentinel_stall_secs = 2\n")
+    assert httpx.post(d.url + "/v1/chat/completions", json=CUT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    story = {"model": "smollm2", "messages": ASK, "max_tokens": 150, "temperature": 0, "stream": True}
+    headers = {"anthropic-version": "2023-06-01"}
+    with httpx.stream("POST", d.url + "/v1/messages", json=story, headers=headers, timeout=90) as s:
+        assert s.status_code == 200
+        trace = s.headers["x-blazar-trace-id"]
+        lines = s.iter_lines()
+        for line in lines:
+            if line == "event: content_block_delta":
+                break
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            for line in lines:
+                assert line != "event: message_stop", "the answer ended before the engine was stopped"
+                if line == "event: ping":
+                    break
+            quiet = time.monotonic() - stopped
+            assert "sentinel: smollm2's stream has sent nothing for" in d.log.read_text()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        rest = "\n".join(lines)
+    assert 9 < quiet < 20, quiet
+    assert "event: message_stop" in rest, rest[-300:]
+    log = d.log.read_text()
+    assert f"(trace {trace}; sentinel_stall_secs is 2); the client is still waiting" in log, log[-2000:]
+    head = f"sentinel: smollm2 answered a stream (trace {trace}): "
+
+    def judged() -> bool:
+        return any(
+            head in ln and "[stalled] the stream paused" in ln for ln in d.log.read_text().splitlines()
+        )
+
+    wait_for(judged, 10, "the judgement (written as the stream ends)")

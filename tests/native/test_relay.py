@@ -149,6 +149,25 @@ def test_a_client_that_leaves_ends_the_relay_with_its_error_awaitable() -> None:
     assert not link.reusable  # the engine is still sending: the caller closes the connection
 
 
+def test_tick_measures_the_engines_quiet_only_while_relaying() -> None:
+    case = CASES[0]
+    wire = chunked(case.stream, [50])
+    link = _native.EngineLink()
+    assert link.tick() is None  # no exchange
+    head, done, client = Future(), Future(), Client()
+    link.begin(head)
+    link.feed(wire[:200])
+    assert link.tick() is None  # the head is in, but nothing is relayed yet
+    link.relay(_native.StreamTranslator("anthropic", MODEL), client.send_bytes, done)
+    sent = len(client.sent)
+    quiet = link.tick()
+    assert quiet is not None and 0 <= quiet < 5
+    assert len(client.sent) == sent  # no ping is owed after a moment's quiet
+    link.feed(wire[200:])
+    assert done.settled == 1 and done.result is None
+    assert link.tick() is None  # the stream ended
+
+
 def test_malformed_engine_output_fails_the_future_not_feed() -> None:
     # SSE over a size bound inside good HTTP: StreamError
     big = b"data: " + b"x" * (5 << 20) + b"\n\n"

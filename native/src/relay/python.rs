@@ -11,6 +11,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
+use std::time::Instant;
 
 use super::http::Decoder;
 use crate::frame::StreamError;
@@ -62,6 +63,8 @@ pub struct EngineLink {
     /// A failure no future was waiting for (between the head and `read_body`/`relay`): the next
     /// waiter gets it.
     fault: Option<String>,
+    /// When the engine last sent bytes for the current exchange (or the exchange began).
+    heard: Instant,
 }
 
 fn settle(py: Python<'_>, waiter: Option<Py<PyAny>>, outcome: PyResult<Py<PyAny>>) {
@@ -89,6 +92,7 @@ impl EngineLink {
             sink: None,
             closed: false,
             fault: None,
+            heard: Instant::now(),
         }
     }
 
@@ -103,6 +107,7 @@ impl EngineLink {
         self.dec.begin();
         self.body.clear();
         self.fault = None;
+        self.heard = Instant::now();
         self.phase = Phase::Head;
         self.waiter = Some(head);
         Ok(())
@@ -117,6 +122,7 @@ impl EngineLink {
             self.break_with(py, "engine sent bytes while no request was waiting".to_owned());
             return;
         }
+        self.heard = Instant::now();
         let progress = match self.dec.feed(data, &mut self.body) {
             Ok(p) => p,
             Err(e) => {
@@ -191,6 +197,25 @@ impl EngineLink {
         Ok(())
     }
 
+    /// A timer's call while relaying: writes what the translator owes the client after a quiet
+    /// spell (an Anthropic `ping`), and returns the seconds since the engine last sent bytes;
+    /// None when no stream is being relayed.
+    fn tick(&mut self, py: Python<'_>) -> Option<f64> {
+        if self.phase != Phase::Relay {
+            return None;
+        }
+        let quiet = self.heard.elapsed().as_secs_f64();
+        let sink = self.sink.as_mut()?;
+        let out = sink.translator.bind(py).borrow_mut().inner.feed(&[], None);
+        // a framing error is the next engine read's to report
+        if let Ok(out) = out {
+            if !out.is_empty() && !self.write(py, &out) {
+                return None;
+            }
+        }
+        Some(quiet)
+    }
+
     /// The exchange's caller gave up (cancelled): drop the future and the client's transport.
     fn abandon(&mut self) {
         self.waiter = None;
@@ -263,19 +288,21 @@ impl EngineLink {
         let Some(sink) = self.sink.as_mut() else { return false };
         let out = sink.translator.bind(py).borrow_mut().inner.feed(&self.body, None);
         self.body.clear();
-        let out = match out {
-            Ok(out) => out,
+        match out {
+            Ok(out) => out.is_empty() || self.write(py, &out),
             Err(e) => {
                 self.phase = Phase::Broken;
                 self.sink = None;
                 settle(py, self.waiter.take(), Err(StreamError::new_err(e.to_string())));
-                return false;
+                false
             }
-        };
-        if out.is_empty() {
-            return true;
         }
-        let sent = sink.send.bind(py).call1((PyBytes::new(py, &out),));
+    }
+
+    /// Writes `out` to the client; false (and the exchange settled) when the client is gone.
+    fn write(&mut self, py: Python<'_>, out: &[u8]) -> bool {
+        let Some(sink) = self.sink.as_mut() else { return false };
+        let sent = sink.send.bind(py).call1((PyBytes::new(py, out),));
         let gone = match sent {
             Ok(awaitable) => {
                 let ty = awaitable.get_type();

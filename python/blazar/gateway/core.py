@@ -252,7 +252,16 @@ async def _dispatch(
             )
             req.mark_overhead()
             await proxy.forward_stream(
-                sup, child, path, engine_body, proto, req.extra_headers, translator, shape.stream_type
+                sup,
+                child,
+                path,
+                engine_body,
+                proto,
+                req.extra_headers,
+                translator,
+                shape.stream_type,
+                watch.on_stall(sup, req, canon),
+                float(sup.cfg.sentinel_stall_secs),
             )
             req.summary = translator.summary()
             watch.observe(sup, req, canon)

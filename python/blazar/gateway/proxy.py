@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
@@ -46,6 +46,9 @@ async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[
             raise EngineWedged(child.model, sup.cfg.child_header_timeout_secs) from None
         raise await _engine_failed(sup, child, e) from None
 
+
+TICK_SECS = 5.0
+"""How often a relayed stream's timer runs (``_Ticker``); more often when ``sentinel_stall_secs`` is under 10 s."""
 
 WEDGED = "no response headers within child_header_timeout_secs"
 """``Child.stopped_for`` of an engine stopped as wedged."""
@@ -273,6 +276,32 @@ async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, byte
     return resp.status, data, resp.headers.get("content-type", "application/json")
 
 
+class _Ticker:
+    """While a stream is relayed, a timer every few seconds (never per token): the link writes what the dialect
+    owes a quiet client (Anthropic's ``ping`` after 10 s without output), and an engine quiet for ``stall_secs``
+    is reported once to ``stalled``."""
+
+    __slots__ = ("conn", "every", "handle", "loop", "stall_secs", "stalled")
+
+    def __init__(self, conn: EngineConn, stalled: Callable[[float], None] | None, stall_secs: float) -> None:
+        self.conn, self.stalled, self.stall_secs = conn, stalled, stall_secs
+        self.every = TICK_SECS if stalled is None else min(TICK_SECS, max(stall_secs / 2, 0.05))
+        self.loop = asyncio.get_running_loop()
+        self.handle = self.loop.call_later(self.every, self.tick)
+
+    def tick(self) -> None:
+        quiet = self.conn.link.tick()
+        if quiet is None:
+            return
+        if self.stalled is not None and quiet >= self.stall_secs:
+            stalled, self.stalled = self.stalled, None
+            stalled(quiet)
+        self.handle = self.loop.call_later(self.every, self.tick)
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
 async def forward_stream(
     sup: Supervisor,
     child: Child,
@@ -282,12 +311,15 @@ async def forward_stream(
     headers: list[tuple[str, str]],
     translator: Any,
     content_type: str,
+    stalled: Callable[[float], None] | None = None,
+    stall_secs: float = 0.0,
 ) -> None:
     """Relay the child's SSE stream through ``translator`` (a native ``StreamTranslator``) to the client.
 
-    After the response head, Python is not involved until the stream ends: the engine connection's reads go
-    to the native link, which decodes, translates and writes to the client's transport (``Links.relay``). An
-    engine that dies mid-stream ends the client's stream with the dialect's error event.
+    After the response head, Python is not involved until the stream ends but for a timer every few seconds
+    (``_Ticker``): the engine connection's reads go to the native link, which decodes, translates and writes to
+    the client's transport (``Links.relay``). An engine that dies mid-stream ends the client's stream with the
+    dialect's error event; one quiet for ``stall_secs`` is reported to ``stalled`` while the client waits.
     """
     with sup.lease(child):
         conn, status = await _open(sup, child, path, body)
@@ -301,8 +333,12 @@ async def forward_stream(
             transport = proto.response_stream(
                 200, [*headers, ("content-type", content_type), ("cache-control", "no-cache")]
             )
+            ticker = _Ticker(conn, stalled, stall_secs)
             try:
-                gone = await child.links.relay(conn, translator, transport.send_bytes)
+                try:
+                    gone = await child.links.relay(conn, translator, transport.send_bytes)
+                finally:
+                    ticker.cancel()
                 if gone is not None:
                     await gone  # raises the client's ProtocolClosed
                     raise ProtocolClosed

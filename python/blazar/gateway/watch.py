@@ -9,6 +9,7 @@ choices (``n`` > 1) is not judged, since the summary holds only the first.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from blazar import sentinel
 from blazar.dialects.canonical import CanonicalRequest
@@ -42,6 +43,29 @@ def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> list[sent
             "; ".join(map(str, findings)),
         )
     return findings
+
+
+def on_stall(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Callable[[float], None] | None:
+    """What a relayed stream calls once when its engine has sent nothing for ``sentinel_stall_secs``: a warning
+    while the client still waits (the judgement at the end names the longest pause again). None when the sentinel
+    would not judge this stream."""
+    stall = float(sup.cfg.sentinel_stall_secs)
+    if not sup.cfg.sentinel or stall <= 0 or canon.choices() > 1:
+        return None
+    who = f", key {req.key.name}" if req.key is not None else ""
+
+    def stalled(quiet: float) -> None:
+        log.warning(
+            "sentinel: %s's stream has sent nothing for %.1fs (trace %s%s; sentinel_stall_secs is %g);"
+            " the client is still waiting",
+            canon.model,
+            quiet,
+            req.trace_id,
+            who,
+            stall,
+        )
+
+    return stalled
 
 
 def judge_whole(sup: Supervisor, req: Request, canon: CanonicalRequest) -> None:
