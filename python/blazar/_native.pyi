@@ -138,11 +138,12 @@ class StreamTranslator:
         "arguments": str}}], "finish_reason": str | None, "stop_sequence": str | None, "usage":
         {"prompt_tokens": int, "completion_tokens": int} | None, "ttft_ms": float | None,
         "tpot_ms": {"count": int, "mean": float, "p50": float, "p90": float, "p99": float,
-        "max": float} | None, "chunks": int, "errors": list[str]}``. ``stop_sequence`` is the
+        "max": float} | None, "chunks": int, "errors": list[str], "engine_error": str | None}``. ``stop_sequence`` is the
         stop string the engine says it stopped on (llama.cpp's ``__verbose`` with ``stop_type``
         "word", or a choice's ``stop_reason`` string), in every dialect; ``finish_reason`` stays the
         engine's. ``tpot_ms`` describes the gaps between token-bearing chunks; ``errors`` lists
-        malformed chunks and tool-call fragments, engine errors and abnormal ends."""
+        malformed chunks and tool-call fragments, engine errors and abnormal ends; ``engine_error``
+        is the engine's own message when it answered with an error object."""
     @property
     def done(self) -> bool:
         """True once the engine's ``[DONE]`` was seen or the stream was closed."""

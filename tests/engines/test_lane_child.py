@@ -54,6 +54,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(401, {"error": "Unauthorized"})
         if req.get("model") != SERVED:
             return self.reply(400, {"error": "no model " + repr(req.get("model"))})
+        if req["messages"][-1]["content"] == "answer 200 with an error object":
+            return self.reply(200, {"object": "chat.completion", "choices": [],
+                                    "error": {"message": "scheduler ran out of KV cache", "type": "server_error"}})
         text = "stand-in for " + SERVED + " with " + opt("--context-length") + " tokens"
         self.reply(200, {
             "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": SERVED,
@@ -130,3 +133,23 @@ def test_llama_server_only_features_are_refused_with_the_fix_on_another_lane(ser
     )
     assert infill.status_code == 503, infill.text
     assert "fill-in-the-middle (suffix) needs llama-server's /infill" in infill.json()["error"]
+
+
+def test_a_200_carrying_an_error_object_is_a_502_with_the_engines_message(served: Daemon) -> None:
+    """An engine that answers 200 with empty ``choices`` and an ``error`` object failed: the client gets a 502
+    with the engine's message in its own dialect, never a 200 it would read as an answer."""
+    ask = {"model": "qwen-awq", "messages": [{"role": "user", "content": "answer 200 with an error object"}]}
+    r = httpx.post(served.url + "/v1/chat/completions", json=ask, timeout=60)
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["message"] == "scheduler ran out of KV cache"
+    a = httpx.post(served.url + "/v1/messages", json={**ask, "max_tokens": 8}, timeout=60)
+    assert a.status_code == 502, a.text
+    assert a.json()["type"] == "error" and a.json()["error"]["message"] == "scheduler ran out of KV cache"
+    o = httpx.post(served.url + "/api/chat", json={**ask, "stream": False}, timeout=60)
+    assert o.status_code == 502 and o.json() == {"error": "scheduler ran out of KV cache"}, o.text
+    fine = httpx.post(
+        served.url + "/v1/chat/completions",
+        json={**ask, "messages": [{"role": "user", "content": "hi"}]},
+        timeout=60,
+    )
+    assert fine.status_code == 200, fine.text  # the engine keeps serving

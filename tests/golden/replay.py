@@ -34,7 +34,7 @@ from blazar.dialects.canonical import CanonicalRequest, DialectError, render_eng
 from blazar.gateway import core
 from blazar.gateway.app import _BLAZAR_KIND, render_error
 from blazar.gateway.http import HttpError, Request
-from blazar.gateway.proxy import _engine_error
+from blazar.gateway.proxy import engine_error
 
 HERE = Path(__file__).resolve().parent
 DIALECTS = ("openai", "ollama", "anthropic")
@@ -193,7 +193,7 @@ def replay(case: Case) -> Outcome:
         return _error(case, dialect, status, message, _BLAZAR_KIND.get(status, "blazar_error"), None)
     engine_status = int(case.meta.get("engine_status", 200))
     if engine_status >= 400:
-        err = _engine_error(engine_status, case.engine_reply)
+        err = engine_error(engine_status, case.engine_reply)
         return _error(case, dialect, err.status, err.message, err.kind, rendered)
     if canon.stream:
         translator = StreamTranslator(shape.translator, canon.model, include_usage=canon.include_usage)

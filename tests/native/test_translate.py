@@ -220,7 +220,7 @@ def test_engine_error_mid_stream_in_every_dialect() -> None:
     events = anthropic_events(out)
     assert events[-1] == ("error", {"type": "error", "error": {"type": "api_error", "message": msg}})
     assert [n for n, _ in events][-2] == "content_block_stop"
-    assert tr.summary()["errors"][0] == f"engine error: {msg}"
+    assert tr.summary()["errors"][0] == f"engine error: {msg}" and tr.summary()["engine_error"] == msg
     out, _ = run(_native.StreamTranslator, "ollama_chat", [case.stream])
     assert ollama_lines(out)[-1] == {"error": msg}
     out, _ = run(_native.StreamTranslator, "openai", [case.stream])
@@ -395,6 +395,8 @@ def test_whole_bodies_per_dialect() -> None:
     assert json.loads(out)["model"] == MODEL
     err, summary = _native.translate_whole("anthropic", MODEL, BY_NAME["engine_error"].whole)
     assert json.loads(err)["type"] == "error" and summary["errors"]
+    assert summary["engine_error"] == json.loads(err)["error"]["message"]
+    assert _native.translate_whole("openai", MODEL, BY_NAME["text"].whole)[1]["engine_error"] is None
     with pytest.raises(_native.StreamError, match="not a JSON chat completion"):
         _native.translate_whole("openai", MODEL, b"[1, 2]")
     with pytest.raises(_native.StreamError, match="not UTF-8"):

@@ -170,6 +170,7 @@ class Collector:
         self.chunks = 0
         self.token_chunks = 0
         self.errors: list[str] = []
+        self.engine_error: str | None = None
         self.start_ns = start_ns
         self.first_token_ns: int | None = None
         self.last_token_ns: int | None = None
@@ -252,6 +253,7 @@ class Collector:
             "tpot_ms": _stats(self.gaps),
             "chunks": self.chunks,
             "errors": list(self.errors),
+            "engine_error": self.engine_error,
         }
 
 
@@ -761,6 +763,8 @@ class StreamTranslator:
 
     def _engine_error(self, err: EngineError) -> None:
         self.col.errors.append(f"engine error: {err.message}")
+        if self.col.engine_error is None:
+            self.col.engine_error = err.message
         self._fail(err)
 
     def _close(self, now: int) -> None:
@@ -838,6 +842,7 @@ def translate_whole(
     if completion.get("error") is not None:
         err = EngineError.parse(body)
         col.errors.append(f"engine error: {err.message}")
+        col.engine_error = err.message
         if dialect == "openai":
             out = openai_error_object(err)
         elif dialect == "anthropic":

@@ -32,6 +32,8 @@ pub struct Summary {
     pub tpot_ms: Option<GapStats>,
     pub chunks: u64,
     pub errors: Vec<String>,
+    /// The engine's own error message, when it answered with an error object.
+    pub engine_error: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +47,7 @@ pub struct Collector {
     pub chunks: u64,
     pub token_chunks: u64,
     pub errors: Vec<String>,
+    pub engine_error: Option<String>,
     pub start_ns: u64,
     pub first_token_ns: Option<u64>,
     pub last_token_ns: Option<u64>,
@@ -124,6 +127,7 @@ impl Collector {
 
     pub fn engine_error(&mut self, err: &EngineError) {
         self.errors.push(format!("engine error: {}", err.message));
+        self.engine_error.get_or_insert_with(|| err.message.clone());
     }
 
     /// Prompt tokens: the engine's count, else the caller's hint.
@@ -148,6 +152,7 @@ impl Collector {
             tpot_ms: gap_stats(&self.gaps_ns),
             chunks: self.chunks,
             errors: self.errors.clone(),
+            engine_error: self.engine_error.clone(),
         }
     }
 }

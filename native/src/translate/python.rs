@@ -157,6 +157,7 @@ fn summary_dict<'py>(py: Python<'py>, s: &Summary) -> PyResult<Bound<'py, PyDict
     }
     d.set_item("chunks", s.chunks)?;
     d.set_item("errors", &s.errors)?;
+    d.set_item("engine_error", &s.engine_error)?;
     Ok(d)
 }
 

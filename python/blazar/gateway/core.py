@@ -276,6 +276,8 @@ async def _dispatch(
             load_duration_ns=load_ns,
             total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
         )
+        if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
+            raise proxy.engine_error(502, data)
         req.summary = summary
         watch.judge_whole(sup, req, canon)
         return 200, [("content-type", "application/json")], out

@@ -50,6 +50,8 @@ def synthetic_completion(engine_body: bytes) -> dict[str, Any]:
     """The engine's constrained JSON answer turned into an OpenAI chat.completion carrying one tool call."""
     try:
         data = orjson.loads(engine_body)
+        if isinstance(data, dict) and data.get("error") is not None:
+            raise proxy.engine_error(502, engine_body)
         choice = data["choices"][0]
         content = choice["message"]["content"]
         if choice.get("finish_reason") == "length":

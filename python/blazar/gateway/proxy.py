@@ -146,8 +146,9 @@ async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> H
     return HttpError(502, f"engine for '{child.model}' failed: {why}", "engine_error")
 
 
-def _engine_error(status: int, body: bytes) -> HttpError:
-    """Carry a non-2xx engine answer to the client with the engine's own message."""
+def engine_error(status: int, body: bytes) -> HttpError:
+    """Carry an engine's error answer to the client with the engine's own message: a non-2xx one, or a 200 whose
+    body is an error object (answered 502)."""
     import orjson
 
     message = body.decode(errors="replace")[:2000] or f"engine answered HTTP {status}"
@@ -188,7 +189,7 @@ async def forward_whole(
         work = _read_whole(sup, child, path, body)
         status, data = await (work if client is None else _unless_gone(work, client))
     if status >= 400:
-        raise _engine_error(status, data)
+        raise engine_error(status, data)
     return status, data
 
 
@@ -272,7 +273,7 @@ async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, byte
             raise EngineWedged(child.model, sup.cfg.child_header_timeout_secs) from None
         raise await _engine_failed(sup, child, e) from None
     if resp.status >= 400:
-        raise _engine_error(resp.status, data)
+        raise engine_error(resp.status, data)
     return resp.status, data, resp.headers.get("content-type", "application/json")
 
 
@@ -329,7 +330,7 @@ async def forward_stream(
                     data = await child.links.body(conn)
                 except LinkError as e:
                     raise await _engine_failed(sup, child, e) from None
-                raise _engine_error(status, data)
+                raise engine_error(status, data)
             transport = proto.response_stream(
                 200, [*headers, ("content-type", content_type), ("cache-control", "no-cache")]
             )
