@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from blazar.cli import doctor, engine, keys, models, ps, pull, run, serve
+from blazar.cli import config, doctor, engine, keys, models, ps, pull, run, serve
 
 app = typer.Typer(
     help="Blazar: one local endpoint for every inference engine.",
@@ -14,6 +14,7 @@ app = typer.Typer(
 )
 app.add_typer(engine.app, name="engine")
 app.add_typer(keys.app, name="keys")
+app.add_typer(config.app, name="config")
 app.command("serve")(serve.serve_cmd)
 app.command("import")(models.import_cmd)
 app.command("ls")(models.ls_cmd)

@@ -1,0 +1,49 @@
+"""`blazar config init | path`: write the commented default config.toml, and say which file is read.
+
+Thin commands over ``blazar.config``: ``init`` writes ``render_default_config()`` with the same lock, backup and
+atomic replace as ``blazar keys``; it never replaces an existing file without ``--force``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from blazar.cli.common import console, fail, handles_errors
+from blazar.config import default_config_path, render_default_config
+from blazar.config.write import config_lock, read_config_bytes, write_config
+
+app = typer.Typer(
+    help="Write the default config.toml ($BLAZAR_CONFIG, else ~/.config/blazar/config.toml), or say where it is.",
+    no_args_is_help=True,
+)
+
+
+@app.command("init")
+@handles_errors
+def init_cmd(
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace an existing file (the old one is kept as a timestamped .bak)."),
+    ] = False,
+) -> None:
+    """Write config.toml holding every top-level default, each with a comment saying what it does."""
+    path = default_config_path()
+    with config_lock(path):
+        old = read_config_bytes(path)
+        if old is not None and not force:
+            raise fail(f"{path} already exists; pass --force to replace it (the old file is kept as a .bak)")
+        bak = write_config(path, render_default_config(), old)
+    kept = f"; the old file is kept as {bak}" if bak is not None else ""
+    console.print(f"wrote the default config to {path}{kept}", highlight=False)
+
+
+@app.command("path")
+@handles_errors
+def path_cmd() -> None:
+    """Print the config file's path ($BLAZAR_CONFIG, else the default), and whether it exists."""
+    path = default_config_path()
+    console.print(
+        f"{path}{'' if path.is_file() else ' (absent: the built-in defaults apply)'}", highlight=False
+    )
