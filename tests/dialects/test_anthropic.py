@@ -94,6 +94,7 @@ def test_sampling_and_stop_sequences() -> None:
         "response_fields": ["stop_type", "stopping_word"],
     }
     assert anthropic.parse_messages(msgs(stop_sequences=[])).params == {"max_tokens": 64}
+    assert anthropic.parse_messages(msgs(stop_sequences=[""])).params == {"max_tokens": 64}
 
 
 def test_stop_sequences_ask_the_engine_which_one_matched() -> None:

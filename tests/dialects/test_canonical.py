@@ -325,6 +325,7 @@ def test_stop_list() -> None:
     assert stop_list("x", "stop") == ["x"]
     assert stop_list(["a", "b"], "stop") == ["a", "b"]
     assert stop_list([], "stop") == []
+    assert stop_list("", "stop") == [] and stop_list(["", "a", ""], "stop") == ["a"]  # "" would stop at once
     with pytest.raises(DialectError, match="stop must be a string or an array of strings, got an array of 1"):
         stop_list([1], "stop")
 

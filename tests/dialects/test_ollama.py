@@ -161,6 +161,9 @@ def test_load_time_retired_and_unknown_options_become_notes() -> None:
         ({"num_ctx": 1e308}, 'option "num_ctx" must be at most 2147483647, got number 1e+308'),
         ({"num_predict": 2**31}, 'option "num_predict" must be at most 2147483647, got integer 2147483648'),
         ({"use_mmap": 1}, 'option "use_mmap" must be a boolean, got integer 1'),
+        ({"seed": 1e20}, 'option "seed" must be an integer within 64 bits, got number 1e+20'),
+        ({"top_k": -1e19}, 'option "top_k" must be an integer within 64 bits, got number -1e+19'),
+        ({"seed": 2**63}, 'option "seed" must be an integer within 64 bits, got integer 9223372036854775808'),
         ({"stop": [1]}, 'option "stop" must be a string or an array of strings'),
     ],
 )

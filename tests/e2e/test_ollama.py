@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -148,6 +150,59 @@ def test_keep_alive_zero_unloads(daemon_factory: object, client: Make) -> None:
     c.generate(model="smollm2", prompt="hi", options={"num_predict": 2}, keep_alive=0)
     wait_for(lambda: not pid_alive(pid), 10, "keep_alive 0 to unload the engine")
     assert c.ps().models == []
+
+
+def test_an_unload_waits_for_the_requests_in_flight_and_the_latest_keep_alive_wins(
+    daemon_factory: object,
+) -> None:
+    """As in Ollama: a load-only ``keep_alive: 0`` answers at once and unloads the model once the stream in flight
+    has finished, instead of cutting it off; a request without keep_alive puts the default back."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    ask = {"model": "smollm2", "messages": MESSAGES, "options": {"num_predict": 48, "temperature": 0}}
+    with httpx.stream("POST", d.url + "/api/chat", json=ask, timeout=60) as s:
+        lines = s.iter_lines()
+        assert '"done":false' in next(lines)  # the answer is under way
+        [pid] = d.child_pids()
+        t0 = time.monotonic()
+        unload = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=60)
+        assert unload.status_code == 200 and unload.json()["done_reason"] == "unload", unload.text
+        assert time.monotonic() - t0 < 2 and pid_alive(pid)
+        last = json.loads(list(lines)[-1])
+    assert last["done"] is True and last["done_reason"] in ("stop", "length"), last
+    wait_for(lambda: not pid_alive(pid), 10, "the engine to unload after the stream")
+
+    forever = {"model": "smollm2", "keep_alive": -1}
+    assert httpx.post(d.url + "/api/generate", json=forever, timeout=60).status_code == 200
+    [far] = httpx.get(d.url + "/api/ps").json()["models"]
+    year = time.gmtime().tm_year
+    assert int(far["expires_at"][:4]) > year + 5, far  # "forever"
+    plain = {"model": "smollm2", "messages": MESSAGES, "stream": False, "options": {"num_predict": 2}}
+    assert httpx.post(d.url + "/api/chat", json=plain, timeout=60).status_code == 200
+    [back] = httpx.get(d.url + "/api/ps").json()["models"]
+    assert int(back["expires_at"][:4]) <= year + 1, back  # the daemon's idle timeout again, not "forever"
+
+
+def test_ps_names_every_engine_so_that_it_can_be_unloaded_by_that_name(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert (
+        httpx.post(d.url + "/api/embed", json={"model": "smollm2", "input": "hi"}, timeout=60).status_code
+        == 200
+    )
+    plain = {"model": "smollm2", "messages": MESSAGES, "stream": False, "options": {"num_predict": 2}}
+    assert httpx.post(d.url + "/api/chat", json=plain, timeout=60).status_code == 200
+    running = httpx.get(d.url + "/api/ps").json()["models"]
+    assert sorted((m["name"], m["engine"]) for m in running) == [
+        ("smollm2:latest", "chat"),
+        ("smollm2:latest", "embeddings"),
+    ]
+    assert "smollm2:latest (embeddings)" in d.cli("ps").stdout
+    name = running[0]["name"]
+    assert httpx.post(d.url + "/api/show", json={"model": name}, timeout=60).status_code == 200
+    r = httpx.post(d.url + "/api/generate", json={"model": name, "keep_alive": 0}, timeout=60)
+    assert r.status_code == 200 and r.json()["done_reason"] == "unload"
+    wait_for(lambda: not d.child_pids(), 15, "both engines to unload")
 
 
 def test_copy_and_delete(daemon_factory: object, client: Make) -> None:

@@ -189,6 +189,21 @@ def test_unknown_route_and_method(daemon: Daemon) -> None:
     assert httpx.get(daemon.url + "/v1/nothing").status_code == 404
     r = httpx.get(daemon.url + "/v1/chat/completions")
     assert r.status_code == 405 and "POST" in r.json()["error"]["message"]
+    assert r.headers["allow"] == "POST"
+
+
+def test_a_body_that_stops_arriving_gets_408(daemon_factory: object) -> None:
+    """A client that declares a body and stalls is answered, and lets go of what its request held."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("request_body_timeout_secs = 1\n", engine=False, model=False)
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{")  # fmt: skip
+        t0 = time.monotonic()
+        reply = sock.recv(65536).decode()
+    assert reply.startswith("HTTP/1.1 408"), reply
+    assert 0.5 < time.monotonic() - t0 < 5
+    assert "the request body did not arrive within 1 s (request_body_timeout_secs)" in reply
 
 
 def test_engine_error_is_passed_with_its_status(daemon: Daemon) -> None:

@@ -58,6 +58,24 @@ def test_wants_restart_only_for_more_context() -> None:
     assert wants_restart(c, 3000)
     c.num_ctx = 8192  # started for 8192, capped lower by the trained context: not restarted again and again
     assert not wants_restart(c, 8192)
+    assert not wants_restart(c, 65536)  # nor for a larger num_ctx, or alternating ones: capped the same
+
+
+def test_an_engine_at_its_trained_context_is_not_restarted_for_more() -> None:
+    import dataclasses
+
+    from blazar.fit import KvSettings, MemoryEstimate
+    from blazar.supervisor.pool import wants_restart
+
+    est = MemoryEstimate(
+        ctx_size=8192, requested_ctx=8192, trained_ctx=4096, parallel=2, weights=1, kv=1, compute=1, mmproj=0,
+        placement="cpu", available=1, headroom=0, settings=KvSettings("f16", "f16", "auto", False, 2),
+    )  # fmt: skip
+    spec = LaunchSpec(("x",), ctx_size=8192, parallel=2, estimate=est)
+    c = Child("m", "m", spec, DataDir(Path("/nonexistent")))
+    assert not wants_restart(c, 10**9)  # 4096 per slot is all the model was trained on
+    short = Child("m", "m", dataclasses.replace(spec, ctx_size=4096), DataDir(Path("/nonexistent")))
+    assert wants_restart(short, 10**9)  # 2048 per slot: the trained 4096 is more
 
 
 def test_a_busy_child_is_not_cut_off_for_a_restart() -> None:

@@ -100,6 +100,12 @@ def ps_cmd(
             )
 
 
+def _shown_name(m: dict[str, Any]) -> str:
+    """The model's name, marked when the row is its embedding engine (a model may run one beside its chat one)."""
+    name = str(m.get("name", "?"))
+    return f"{name} (embeddings)" if m.get("engine") == "embeddings" else name
+
+
 def show_running(models: list[dict[str, Any]]) -> None:
     now = datetime.now(UTC)
     console.print(f"{'NAME':<40} {'ID':<12} {'SIZE':>10} {'CONTEXT':>8}  UNTIL", highlight=False)
@@ -107,7 +113,7 @@ def show_running(models: list[dict[str, Any]]) -> None:
         size = m.get("size")
         context = m.get("context_length")
         console.print(
-            f"{m.get('name', '?')!s:<40} {str(m.get('digest') or '-')[:12]:<12}"
+            f"{_shown_name(m):<40} {str(m.get('digest') or '-')[:12]:<12}"
             f" {human_bytes(size) if isinstance(size, int) else '-':>10}"
             f" {context if isinstance(context, int) else '-':>8}  {until(m.get('expires_at'), now)}",
             highlight=False,

@@ -24,6 +24,7 @@ from blazar.config.model import (
     DEFAULT_PARALLEL,
     DEFAULT_PORT,
     DEFAULT_QUEUE_WAIT_SECS,
+    DEFAULT_REQUEST_BODY_TIMEOUT_SECS,
     DEFAULT_SENTINEL_STALL_SECS,
     DEFAULT_SESSION_KEEP_SECS,
     DEFAULT_STOP_GRACE_SECS,
@@ -64,6 +65,11 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         "queue_wait_secs",
         DEFAULT_QUEUE_WAIT_SECS,
         "Longest wait for a free engine slot before 503 all_slots_busy.",
+    ),
+    (
+        "request_body_timeout_secs",
+        DEFAULT_REQUEST_BODY_TIMEOUT_SECS,
+        "Longest a client may take to send a request's body before 408 (a stalled upload holds its key's slot).",
     ),
     (
         "session_keep_secs",

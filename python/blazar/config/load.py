@@ -84,6 +84,7 @@ _TOP_LEVEL: dict[str, Check] = {
     "threads": lambda c, k, v: integer(c, k, v, 0),
     "gpu_layers": lambda c, k, v: integer(c, k, v, -1),
     "queue_wait_secs": lambda c, k, v: integer(c, k, v, 0),
+    "request_body_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
     "session_keep_secs": lambda c, k, v: integer(c, k, v, 0),
     "engine_check_secs": lambda c, k, v: integer(c, k, v, 0),
     "audit": boolean,

@@ -21,6 +21,7 @@ DEFAULT_IDLE_TIMEOUT_SECS = 1800
 DEFAULT_CHILD_START_TIMEOUT_SECS = 120
 DEFAULT_CHILD_HEADER_TIMEOUT_SECS = 120
 DEFAULT_QUEUE_WAIT_SECS = 30
+DEFAULT_REQUEST_BODY_TIMEOUT_SECS = 60
 DEFAULT_SESSION_KEEP_SECS = 900
 DEFAULT_SENTINEL_STALL_SECS = 30.0
 DEFAULT_ENGINE_CHECK_SECS = 86400
@@ -220,6 +221,7 @@ class Config:
     ``sentinel`` turns the sentinel (warn-only answer checks) on; ``sentinel_stall_secs`` is the gap between
     streamed tokens it reports (0 = off);
     ``sentinel_enforce`` answers a non-streamed request the sentinel finds fault with by a 422.
+    ``request_body_timeout_secs`` bounds how long a client may take to send a request's body (then 408).
     """
 
     host: str = DEFAULT_HOST
@@ -237,6 +239,7 @@ class Config:
     threads: int = DEFAULT_THREADS
     gpu_layers: int = DEFAULT_GPU_LAYERS
     queue_wait_secs: int = DEFAULT_QUEUE_WAIT_SECS
+    request_body_timeout_secs: int = DEFAULT_REQUEST_BODY_TIMEOUT_SECS
     session_keep_secs: int = DEFAULT_SESSION_KEEP_SECS
     engine_check_secs: int = DEFAULT_ENGINE_CHECK_SECS
     audit: bool = False

@@ -97,6 +97,9 @@ def parse_messages(body: Any) -> CanonicalRequest:
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             raise DialectError(400, f"stop_sequences: Input should be a list of strings, got {shown(stops)}")
+        stops = [
+            s for s in stops if s
+        ]  # an empty one would end every answer at once: dropped, as stop_list does
         if stops:
             req.params["stop"] = list(stops)
             # llama-server's OpenAI output only says finish_reason "stop"; `verbose` adds a `__verbose` object to

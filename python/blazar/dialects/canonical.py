@@ -352,11 +352,12 @@ def image_data_uri(data: Any, where: str, media_type: str | None = None) -> str:
 
 
 def stop_list(value: Any, where: str) -> list[str]:
-    """A stop value (one string or an array of strings) as a list."""
+    """A stop value (one string or an array of strings) as a list. Empty strings are dropped: clients send ""
+    to mean no stop, and llama.cpp would end every answer before its first character on one."""
     if isinstance(value, str):
-        return [value]
+        return [value] if value else []
     if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return list(value)
+        return [s for s in value if s]
     raise DialectError(400, f"{where} must be a string or an array of strings, got {shown(value)}")
 
 

@@ -304,6 +304,8 @@ def _options(value: Any, req: CanonicalRequest, *, embedding: bool) -> None:
         elif key in _SAMPLING:
             kind, target = _SAMPLING[key]
             typed = _typed(key, v, kind)
+            if kind == "int" and not -(2**63) <= typed < 2**63:  # what the engine's JSON can carry
+                raise DialectError(400, f'option "{key}" must be an integer within 64 bits, got {shown(v)}')
             if embedding:
                 req.notes.append(f"option {key} does not apply to embeddings and is ignored")
             else:

@@ -125,6 +125,7 @@ class App:
         self.sup = sup
         self.gate = gate
         self.cors = frozenset(sup.cfg.cors_origins)
+        self.body_timeout = float(sup.cfg.request_body_timeout_secs)
 
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon(self.sup.start_background)
@@ -188,6 +189,7 @@ class App:
             extra: list[tuple[str, str]] = []
             if isinstance(e, HttpError):
                 status, message, kind, source = e.status, e.message, e.kind, e.source
+                extra.extend(e.headers)
             elif isinstance(e, DialectError):
                 status, message, kind, source = e.status, e.message, None, "blazar"
             else:
@@ -229,8 +231,20 @@ class App:
         method = "GET" if scope.method == "HEAD" else scope.method
         handler = route.methods.get(method)
         if handler is None:
-            raise HttpError(405, f"{scope.path} accepts {', '.join(route.methods)}, not {scope.method}")
-        req.body = await _read_body(scope, proto)
+            allowed = ", ".join(route.methods)
+            raise HttpError(
+                405, f"{scope.path} accepts {allowed}, not {scope.method}", headers=(("allow", allowed),)
+            )
+        if scope.method not in ("GET", "HEAD", "OPTIONS"):
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    req.body = await _read_body(scope, proto)
+            except TimeoutError:
+                raise HttpError(
+                    408,
+                    f"the request body did not arrive within {self.body_timeout:g} s (request_body_timeout_secs)",
+                    "request_timeout",
+                ) from None
         result = await handler(self.sup, req, proto)
         if result is None:
             return 200
@@ -248,8 +262,6 @@ def _too_large(size: int | None) -> HttpError:
 
 
 async def _read_body(scope: Any, proto: Any) -> bytes:
-    if scope.method in ("GET", "HEAD", "OPTIONS"):
-        return b""
     declared = scope.headers.get("content-length")
     if declared is not None:
         try:

@@ -168,15 +168,21 @@ async def ask_engine(
     return value
 
 
-async def after(sup: Supervisor, child: Child, canon: CanonicalRequest) -> None:
-    """Apply the request's keep_alive: 0 unloads now, a value sets the child's idle limit (negative: forever)."""
-    if canon.keep_alive is None:
-        return
+def keep(child: Child, canon: CanonicalRequest) -> None:
+    """Apply the request's keep_alive as it starts; the latest request's wins, as in Ollama. 0 unloads the model
+    once its requests in flight have finished (``after``); a value sets its idle limit (negative: forever); none
+    puts back the model's own (its ``idle_timeout_secs``, else the daemon's)."""
     if canon.keep_alive == 0:
-        if child.inflight == 0:
-            await sup.evict(child.key, "keep_alive 0", only=child)
+        child.unload_when_idle = True
         return
-    child.keep_alive = canon.keep_alive
+    child.unload_when_idle = False
+    child.keep_alive = child.base_keep_alive if canon.keep_alive is None else canon.keep_alive
+
+
+async def after(sup: Supervisor, child: Child) -> None:
+    """A request on ``child`` ended: unload it if a keep_alive 0 asked for that and no other request runs on it."""
+    if child.unload_when_idle and child.inflight == 0:
+        await sup.evict(child.key, "keep_alive 0", only=child)
 
 
 async def serve(
@@ -215,6 +221,7 @@ async def _dispatch(
     if slot is not None:
         body["id_slot"] = slot
         body.setdefault("cache_prompt", True)
+    keep(child, canon)
     try:
         choices = canon.choices()
         if choices > slots and child.lane == "llama-cpp":
@@ -282,7 +289,7 @@ async def _dispatch(
         watch.judge_whole(sup, req, canon)
         return 200, [("content-type", "application/json")], out
     finally:
-        await after(sup, child, canon)
+        await after(sup, child)
 
 
 async def _forced_tool_call(
@@ -329,6 +336,7 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
 
 async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     child, load_ns = await ready_child(sup, req, canon)
+    keep(child, canon)
     try:
         if canon.truncate and child.lane == "llama-cpp" and isinstance(canon.input, list):
             canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
@@ -339,6 +347,6 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
         _status, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
         req.engine_s += time.perf_counter() - t0
     finally:
-        await after(sup, child, canon)
+        await after(sup, child)
     parsed: dict[str, Any] = orjson.loads(data)
     return parsed, load_ns

@@ -50,13 +50,19 @@ class HttpError(Exception):
     """An error the gateway answers with; ``kind`` is the OpenAI-style error type."""
 
     def __init__(
-        self, status: int, message: str, kind: str = "invalid_request_error", source: str = "blazar"
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        source: str = "blazar",
+        headers: tuple[tuple[str, str], ...] = (),
     ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
         self.source = source
+        self.headers = headers
 
 
 def _not_json(body: bytes, e: orjson.JSONDecodeError) -> str:

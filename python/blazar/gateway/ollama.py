@@ -31,11 +31,12 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> 
     name, _key, _slots = core.claim(sup, req, canon)
     if canon.keep_alive == 0:
         sup.catalog.get(name)  # 404 for a model that is not there
-        for key in [k for k, c in sup.children.items() if c.model == name]:
-            await sup.evict(key, "keep_alive 0")
+        for child in [c for c in sup.children.values() if c.model == name]:
+            core.keep(child, canon)  # requests in flight finish first, as in Ollama
+            await core.after(sup, child)
         return "unload"
     child, _ = await core.ready_child(sup, req, canon)
-    await core.after(sup, child, canon)
+    core.keep(child, canon)
     return "load"
 
 
@@ -79,10 +80,11 @@ async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalReques
     core.llama_only(child, "fill-in-the-middle (suffix)", "/infill")
     path, body = render_engine(canon)
     body["stream"] = False
+    core.keep(child, canon)
     try:
         _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
     finally:
-        await core.after(sup, child, canon)
+        await core.after(sup, child)
     out = orjson.loads(data)
     if not isinstance(out, dict):
         raise HttpError(502, "engine sent a malformed /infill body", "engine_error")

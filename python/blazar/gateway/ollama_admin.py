@@ -94,7 +94,10 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
         out.append(
             {
                 **_entry(m, digest),
-                "name": child.key if child.key != m.name else m.name,
+                # the name any endpoint takes back (an unload stops both of the model's engines); Blazar's own
+                # "engine" field says which one this is
+                "name": m.name,
+                "engine": "embeddings" if child.key != m.name else "chat",
                 "expires_at": expires.isoformat().replace("+00:00", "Z"),
                 "size_vram": 0,
                 "context_length": child.ctx_size,

@@ -90,6 +90,8 @@ class Child:
         self.ctx_size = spec.ctx_size
         self.tool_calls_supported: bool | None = None  # from the engine's /props, asked on first need
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
+        self.base_keep_alive: float | None = None  # what a request without keep_alive puts back (per-model)
+        self.unload_when_idle = False  # a keep_alive 0 came while requests ran: unload when the last ends
         self.weights: tuple[int, int] | None = None
         """The model file's (device, inode) when this child was spawned: other weights under the same name (a
         re-import) make the supervisor restart it."""

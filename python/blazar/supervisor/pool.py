@@ -25,6 +25,7 @@ from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
 from blazar.paths import DataDir, child_key
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
+from blazar.supervisor import bank
 from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
@@ -42,8 +43,16 @@ def wants_restart(child: Child, num_ctx: int | None) -> bool:
     """Whether a request asking for ``num_ctx`` tokens per slot needs ``child`` restarted: only for more context
     than it runs with, so a smaller num_ctx (served fine by a larger context) can never shrink an engine other
     requests share, and alternating values cannot make it restart on every request. A child already started for
-    that num_ctx (capped lower by the model's trained context or the memory fit) is not restarted again."""
-    return num_ctx is not None and num_ctx > child.spec.ctx_per_slot and num_ctx != child.num_ctx
+    that num_ctx or a larger one and capped lower (by the model's trained context or the memory fit) is not
+    restarted again, nor one that already runs with all the context its model was trained on: a restart would
+    give it the same context."""
+    per_slot = child.spec.ctx_per_slot
+    if num_ctx is None or num_ctx <= per_slot:
+        return False
+    if child.num_ctx is not None and child.num_ctx > per_slot:
+        return False  # started for a larger num_ctx than it got: any larger one is capped the same
+    est = child.spec.estimate
+    return est is None or per_slot < est.trained_ctx
 
 
 def _manifest() -> Manifest | None:
@@ -143,6 +152,7 @@ class Supervisor:
                 await self._drain(child, num_ctx)
                 log.info("restarting %s for num_ctx %d (it ran with %d per slot)",
                          key, num_ctx, child.spec.ctx_per_slot)  # fmt: skip
+                await bank.save(child)
                 await child.stop(grace=self.cfg.stop_grace_secs)
                 child.state = State.EVICTED
                 self.children.pop(key, None)
@@ -225,7 +235,7 @@ class Supervisor:
         child.num_ctx = num_ctx
         ov = self.cfg.model_override(model.name)
         if ov.idle_timeout_secs is not None:
-            child.keep_alive = float(ov.idle_timeout_secs)
+            child.keep_alive = child.base_keep_alive = float(ov.idle_timeout_secs)
         self.children[key] = child
         try:
             await child.start(self.http, float(self.cfg.child_start_timeout_secs))
@@ -234,6 +244,7 @@ class Supervisor:
             if isinstance(e, ChildError):
                 self._crashed(child, f"its start failed: {e}")
             raise
+        await bank.restore(child)
         return child
 
     @contextlib.contextmanager
@@ -296,7 +307,7 @@ class Supervisor:
                 self.breakers.clean(key)
             child.stopped_for = reason
             stop = asyncio.ensure_future(
-                child.stop(grace=self.cfg.stop_grace_secs if grace is None else grace)
+                self._retire(child, self.cfg.stop_grace_secs if grace is None else grace, save=not crash)
             )
             try:
                 await asyncio.shield(stop)
@@ -308,6 +319,13 @@ class Supervisor:
             finally:
                 child.state = State.EVICTED
             return True
+
+    @staticmethod
+    async def _retire(child: Child, grace: float, *, save: bool) -> None:
+        """Stop ``child``, its slots saved to the session bank first when it is stopped on purpose."""
+        if save:
+            await bank.save(child)
+        await child.stop(grace=grace)
 
     async def _idle_loop(self) -> None:
         timeout = float(self.cfg.idle_timeout_secs)
@@ -333,7 +351,8 @@ class Supervisor:
         for c in children:
             c.stopped_for = reason
         wait = self.cfg.stop_grace_secs if grace is None else grace
-        await asyncio.gather(*(c.stop(grace=wait) for c in children), return_exceptions=True)
+        save = grace is None  # a forced stop saves nothing
+        await asyncio.gather(*(self._retire(c, wait, save=save) for c in children), return_exceptions=True)
         if self._http is not None:
             await self._http.close()
             self._http = None
