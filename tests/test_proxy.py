@@ -1,4 +1,4 @@
-"""``proxy._unless_gone``: a whole answer's upstream work runs in the calling task and is cancelled only when the
+"""``proxy.unless_gone``: a whole answer's upstream work runs in the calling task and is cancelled only when the
 client's disconnect future completes first (checked with real asyncio futures standing in for Granian's); the
 watch starts only after ``WATCH_AFTER_SECS``, so a fast answer never creates it."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from blazar.gateway import proxy
 from blazar.gateway.http import ClientGone, HttpError
-from blazar.gateway.proxy import _unless_gone
+from blazar.gateway.proxy import unless_gone
 from blazar.paths import DataDir
 
 
@@ -47,7 +47,7 @@ async def _work(seconds: float, result: str, seen: list[str]) -> str:
 def test_the_answer_wins_and_the_disconnect_watch_is_dropped() -> None:
     async def main() -> None:
         client, seen = Client(), []
-        assert await _unless_gone(_work(0.05, "body", seen), client) == "body"
+        assert await unless_gone(_work(0.05, "body", seen), client) == "body"
         assert client.fut is not None and client.fut.cancelled() and seen == []
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
@@ -60,7 +60,7 @@ def test_a_client_that_leaves_cancels_the_work() -> None:
         client, seen = Client(), []
         asyncio.get_running_loop().call_later(0.05, lambda: client.fut and client.fut.set_result(None))
         with pytest.raises(ClientGone):
-            await _unless_gone(_work(5, "never", seen), client)
+            await unless_gone(_work(5, "never", seen), client)
         assert seen == ["cancelled"]
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0  # the task goes on normally afterwards
@@ -72,7 +72,7 @@ def test_a_client_that_leaves_cancels_the_work() -> None:
 def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
     async def main() -> None:
         client, seen = Client(), []
-        inner = asyncio.ensure_future(_unless_gone(_work(5, "never", seen), client))
+        inner = asyncio.ensure_future(unless_gone(_work(5, "never", seen), client))
         await asyncio.sleep(0.05)
         inner.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -87,7 +87,7 @@ def test_a_fast_answer_never_watches(monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def main() -> None:
         client, seen = Client(), []
-        assert await _unless_gone(_work(0.01, "body", seen), client) == "body"
+        assert await unless_gone(_work(0.01, "body", seen), client) == "body"
         assert client.fut is None  # client_disconnect() was never called
 
     asyncio.run(main())
@@ -181,7 +181,7 @@ def test_a_pooled_connection_closed_under_a_request_is_retried_once() -> None:
 
 def test_a_disconnect_queued_as_the_answer_finishes_cancels_nothing_after() -> None:
     """The client leaves in the same loop turn as the answer completes: the already queued callback must not
-    cancel the request task once ``_unless_gone`` has returned."""
+    cancel the request task once ``unless_gone`` has returned."""
 
     async def main() -> None:
         client = Client()
@@ -192,7 +192,7 @@ def test_a_disconnect_queued_as_the_answer_finishes_cancels_nothing_after() -> N
             client.fut.set_result(None)  # queues on_gone for the next loop turn
             return "body"
 
-        assert await _unless_gone(work(), client) == "body"
+        assert await unless_gone(work(), client) == "body"
         await asyncio.sleep(0.01)  # the queued callback runs here; it must not cancel this task
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0

@@ -174,4 +174,18 @@ def render_default_config() -> str:
     doc.add(tomlkit.comment("rpm = 0"))
     doc.add(tomlkit.comment("tpm = 0"))
     doc.add(tomlkit.comment("daily_tokens = 0"))
+    doc.add(tomlkit.nl())
+    doc.add(
+        tomlkit.comment('Remotes: another Blazar or OpenAI-compatible server; ask for "gpu-box:llama3" to be')
+    )
+    doc.add(
+        tomlkit.comment(
+            "answered by gpu-box's llama3. Your keys still gate the client; api_key goes upstream."
+        )
+    )
+    doc.add(tomlkit.comment("[[remotes]]"))
+    doc.add(tomlkit.comment('name = "gpu-box"'))
+    doc.add(tomlkit.comment('url = "http://10.0.0.5:11435/v1"  # its OpenAI base URL (http only)'))
+    doc.add(tomlkit.comment('api_key = "..."                   # or api_key_env = "GPU_BOX_KEY"; optional'))
+    doc.add(tomlkit.comment("parallel = 4                      # requests in flight there at once"))
     return tomlkit.dumps(doc)

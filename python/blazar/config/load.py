@@ -44,6 +44,7 @@ from blazar.config.model import (
     normalize_model_name,
     xdg_config_home,
 )
+from blazar.config.remotes import file_remotes
 from blazar.errors import ConfigError
 
 __all__ = [
@@ -117,7 +118,7 @@ _MODEL_LEVEL: dict[str, Check] = {
     "mmproj": path_value,
 }
 
-_TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models", "keys")
+_TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models", "keys", "remotes")
 _MODEL_KEYS: tuple[str, ...] = tuple(_MODEL_LEVEL)
 
 
@@ -158,6 +159,9 @@ def _from_table(ctx: Ctx, doc: Mapping[str, object]) -> dict[str, object]:
             continue
         if key == "keys":
             fields["keys"] = file_keys(ctx, value)
+            continue
+        if key == "remotes":
+            fields["remotes"] = file_remotes(ctx, value)
             continue
         check = _TOP_LEVEL.get(key)
         if check is None:

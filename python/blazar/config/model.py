@@ -139,6 +139,28 @@ class KeyLimits:
     daily_tokens: int = 0
 
 
+DEFAULT_REMOTE_PARALLEL = 4
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class RemoteConfig:
+    """One ``[[remotes]]`` table: another Blazar or any OpenAI-compatible server, reached as ``name:model``.
+
+    ``url`` is its OpenAI base URL (``http://host:port/v1``); ``api_key`` (or the environment variable
+    ``api_key_env`` names) is sent to it as a Bearer token, never shown: the ``repr`` leaves it out. ``parallel``
+    is how many requests Blazar has in flight there at once; more wait in Blazar's queue.
+    """
+
+    name: str
+    url: str
+    api_key: str | None = None
+    parallel: int = DEFAULT_REMOTE_PARALLEL
+
+    def __repr__(self) -> str:
+        key = "set" if self.api_key else "none"
+        return f"RemoteConfig(name={self.name!r}, url={self.url!r}, api_key={key}, parallel={self.parallel})"
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class KeyConfig:
     """One API key: a ``[[keys]]`` table or a ``BLAZAR_KEYS`` item (``from_env``).
@@ -254,6 +276,7 @@ class Config:
     memory_headroom_mib: int = DEFAULT_MEMORY_HEADROOM_MIB
     models: Mapping[str, ModelOverride] = field(default_factory=_no_models, hash=False)
     keys: tuple[KeyConfig, ...] = ()
+    remotes: tuple[RemoteConfig, ...] = ()
 
     def model_override(self, name: str) -> ModelOverride:
         """The override table for ``name`` (normalised), or an all-``None`` override when there is none."""

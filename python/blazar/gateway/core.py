@@ -20,11 +20,12 @@ from blazar import names
 from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
 from blazar.errors import LaneError
-from blazar.gateway import forced_tools, proxy, watch
+from blazar.gateway import forced_tools, proxy, remote, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
 from blazar.supervisor import Child, Supervisor
+from blazar.supervisor.remotes import Remote
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 T = TypeVar("T")
@@ -74,12 +75,33 @@ def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, in
 
 def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, str, int]:
     """``route_target``, then the key's scope and quotas for that model (403/429). Every path that touches a
-    model's engine claims it first: generation, embeddings, fill-in-the-middle, loads and unloads, token counts."""
+    model's engine claims it first: generation, embeddings, fill-in-the-middle, loads and unloads, token counts.
+    A ``remote:model`` name is refused here, naming the feature that needs a local engine: the paths that serve
+    remotes claim them with ``claim_remote``."""
+    if sup.remotes.route(canon.model) is not None:
+        raise LaneError(
+            f"'{canon.model}' is served by a remote ([[remotes]] in config.toml), and this endpoint needs a model"
+            " this daemon runs itself (token counting, fill-in-the-middle and loading work on local models only)"
+        )
     target = route_target(sup, canon)
     req.gate.check_model(req, target[0])
+    _note(req, canon)
+    return target
+
+
+def _note(req: Request, canon: CanonicalRequest) -> None:
     if canon.notes:
         req.set_header(IGNORED, ignored_header(canon.notes))
-    return target
+
+
+def claim_remote(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Remote, str] | None:
+    """For a ``remote:model`` name: the key's scope and quotas under that name, and (the remote, its model);
+    None for a local model."""
+    hit = sup.remotes.route(canon.model)
+    if hit is not None:
+        req.gate.check_model(req, canon.model)
+        _note(req, canon)
+    return hit
 
 
 IGNORED = "x-blazar-ignored"
@@ -189,6 +211,9 @@ async def serve(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape
 ) -> Response | None:
     """Chat and completion requests of any dialect: quotas, admission, the child, the translated response."""
+    hit = claim_remote(sup, req, canon)
+    if hit is not None:
+        return await remote.serve(sup, req, proto, canon, shape, *hit)
     _name, key, slots = claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
         return await once_more_if_wedged(lambda: _dispatch(sup, req, proto, canon, shape, key, slots))
@@ -329,6 +354,9 @@ async def _forced_tool_call(
 
 async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     """An embedding request: the engine's OpenAI embeddings body (parsed) and the load time in ns."""
+    hit = claim_remote(sup, req, canon)
+    if hit is not None:
+        return await remote.embed(sup, req, canon, *hit), 0
     _name, key, slots = claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
         return await once_more_if_wedged(lambda: _embed(sup, req, canon))

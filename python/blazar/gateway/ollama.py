@@ -28,6 +28,8 @@ def _now() -> str:
 async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> str:
     """Ollama loads (or, with keep_alive 0, unloads) a model when a request carries nothing to generate; the
     key must be allowed that model, as for any other request. Returns the done_reason, "load" or "unload"."""
+    if core.claim_remote(sup, req, canon) is not None:  # nothing runs here to load or unload
+        return "unload" if canon.keep_alive == 0 else "load"
     name, _key, _slots = core.claim(sup, req, canon)
     if canon.keep_alive == 0:
         sup.catalog.get(name)  # 404 for a model that is not there

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
@@ -18,7 +18,7 @@ from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 from blazar._native import LinkError, StreamError
 from blazar.gateway.http import ClientGone, HttpError
 from blazar.supervisor import Child, Supervisor
-from blazar.supervisor.links import EngineConn
+from blazar.supervisor.links import EngineConn, Links
 
 log = logging.getLogger("blazar.proxy")
 
@@ -187,7 +187,7 @@ async def forward_whole(
     """
     with sup.lease(child):
         work = _read_whole(sup, child, path, body)
-        status, data = await (work if client is None else _unless_gone(work, client))
+        status, data = await (work if client is None else unless_gone(work, client))
     if status >= 400:
         raise engine_error(status, data)
     return status, data
@@ -213,7 +213,7 @@ per request at c=16), which a fast answer should not pay; a slow one (a real gen
 client that leaves early costs the engine at most this much work."""
 
 
-async def _unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
+async def unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
     """``work``'s result, unless the client disconnects first: then ``work`` is cancelled and ClientGone raised.
 
     ``work`` runs in the calling task; after ``WATCH_AFTER_SECS`` the client's disconnect future is watched with a
@@ -331,37 +331,59 @@ async def forward_stream(
                 except LinkError as e:
                     raise await _engine_failed(sup, child, e) from None
                 raise engine_error(status, data)
-            transport = proto.response_stream(
-                200, [*headers, ("content-type", content_type), ("cache-control", "no-cache")]
-            )
-            ticker = _Ticker(conn, stalled, stall_secs)
-            try:
-                try:
-                    gone = await child.links.relay(conn, translator, transport.send_bytes)
-                finally:
-                    ticker.cancel()
-                if gone is not None:
-                    await gone  # raises the client's ProtocolClosed
-                    raise ProtocolClosed
-                tail = translator.finish()
-                if tail:
-                    await transport.send_bytes(tail)
-            except LinkError as e:
-                err = await _engine_failed(sup, child, e)
-                await _send_quietly(transport, translator.abort(err.message))
-            except StreamError as e:
-                await _send_quietly(transport, translator.abort(f"engine sent a malformed stream: {e}"))
-            except ProtocolClosed:  # the client went away: granian raises on send
-                log.info("client disconnected mid-stream from %s", child.model)
-            except Exception:
-                log.exception("stream relay for '%s' failed", child.model)
-                await _send_quietly(transport, translator.abort("blazar failed while relaying the stream"))
-            finally:
-                # Granian ends the response when the transport is freed; the link dropped its reference when
-                # the relay ended, and no exception traceback may keep this frame (and so the stream) alive.
-                del transport
+
+            async def failed(e: LinkError) -> str:
+                return (await _engine_failed(sup, child, e)).message
+
+            await relay(child.links, conn, proto, headers, translator, content_type, child.model, failed,
+                        stalled, stall_secs)  # fmt: skip
         finally:
             child.links.release(conn)  # a stream the client left is unfinished: closed, so the engine stops
+
+
+async def relay(
+    links: Links,
+    conn: EngineConn,
+    proto: Any,
+    headers: list[tuple[str, str]],
+    translator: Any,
+    content_type: str,
+    who: str,
+    failed: Callable[[LinkError], Awaitable[str]],
+    stalled: Callable[[float], None] | None,
+    stall_secs: float,
+) -> None:
+    """Send the response head and relay the stream whose head ``conn`` read, natively, to its end; a connection
+    that fails ends the client's stream with the dialect's error event carrying ``failed``'s message. ``who``
+    names the model in logs. The caller releases ``conn``."""
+    transport = proto.response_stream(
+        200, [*headers, ("content-type", content_type), ("cache-control", "no-cache")]
+    )
+    ticker = _Ticker(conn, stalled, stall_secs)
+    try:
+        try:
+            gone = await links.relay(conn, translator, transport.send_bytes)
+        finally:
+            ticker.cancel()
+        if gone is not None:
+            await gone  # raises the client's ProtocolClosed
+            raise ProtocolClosed
+        tail = translator.finish()
+        if tail:
+            await transport.send_bytes(tail)
+    except LinkError as e:
+        await _send_quietly(transport, translator.abort(await failed(e)))
+    except StreamError as e:
+        await _send_quietly(transport, translator.abort(f"engine sent a malformed stream: {e}"))
+    except ProtocolClosed:  # the client went away: granian raises on send
+        log.info("client disconnected mid-stream from %s", who)
+    except Exception:
+        log.exception("stream relay for '%s' failed", who)
+        await _send_quietly(transport, translator.abort("blazar failed while relaying the stream"))
+    finally:
+        # Granian ends the response when the transport is freed; the link dropped its reference when the relay
+        # ended, and no exception traceback may keep this frame (and so the stream) alive.
+        del transport
 
 
 async def _send_quietly(transport: Any, data: bytes) -> None:

@@ -53,17 +53,21 @@ class EngineConn(asyncio.Protocol):
 
 
 class Links:
-    """The idle connections to one child, and the request writer. ``address`` is the child's port on
-    127.0.0.1, or the path of its unix socket."""
+    """The idle connections to one child (or remote), and the request writer. ``address`` is the child's port on
+    127.0.0.1, the path of its unix socket, or a remote's (host, port); ``api_key`` (None: none) goes in every
+    request's ``authorization``."""
 
-    def __init__(self, address: int | Path, api_key: str) -> None:
+    def __init__(self, address: int | Path | tuple[str, int], api_key: str | None) -> None:
         self.address = address
         self.idle: list[EngineConn] = []
-        host = "localhost" if isinstance(address, Path) else f"127.0.0.1:{address}"
-        self._head = (
-            f"host: {host}\r\nauthorization: Bearer {api_key}\r\n"
-            "content-type: application/json\r\ncontent-length: "
-        ).encode()
+        if isinstance(address, Path):
+            host = "localhost"
+        elif isinstance(address, tuple):
+            host = f"[{address[0]}]:{address[1]}" if ":" in address[0] else f"{address[0]}:{address[1]}"
+        else:
+            host = f"127.0.0.1:{address}"
+        auth = f"authorization: Bearer {api_key}\r\n" if api_key is not None else ""
+        self._head = f"host: {host}\r\n{auth}content-type: application/json\r\ncontent-length: ".encode()
         self._closed = False
 
     async def exchange(self, path: str, body: bytes, alive: Any = None) -> tuple[EngineConn, int]:
@@ -153,6 +157,8 @@ class Links:
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> EngineConn:
         if isinstance(self.address, Path):
             _t, conn = await loop.create_unix_connection(lambda: EngineConn(self), str(self.address))
+        elif isinstance(self.address, tuple):
+            _t, conn = await loop.create_connection(lambda: EngineConn(self), *self.address)
         else:
             _t, conn = await loop.create_connection(lambda: EngineConn(self), "127.0.0.1", self.address)
         return conn

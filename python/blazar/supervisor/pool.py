@@ -29,6 +29,7 @@ from blazar.supervisor import bank
 from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
+from blazar.supervisor.remotes import Remotes
 
 log = logging.getLogger("blazar.supervisor")
 
@@ -91,6 +92,7 @@ class Supervisor:
         self._hot: dict[tuple[str, bool], Child] = {}  # client-given name -> its ready child (fast path)
         self.routes: dict[tuple[str, bool], tuple[str, str, int]] = {}  # gateway.core.route_target's memo
         self.breakers = Breakers()
+        self.remotes = Remotes(cfg.remotes)
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -346,6 +348,7 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
             self._reaper = None
+        self.remotes.close()
         children = list(self.children.values())
         self.children.clear()
         for c in children:

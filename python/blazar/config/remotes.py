@@ -1,0 +1,109 @@
+"""Remotes in the config: ``[[remotes]]`` tables, validated.
+
+A remote is another Blazar or any OpenAI-compatible server; a request for ``name:model`` goes there with
+``model`` as the model. It owns every message about a remote's table; no message shows its key. It is internal to
+``blazar.config`` and must not do I/O beyond reading the environment variable ``api_key_env`` names.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from blazar.config.checks import Ctx, a_type, env_value, integer, quote_key
+from blazar.config.model import DEFAULT_REMOTE_PARALLEL, KEY_NAME_MAX, KEY_NAME_PATTERN, RemoteConfig
+from blazar.errors import ConfigError
+
+_FIELDS: tuple[str, ...] = ("name", "url", "api_key", "api_key_env", "parallel")
+
+
+def _url(ctx: Ctx, where: str, value: object) -> str:
+    expected = 'an http:// URL with a host, such as "http://10.0.0.5:11435/v1"'
+    if not isinstance(value, str):
+        raise ctx.bad(f"{where}.url", expected, value)
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{ctx.source}: key '{where}.url' is not a valid URL: {exc}") from None
+    if parts.scheme == "https":
+        raise ConfigError(
+            f"{ctx.source}: key '{where}.url' is https://, which Blazar does not speak to remotes yet; reach it"
+            " through a TLS tunnel on this host (e.g. ssh -L or stunnel) and give that http:// address"
+        )
+    if parts.scheme != "http" or not parts.hostname or parts.query or parts.fragment or parts.username:
+        raise ctx.bad(f"{where}.url", expected, value)
+    del port  # read for its validation only
+    return value.strip().rstrip("/")
+
+
+def _api_key(ctx: Ctx, where: str, table: dict[str, object]) -> str | None:
+    if "api_key" in table and "api_key_env" in table:
+        raise ConfigError(f"{ctx.source}: '{where}' sets both api_key and api_key_env; keep one")
+    if "api_key_env" in table:
+        var = table["api_key_env"]
+        if not isinstance(var, str) or not var:
+            raise ctx.bad(f"{where}.api_key_env", "the name of an environment variable", var)
+        secret = env_value(ctx.env, var)
+        if not secret:
+            raise ConfigError(
+                f"{ctx.source}: '{where}.api_key_env' names {var}, which is not set in Blazar's environment"
+            )
+        return _checked_secret(ctx, f"{where}.api_key_env ({var})", secret)
+    if "api_key" in table:
+        return _checked_secret(ctx, f"{where}.api_key", table["api_key"])
+    return None
+
+
+def _checked_secret(ctx: Ctx, where: str, value: object) -> str:
+    """A key that fits in a header line: printable ASCII without spaces (never shown in the message)."""
+    if not isinstance(value, str) or not value or not all("!" <= c <= "~" for c in value):
+        got = a_type(value) if not isinstance(value, str) else f"{len(value)} characters"
+        raise ConfigError(
+            f"{ctx.source}: key '{where}' must be printable ASCII characters without spaces, got {got}"
+        )
+    return value
+
+
+def _remote(ctx: Ctx, index: int, table: object) -> RemoteConfig:
+    where = f"remotes[{index}]"
+    if not isinstance(table, dict):
+        raise ctx.bad(where, "a table with name and url", table)
+    for key in table:
+        if key not in _FIELDS:
+            raise ctx.unknown(key, f"{where}.{quote_key(key)}", _FIELDS)
+    name = table.get("name")
+    if not isinstance(name, str) or not KEY_NAME_PATTERN.fullmatch(name):
+        raise ctx.bad(f"{where}.name", f"at most {KEY_NAME_MAX} letters, digits, '.', '_' and '-'", name)
+    if "url" not in table:
+        raise ConfigError(f"{ctx.source}: '{where}' ({name}) has no url")
+    url = _url(ctx, where, table["url"])
+    parallel = integer(ctx, f"{where}.parallel", table.get("parallel", DEFAULT_REMOTE_PARALLEL), 1, 1024)
+    return RemoteConfig(name=name, url=url, api_key=_api_key(ctx, where, table), parallel=parallel)
+
+
+def file_remotes(ctx: Ctx, value: object) -> tuple[RemoteConfig, ...]:
+    """The ``[[remotes]]`` array of tables; names are unique."""
+    if not isinstance(value, list):
+        raise ctx.bad("remotes", "an array of [[remotes]] tables", value)
+    out: list[RemoteConfig] = []
+    for i, table in enumerate(value):
+        remote = _remote(ctx, i, table)
+        if any(r.name == remote.name for r in out):
+            raise ConfigError(
+                f"{ctx.source}: two [[remotes]] are named '{remote.name}'; names must be unique"
+            )
+        out.append(remote)
+    return tuple(out)
+
+
+def host_of(url: str) -> str:
+    """``host:port`` of a remote's URL, for messages (never its path or key)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            host = f"[{host}]"
+    except ValueError:
+        pass
+    return f"{host}:{parts.port or 80}"

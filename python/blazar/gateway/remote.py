@@ -1,0 +1,171 @@
+"""Requests for ``remote:model``: the same canonical request, answered by another Blazar or OpenAI-compatible
+server (``[[remotes]]`` in config.toml).
+
+The client's key gates it as for any model (its scope and quotas name ``remote:model``, claimed by ``core``); the
+remote's own key goes upstream and never reaches a client or a log. A remote's requests share one admission queue
+(its ``parallel``). Answers go through the same native translators as an engine's, so Ollama and Anthropic
+clients can use an OpenAI-only remote, and streams are relayed natively (``proxy.relay``). Failures are the
+remote's: a 502 naming it (its 4xx pass through with its message, but a refusal of Blazar's own credentials is a
+502 that says so), a 504 when it sends no head within ``child_header_timeout_secs``. Nothing here touches an
+engine child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+
+from blazar._native import LinkError, StreamError, StreamTranslator, translate_whole
+from blazar.dialects.canonical import CanonicalRequest, render_engine
+from blazar.gateway import proxy, watch
+from blazar.gateway.http import HttpError, Request
+from blazar.supervisor import Supervisor
+from blazar.supervisor.links import EngineConn
+from blazar.supervisor.remotes import Remote
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+LLAMA_ONLY = ("verbose", "response_fields", "id_slot", "cache_prompt")
+"""Body fields Blazar adds for llama-server that an OpenAI-compatible server may refuse as unknown."""
+
+
+def _body(canon: CanonicalRequest, model: str) -> tuple[str, bytes]:
+    path, body = render_engine(canon)
+    for field in LLAMA_ONLY:
+        body.pop(field, None)
+    body["model"] = model
+    return path, orjson.dumps(body)
+
+
+def _failed(remote: Remote, what: str) -> HttpError:
+    return HttpError(502, f"remote '{remote.name}' ({remote.where}) {what}", "remote_error", source="remote")
+
+
+def _answered(remote: Remote, status: int, data: bytes) -> HttpError:
+    """The remote's error answer: its 4xx pass through with its message; a refusal of Blazar's credentials, or
+    anything else, is a 502 naming the remote."""
+    err = proxy.engine_error(status, data)
+    if status in (401, 403):
+        return _failed(
+            remote,
+            f"refused Blazar's credentials (HTTP {status}: {err.message}); check api_key under its [[remotes]]"
+            " table in config.toml",
+        )
+    if 400 <= status < 500:
+        return HttpError(status, f"remote '{remote.name}': {err.message}", err.kind, source="remote")
+    return _failed(remote, f"failed (HTTP {status}): {err.message}")
+
+
+async def _open(sup: Supervisor, remote: Remote, path: str, body: bytes) -> tuple[EngineConn, int]:
+    bound = float(sup.cfg.child_header_timeout_secs)
+    try:
+        async with asyncio.timeout(bound):
+            return await remote.links.exchange(remote.path(path), body)
+    except TimeoutError:
+        raise HttpError(
+            504,
+            f"remote '{remote.name}' ({remote.where}) sent no response headers within {bound:g}s"
+            " (child_header_timeout_secs)",
+            "timeout_error",
+            source="remote",
+        ) from None
+    except (LinkError, OSError) as e:
+        raise _failed(
+            remote, f"could not be reached: {e.strerror if isinstance(e, OSError) else e}"
+        ) from None
+
+
+async def _whole(sup: Supervisor, remote: Remote, path: str, body: bytes) -> tuple[int, bytes]:
+    conn, status = await _open(sup, remote, path, body)
+    try:
+        return status, await remote.links.body(conn)
+    except LinkError as e:
+        raise _failed(remote, f"closed the connection before its answer ended: {e}") from None
+    finally:
+        remote.links.release(conn)
+
+
+async def serve(
+    sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Any, remote: Remote, model: str
+) -> Response | None:
+    """A chat or completion request for ``remote:model``, already claimed (scope and quotas)."""
+    with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
+        path, body = _body(canon, model)
+        if canon.stream:
+            await _stream(sup, req, proto, canon, shape, remote, path, body)
+            return None
+        t0 = time.perf_counter()
+        status, data = await proxy.unless_gone(_whole(sup, remote, path, body), req.client)
+        req.engine_s += time.perf_counter() - t0
+        if status >= 400:
+            raise _answered(remote, status, data)
+        try:
+            out, summary = translate_whole(
+                shape.translator,
+                canon.model,
+                data,
+                total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
+            )
+        except StreamError as e:
+            raise _failed(remote, f"sent an answer that is not a chat completion: {e}") from None
+        if summary["engine_error"] is not None:
+            raise _answered(remote, 502, data)
+        req.summary = summary
+        watch.judge_whole(sup, req, canon)
+        return 200, [("content-type", "application/json")], out
+
+
+async def _stream(
+    sup: Supervisor,
+    req: Request,
+    proto: Any,
+    canon: CanonicalRequest,
+    shape: Any,
+    remote: Remote,
+    path: str,
+    body: bytes,
+) -> None:
+    translator = StreamTranslator(shape.translator, canon.model, include_usage=canon.include_usage)
+    req.mark_overhead()
+    conn, status = await _open(sup, remote, path, body)
+    try:
+        if status >= 400:
+            try:
+                data = await remote.links.body(conn)
+            except LinkError as e:
+                raise _failed(remote, f"closed the connection before its answer ended: {e}") from None
+            raise _answered(remote, status, data)
+
+        async def failed(e: LinkError) -> str:
+            return f"remote '{remote.name}' ({remote.where}) closed the stream: {e}"
+
+        await proxy.relay(remote.links, conn, proto, req.extra_headers, translator, shape.stream_type,
+                          canon.model, failed, watch.on_stall(sup, req, canon),
+                          float(sup.cfg.sentinel_stall_secs))  # fmt: skip
+    finally:
+        remote.links.release(conn)
+    req.summary = translator.summary()
+    watch.observe(sup, req, canon)
+
+
+async def embed(
+    sup: Supervisor, req: Request, canon: CanonicalRequest, remote: Remote, model: str
+) -> dict[str, Any]:
+    """An embedding request for ``remote:model``, already claimed: the remote's OpenAI embeddings body, parsed."""
+    with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
+        path, body = _body(canon, model)
+        t0 = time.perf_counter()
+        status, data = await proxy.unless_gone(_whole(sup, remote, path, body), req.client)
+        req.engine_s += time.perf_counter() - t0
+    if status >= 400:
+        raise _answered(remote, status, data)
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("data"), list):
+        raise _failed(remote, "sent an embeddings answer without a data array")
+    return parsed

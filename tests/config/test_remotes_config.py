@@ -1,0 +1,59 @@
+"""``[[remotes]]`` in config.toml: validated with messages that teach, and a remote's key never shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from blazar.config import load_config_text
+from blazar.errors import ConfigError
+from blazar.supervisor.remotes import Remotes
+
+PATH = Path("/etc/blazar/config.toml")
+
+
+def load(text: str, env: dict[str, str] | None = None) -> object:
+    return load_config_text(text, PATH, env or {})
+
+
+def test_a_remote_loads_and_routes_its_names() -> None:
+    cfg = load_config_text(
+        '[[remotes]]\nname = "gpu-box"\nurl = "http://10.0.0.5:11435/v1/"\napi_key_env = "GPU_KEY"\n',
+        PATH,
+        {"GPU_KEY": "sk-secret-value-123"},
+    )
+    [remote] = cfg.remotes
+    assert (remote.name, remote.url, remote.api_key, remote.parallel) == (
+        "gpu-box", "http://10.0.0.5:11435/v1", "sk-secret-value-123", 4,
+    )  # fmt: skip
+    assert "sk-secret" not in repr(remote) and "sk-secret" not in repr(cfg)
+    remotes = Remotes(cfg.remotes)
+    hit = remotes.route("gpu-box:llama3:8b")
+    assert hit is not None and hit[0].name == "gpu-box" and hit[1] == "llama3:8b"
+    assert hit[0].path("/v1/chat/completions") == "/v1/chat/completions" and hit[0].where == "10.0.0.5:11435"
+    assert remotes.route("smollm2:latest") is None and remotes.route("gpu-box:") is None
+    assert remotes.route("gpu-box") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[remotes]]\nname = "a"\n', "'remotes[0]' (a) has no url"),
+        ('[[remotes]]\nname = "a b"\nurl = "http://x/v1"\n', "key 'remotes[0].name' must be at most 64 letters"),
+        ('[[remotes]]\nname = "a"\nurl = "ftp://x/v1"\n', "key 'remotes[0].url' must be an http:// URL"),
+        ('[[remotes]]\nname = "a"\nurl = "https://x/v1"\n', "is https://, which Blazar does not speak to remotes"),
+        ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\nparallel = 0\n', "'remotes[0].parallel' must be an integer"),
+        ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\nkey = "k"\n', "unknown key 'remotes[0].key' (did you mean"),
+        ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\napi_key_env = "NOPE"\n', "names NOPE, which is not set"),
+        ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\napi_key = "a secret"\n', "got 8 characters"),
+        ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\n[[remotes]]\nname = "a"\nurl = "http://y/v1"\n',
+         "two [[remotes]] are named 'a'"),
+        ('remotes = "x"\n', "key 'remotes' must be an array of [[remotes]] tables"),
+    ],
+)  # fmt: skip
+def test_a_bad_remote_is_refused_with_the_fix(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(text)
+    assert message in str(e.value)
+    assert "a secret" not in str(e.value)

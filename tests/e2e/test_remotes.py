@@ -1,0 +1,166 @@
+"""End to end: ``[[remotes]]``. A second real llama-server, on its own port with its own API key, is the remote;
+the daemon serves ``up:smollm2`` from it in every client dialect, sends the remote's key upstream (never the
+client's, never into a log or an error), gates the client with its own keys, and answers a remote's failures with
+errors that name it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Assets, Daemon, cleanup, free_port, make_daemon, provision
+
+pytestmark = pytest.mark.e2e
+
+UPSTREAM_KEY = "sk-upstream-0123456789abcdef"
+FULL = "sk-blazar-full-0123456789abcdef0123456789"
+SCOPED = "sk-blazar-scoped-0123456789abcdef012345678"
+ASK = [{"role": "user", "content": "Name a color."}]
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Iterator[int]:
+    """A real llama-server that insists on ``UPSTREAM_KEY``: the remote."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("upstream") / "llama-server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(assets.llama_server), "--model", str(assets.model), "--host", "127.0.0.1", "--port", str(port),
+             "--api-key", UPSTREAM_KEY, "--ctx-size", "2048", "--no-webui"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _healthy(port):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, assets: Assets, upstream: int) -> Iterator[Daemon]:
+    config = f"""
+[[keys]]
+name = "full"
+secret = "{FULL}"
+
+[[keys]]
+name = "scoped"
+secret = "{SCOPED}"
+models = ["up:smollm2"]
+
+[[remotes]]
+name = "up"
+url = "http://127.0.0.1:{upstream}/v1"
+api_key = "{UPSTREAM_KEY}"
+
+[[remotes]]
+name = "wrongkey"
+url = "http://127.0.0.1:{upstream}/v1"
+api_key = "sk-not-the-upstream-key-000000"
+
+[[remotes]]
+name = "down"
+url = "http://127.0.0.1:{free_port()}/v1"
+"""
+    d = provision(make_daemon(tmp_path_factory.mktemp("remotes"), config), assets, model=False)
+    d.start()
+    yield d
+    cleanup(d)
+
+
+def post(d: Daemon, path: str, body: dict[str, object], key: str = FULL) -> httpx.Response:
+    return httpx.post(d.url + path, json=body, headers={"authorization": f"Bearer {key}"}, timeout=60)
+
+
+def test_every_dialect_is_served_by_the_remote(served: Daemon) -> None:
+    r = post(served, "/v1/chat/completions", {"model": "up:smollm2", "messages": ASK, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == "up:smollm2" and body["choices"][0]["message"]["content"]
+    assert body["usage"]["completion_tokens"] >= 1
+
+    ask = {"model": "up:smollm2", "messages": ASK, "max_tokens": 4, "stream": True}
+    with httpx.stream("POST", served.url + "/v1/chat/completions", json=ask,
+                      headers={"authorization": f"Bearer {FULL}"}, timeout=60) as s:  # fmt: skip
+        assert s.status_code == 200
+        text = s.read().decode()
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    assert chunks and all(c["model"] == "up:smollm2" for c in chunks)
+    assert text.rstrip().endswith("data: [DONE]")
+
+    headers = {"authorization": f"Bearer {FULL}", "anthropic-version": "2023-06-01"}
+    with httpx.stream("POST", served.url + "/v1/messages", json=ask, headers=headers, timeout=60) as s:
+        events = [line[7:] for line in s.read().decode().splitlines() if line.startswith("event: ")]
+    assert events[0] == "message_start" and events[-1] == "message_stop" and "content_block_delta" in events
+
+    o = post(served, "/api/chat", {"model": "up:smollm2", "messages": ASK, "stream": False,
+                                   "options": {"num_predict": 4}})  # fmt: skip
+    assert o.status_code == 200 and o.json()["done"] is True and o.json()["message"]["content"], o.text
+    loaded = post(served, "/api/generate", {"model": "up:smollm2"})  # Ollama's preload: nothing runs here
+    assert loaded.status_code == 200 and loaded.json()["done_reason"] == "load"
+
+
+def test_the_clients_key_gates_and_the_remotes_key_goes_upstream(served: Daemon) -> None:
+    ok = post(
+        served, "/v1/chat/completions", {"model": "up:smollm2", "messages": ASK, "max_tokens": 2}, SCOPED
+    )
+    assert ok.status_code == 200, ok.text
+    other = post(
+        served, "/v1/chat/completions", {"model": "smollm2", "messages": ASK, "max_tokens": 2}, SCOPED
+    )
+    assert other.status_code == 403, other.text
+    anon = httpx.post(served.url + "/v1/chat/completions", json={"model": "up:smollm2", "messages": ASK})
+    assert anon.status_code == 401
+
+    bad = post(
+        served, "/v1/chat/completions", {"model": "wrongkey:smollm2", "messages": ASK, "max_tokens": 2}
+    )
+    assert bad.status_code == 502, bad.text
+    message = bad.json()["error"]["message"]
+    assert (
+        message.startswith("remote 'wrongkey' (127.0.0.1:")
+        and "refused Blazar's credentials (HTTP 401" in message
+    )
+    assert bad.headers["x-blazar-error-source"] == "remote"
+    log = served.log.read_text()
+    for secret in (UPSTREAM_KEY, "sk-not-the-upstream-key-000000", FULL, SCOPED):
+        assert secret not in log and secret not in bad.text
+
+
+def test_a_remotes_failures_name_it(served: Daemon) -> None:
+    down = post(served, "/v1/chat/completions", {"model": "down:smollm2", "messages": ASK, "max_tokens": 2})
+    assert down.status_code == 502, down.text
+    assert down.json()["error"]["message"].startswith("remote 'down' (127.0.0.1:")
+    assert "could not be reached" in down.json()["error"]["message"]
+
+    # the remote serves no embeddings (llama-server without --embeddings): its own message comes through
+    emb = post(served, "/v1/embeddings", {"model": "up:smollm2", "input": "hi"})
+    assert emb.status_code == 502 and "--embeddings" in emb.json()["error"]["message"], emb.text
+
+    headers = {"authorization": f"Bearer {FULL}", "anthropic-version": "2023-06-01"}
+    count = httpx.post(served.url + "/v1/messages/count_tokens", json={"model": "up:smollm2", "messages": ASK},
+                       headers=headers, timeout=60)  # fmt: skip
+    assert count.status_code == 503 and "served by a remote" in count.json()["error"]["message"], count.text
+
+
+def test_a_remote_table_is_checked_when_the_config_loads(tmp_path: Path) -> None:
+    d = make_daemon(tmp_path, '[[remotes]]\nname = "x"\nurl = "https://example.test/v1"\n')
+    r = d.cli("doctor", check=False)
+    assert "is https://, which Blazar does not speak to remotes yet" in r.stdout + r.stderr
