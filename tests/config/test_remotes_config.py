@@ -41,8 +41,9 @@ def test_a_remote_loads_and_routes_its_names() -> None:
     [
         ('[[remotes]]\nname = "a"\n', "'remotes[0]' (a) has no url"),
         ('[[remotes]]\nname = "a b"\nurl = "http://x/v1"\n', "key 'remotes[0].name' must be at most 64 letters"),
-        ('[[remotes]]\nname = "a"\nurl = "ftp://x/v1"\n', "key 'remotes[0].url' must be an http:// URL"),
-        ('[[remotes]]\nname = "a"\nurl = "https://x/v1"\n', "is https://, which Blazar does not speak to remotes"),
+        ('[[remotes]]\nname = "a"\nurl = "ftp://x/v1"\n', "key 'remotes[0].url' must be an http:// or https:// URL"),
+        ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\nca_file = "ca.pem"\n', "its url is not https://"),
+        ('[[remotes]]\nname = "a"\nurl = "https://x/v1"\nca_file = "/nonexistent/ca.pem"\n', "which is not a file"),
         ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\nparallel = 0\n', "'remotes[0].parallel' must be an integer"),
         ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\nkey = "k"\n', "unknown key 'remotes[0].key' (did you mean"),
         ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\napi_key_env = "NOPE"\n', "names NOPE, which is not set"),

@@ -5,14 +5,18 @@ errors that name it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 
 from tests.conftest import Assets, Daemon, cleanup, free_port, make_daemon, provision
 
@@ -54,7 +58,53 @@ def _healthy(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, assets: Assets, upstream: int) -> Iterator[Daemon]:
+def tls_front(tmp_path_factory: pytest.TempPathFactory, upstream: int) -> Iterator[tuple[int, Path]]:
+    """The upstream behind TLS: a front whose certificate comes from a test CA (trustme) forwards the bytes both
+    ways. Yields its port and the CA's PEM file."""
+    ca = trustme.CA()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(ctx)
+    ca_file = tmp_path_factory.mktemp("tls") / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+
+    async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            w.close()
+
+    async def handle(cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        ur, uw = await asyncio.open_connection("127.0.0.1", upstream)
+        await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
+
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx))
+    port = server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield port, ca_file
+
+    async def shutdown() -> None:
+        server.close()
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, assets: Assets, upstream: int, tls_front: tuple[int, Path]
+) -> Iterator[Daemon]:
+    tls_port, ca_file = tls_front
     config = f"""
 [[keys]]
 name = "full"
@@ -74,6 +124,16 @@ api_key = "{UPSTREAM_KEY}"
 name = "wrongkey"
 url = "http://127.0.0.1:{upstream}/v1"
 api_key = "sk-not-the-upstream-key-000000"
+
+[[remotes]]
+name = "tls"
+url = "https://127.0.0.1:{tls_port}/v1"
+api_key = "{UPSTREAM_KEY}"
+ca_file = "{ca_file}"
+
+[[remotes]]
+name = "untrusted"
+url = "https://127.0.0.1:{tls_port}/v1"
 
 [[remotes]]
 name = "down"
@@ -160,7 +220,21 @@ def test_a_remotes_failures_name_it(served: Daemon) -> None:
     assert count.status_code == 503 and "served by a remote" in count.json()["error"]["message"], count.text
 
 
+def test_a_remote_over_tls_is_checked_against_its_ca(served: Daemon) -> None:
+    r = post(served, "/v1/chat/completions", {"model": "tls:smollm2", "messages": ASK, "max_tokens": 4})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
+    ask = {"model": "tls:smollm2", "messages": ASK, "max_tokens": 4, "stream": True}
+    with httpx.stream("POST", served.url + "/v1/chat/completions", json=ask,
+                      headers={"authorization": f"Bearer {FULL}"}, timeout=60) as s:  # fmt: skip
+        assert s.read().decode().rstrip().endswith("data: [DONE]")
+    # without ca_file the system's CAs are asked, and they do not know the test CA
+    bad = post(
+        served, "/v1/chat/completions", {"model": "untrusted:smollm2", "messages": ASK, "max_tokens": 2}
+    )
+    assert bad.status_code == 502 and "CERTIFICATE_VERIFY_FAILED" in bad.json()["error"]["message"], bad.text
+
+
 def test_a_remote_table_is_checked_when_the_config_loads(tmp_path: Path) -> None:
-    d = make_daemon(tmp_path, '[[remotes]]\nname = "x"\nurl = "https://example.test/v1"\n')
+    d = make_daemon(tmp_path, '[[remotes]]\nname = "x"\nurl = "ftp://example.test/v1"\n')
     r = d.cli("doctor", check=False)
-    assert "is https://, which Blazar does not speak to remotes yet" in r.stdout + r.stderr
+    assert "key 'remotes[0].url' must be an http:// or https:// URL" in r.stdout + r.stderr

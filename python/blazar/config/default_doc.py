@@ -185,7 +185,10 @@ def render_default_config() -> str:
     )
     doc.add(tomlkit.comment("[[remotes]]"))
     doc.add(tomlkit.comment('name = "gpu-box"'))
-    doc.add(tomlkit.comment('url = "http://10.0.0.5:11435/v1"  # its OpenAI base URL (http only)'))
+    doc.add(tomlkit.comment('url = "http://10.0.0.5:11435/v1"  # its OpenAI base URL; or https://'))
     doc.add(tomlkit.comment('api_key = "..."                   # or api_key_env = "GPU_BOX_KEY"; optional'))
     doc.add(tomlkit.comment("parallel = 4                      # requests in flight there at once"))
+    doc.add(
+        tomlkit.comment('ca_file = "ca.pem"                # https: trust this CA instead of the system\'s')
+    )
     return tomlkit.dumps(doc)

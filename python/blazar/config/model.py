@@ -146,15 +146,17 @@ DEFAULT_REMOTE_PARALLEL = 4
 class RemoteConfig:
     """One ``[[remotes]]`` table: another Blazar or any OpenAI-compatible server, reached as ``name:model``.
 
-    ``url`` is its OpenAI base URL (``http://host:port/v1``); ``api_key`` (or the environment variable
-    ``api_key_env`` names) is sent to it as a Bearer token, never shown: the ``repr`` leaves it out. ``parallel``
-    is how many requests Blazar has in flight there at once; more wait in Blazar's queue.
+    ``url`` is its OpenAI base URL (``http://host:port/v1``, or ``https://`` checked against the system's CAs, or
+    against ``ca_file``); ``api_key`` (or the environment variable ``api_key_env`` names) is sent to it as a Bearer
+    token, never shown: the ``repr`` leaves it out. ``parallel`` is how many requests Blazar has in flight there
+    at once; more wait in Blazar's queue.
     """
 
     name: str
     url: str
     api_key: str | None = None
     parallel: int = DEFAULT_REMOTE_PARALLEL
+    ca_file: Path | None = None
 
     def __repr__(self) -> str:
         key = "set" if self.api_key else "none"

@@ -10,15 +10,15 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from blazar.config.checks import Ctx, a_type, env_value, integer, quote_key
+from blazar.config.checks import Ctx, a_type, env_value, integer, path_value, quote_key
 from blazar.config.model import DEFAULT_REMOTE_PARALLEL, KEY_NAME_MAX, KEY_NAME_PATTERN, RemoteConfig
 from blazar.errors import ConfigError
 
-_FIELDS: tuple[str, ...] = ("name", "url", "api_key", "api_key_env", "parallel")
+_FIELDS: tuple[str, ...] = ("name", "url", "api_key", "api_key_env", "parallel", "ca_file")
 
 
 def _url(ctx: Ctx, where: str, value: object) -> str:
-    expected = 'an http:// URL with a host, such as "http://10.0.0.5:11435/v1"'
+    expected = 'an http:// or https:// URL with a host, such as "http://10.0.0.5:11435/v1"'
     if not isinstance(value, str):
         raise ctx.bad(f"{where}.url", expected, value)
     try:
@@ -26,12 +26,13 @@ def _url(ctx: Ctx, where: str, value: object) -> str:
         port = parts.port
     except ValueError as exc:
         raise ConfigError(f"{ctx.source}: key '{where}.url' is not a valid URL: {exc}") from None
-    if parts.scheme == "https":
-        raise ConfigError(
-            f"{ctx.source}: key '{where}.url' is https://, which Blazar does not speak to remotes yet; reach it"
-            " through a TLS tunnel on this host (e.g. ssh -L or stunnel) and give that http:// address"
-        )
-    if parts.scheme != "http" or not parts.hostname or parts.query or parts.fragment or parts.username:
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+        or parts.username
+    ):
         raise ctx.bad(f"{where}.url", expected, value)
     del port  # read for its validation only
     return value.strip().rstrip("/")
@@ -79,7 +80,16 @@ def _remote(ctx: Ctx, index: int, table: object) -> RemoteConfig:
         raise ConfigError(f"{ctx.source}: '{where}' ({name}) has no url")
     url = _url(ctx, where, table["url"])
     parallel = integer(ctx, f"{where}.parallel", table.get("parallel", DEFAULT_REMOTE_PARALLEL), 1, 1024)
-    return RemoteConfig(name=name, url=url, api_key=_api_key(ctx, where, table), parallel=parallel)
+    ca_file = None
+    if "ca_file" in table:
+        if not url.startswith("https://"):
+            raise ConfigError(f"{ctx.source}: '{where}.ca_file' is set, but its url is not https://")
+        ca_file = path_value(ctx, f"{where}.ca_file", table["ca_file"])
+        if not ca_file.is_file():
+            raise ConfigError(f"{ctx.source}: '{where}.ca_file' is {ca_file}, which is not a file")
+    return RemoteConfig(
+        name=name, url=url, api_key=_api_key(ctx, where, table), parallel=parallel, ca_file=ca_file
+    )
 
 
 def file_remotes(ctx: Ctx, value: object) -> tuple[RemoteConfig, ...]:
@@ -106,4 +116,4 @@ def host_of(url: str) -> str:
             host = f"[{host}]"
     except ValueError:
         pass
-    return f"{host}:{parts.port or 80}"
+    return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"

@@ -13,6 +13,7 @@ its unix socket, else the supervisor's): they are few and off the hot path.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +55,22 @@ class EngineConn(asyncio.Protocol):
 
 class Links:
     """The idle connections to one child (or remote), and the request writer. ``address`` is the child's port on
-    127.0.0.1, the path of its unix socket, or a remote's (host, port); ``api_key`` (None: none) goes in every
-    request's ``authorization``."""
+    127.0.0.1, the path of its unix socket, or a remote's (host, port), over TLS with ``tls``; ``api_key`` (None:
+    none) goes in every request's ``authorization``."""
 
-    def __init__(self, address: int | Path | tuple[str, int], api_key: str | None) -> None:
+    def __init__(
+        self, address: int | Path | tuple[str, int], api_key: str | None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.address = address
+        self.tls = tls
         self.idle: list[EngineConn] = []
         if isinstance(address, Path):
             host = "localhost"
         elif isinstance(address, tuple):
-            host = f"[{address[0]}]:{address[1]}" if ":" in address[0] else f"{address[0]}:{address[1]}"
+            name, port = address
+            host = f"[{name}]" if ":" in name else name
+            if port != (443 if tls else 80):  # a default port is left out, as clients write it
+                host = f"{host}:{port}"
         else:
             host = f"127.0.0.1:{address}"
         auth = f"authorization: Bearer {api_key}\r\n" if api_key is not None else ""
@@ -158,7 +165,10 @@ class Links:
         if isinstance(self.address, Path):
             _t, conn = await loop.create_unix_connection(lambda: EngineConn(self), str(self.address))
         elif isinstance(self.address, tuple):
-            _t, conn = await loop.create_connection(lambda: EngineConn(self), *self.address)
+            host, port = self.address
+            _t, conn = await loop.create_connection(
+                lambda: EngineConn(self), host, port, ssl=self.tls, server_hostname=host if self.tls else None
+            )
         else:
             _t, conn = await loop.create_connection(lambda: EngineConn(self), "127.0.0.1", self.address)
         return conn

@@ -8,6 +8,7 @@ its streams are decoded and translated without a Python frame per read. Serving 
 
 from __future__ import annotations
 
+import ssl
 from urllib.parse import urlsplit
 
 from blazar.config.model import RemoteConfig
@@ -26,7 +27,10 @@ class Remote:
         self.name = cfg.name
         self.where = host_of(cfg.url)
         self.base_path = parts.path.rstrip("/")
-        self.links = Links((parts.hostname, parts.port or 80), cfg.api_key)
+        tls = None
+        if parts.scheme == "https":
+            tls = ssl.create_default_context(cafile=str(cfg.ca_file) if cfg.ca_file is not None else None)
+        self.links = Links((parts.hostname, parts.port or (443 if tls else 80)), cfg.api_key, tls)
         self.parallel = cfg.parallel
 
     def path(self, engine_path: str) -> str:
