@@ -25,6 +25,8 @@ from blazar.config.model import (
     DEFAULT_PORT,
     DEFAULT_QUEUE_WAIT_SECS,
     DEFAULT_REQUEST_BODY_TIMEOUT_SECS,
+    DEFAULT_SEMANTIC_CACHE_THRESHOLD,
+    DEFAULT_SEMANTIC_CACHE_TTL_SECS,
     DEFAULT_SENTINEL_STALL_SECS,
     DEFAULT_SESSION_KEEP_SECS,
     DEFAULT_STOP_GRACE_SECS,
@@ -98,6 +100,23 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         False,
         "Answer a non-streamed request the sentinel finds fault with (truncated, invalid tool call or JSON,"
         " empty) with 422 instead of the answer.",
+    ),
+    (
+        "semantic_cache",
+        False,
+        "Answer a whole request whose conversation means nearly the same as one answered recently (same model,"
+        " key and engine; not streams, tools, structured output) with that answer, without the engine.",
+    ),
+    (
+        "semantic_cache_threshold",
+        DEFAULT_SEMANTIC_CACHE_THRESHOLD,
+        "How alike two conversations must be (cosine of their embeddings, up to 1) for the cache to answer.",
+    ),
+    ("semantic_cache_ttl_secs", DEFAULT_SEMANTIC_CACHE_TTL_SECS, "How long a cached answer is given again."),
+    (
+        "semantic_cache_model",
+        "",
+        'The model that embeds conversations for the cache; "" = each chat model itself.',
     ),
     (
         "cache_type_k",

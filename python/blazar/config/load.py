@@ -69,6 +69,22 @@ def default_config_path(env: Mapping[str, str] | None = None) -> Path:
     return xdg_config_home(env) / "blazar" / "config.toml"
 
 
+def _fraction(ctx: Ctx, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ctx.bad(key, "a number above 0 and at most 1", value)
+    return float(value)
+
+
+def _model_or_empty(ctx: Ctx, key: str, value: object) -> str:
+    raw = string(ctx, key, value)
+    if not raw:
+        return ""
+    try:
+        return normalize_model_name(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{ctx.source}: key '{key}' is not a valid model name: {exc}") from None
+
+
 _TOP_LEVEL: dict[str, Check] = {
     "host": string,
     "port": lambda c, k, v: integer(c, k, v, 1, 65535),
@@ -86,6 +102,10 @@ _TOP_LEVEL: dict[str, Check] = {
     "gpu_layers": lambda c, k, v: integer(c, k, v, -1),
     "queue_wait_secs": lambda c, k, v: integer(c, k, v, 0),
     "request_body_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
+    "semantic_cache": boolean,
+    "semantic_cache_threshold": lambda c, k, v: _fraction(c, k, v),
+    "semantic_cache_ttl_secs": lambda c, k, v: integer(c, k, v, 1),
+    "semantic_cache_model": lambda c, k, v: _model_or_empty(c, k, v),
     "session_keep_secs": lambda c, k, v: integer(c, k, v, 0),
     "engine_check_secs": lambda c, k, v: integer(c, k, v, 0),
     "audit": boolean,

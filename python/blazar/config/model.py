@@ -22,6 +22,8 @@ DEFAULT_CHILD_START_TIMEOUT_SECS = 120
 DEFAULT_CHILD_HEADER_TIMEOUT_SECS = 120
 DEFAULT_QUEUE_WAIT_SECS = 30
 DEFAULT_REQUEST_BODY_TIMEOUT_SECS = 60
+DEFAULT_SEMANTIC_CACHE_THRESHOLD = 0.90
+DEFAULT_SEMANTIC_CACHE_TTL_SECS = 600
 DEFAULT_SESSION_KEEP_SECS = 900
 DEFAULT_SENTINEL_STALL_SECS = 30.0
 DEFAULT_ENGINE_CHECK_SECS = 86400
@@ -246,6 +248,9 @@ class Config:
     streamed tokens it reports (0 = off);
     ``sentinel_enforce`` answers a non-streamed request the sentinel finds fault with by a 422.
     ``request_body_timeout_secs`` bounds how long a client may take to send a request's body (then 408).
+    ``semantic_cache`` (opt-in) answers a whole request whose conversation embeds within
+    ``semantic_cache_threshold`` (cosine) of one answered in the last ``semantic_cache_ttl_secs`` with that answer;
+    ``semantic_cache_model`` embeds them ("": the chat model itself).
     """
 
     host: str = DEFAULT_HOST
@@ -270,6 +275,10 @@ class Config:
     sentinel: bool = True
     sentinel_stall_secs: float = DEFAULT_SENTINEL_STALL_SECS
     sentinel_enforce: bool = False
+    semantic_cache: bool = False
+    semantic_cache_threshold: float = DEFAULT_SEMANTIC_CACHE_THRESHOLD
+    semantic_cache_ttl_secs: int = DEFAULT_SEMANTIC_CACHE_TTL_SECS
+    semantic_cache_model: str = ""
     cache_type_k: str = DEFAULT_CACHE_TYPE
     cache_type_v: str = DEFAULT_CACHE_TYPE
     flash_attn: str = DEFAULT_FLASH_ATTN

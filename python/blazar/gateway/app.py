@@ -149,7 +149,7 @@ class App:
             ("access-control-allow-origin", "*" if "*" in self.cors else origin),
             (
                 "access-control-expose-headers",
-                "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored, x-blazar-sentinel",
+                "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored, x-blazar-sentinel, x-blazar-cache",
             ),
             ("vary", "origin"),
         ]

@@ -17,10 +17,12 @@ from typing import Any, TypeVar
 import orjson
 
 from blazar import names
-from blazar._native import StreamTranslator, translate_whole
+from blazar._native import StreamError, StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
-from blazar.errors import LaneError
-from blazar.gateway import forced_tools, proxy, remote, watch
+from blazar.engines import registry
+from blazar.engines.lanes import serving_lane
+from blazar.errors import BlazarError, LaneError
+from blazar.gateway import forced_tools, proxy, remote, semcache, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
@@ -214,9 +216,61 @@ async def serve(
     hit = claim_remote(sup, req, canon)
     if hit is not None:
         return await remote.serve(sup, req, proto, canon, shape, *hit)
-    _name, key, slots = claim(sup, req, canon)
+    name, key, slots = claim(sup, req, canon)
+    probe = await _cache_probe(sup, req, canon, name) if req.gate.semcache is not None else None
+    if probe is not None:
+        cached = _cached_answer(req, canon, shape, probe)
+        if cached is not None:
+            return cached
     with await req.gate.admit(req, key, slots, canon):
-        return await once_more_if_wedged(lambda: _dispatch(sup, req, proto, canon, shape, key, slots))
+        return await once_more_if_wedged(lambda: _dispatch(sup, req, proto, canon, shape, key, slots, probe))
+
+
+async def _cache_probe(
+    sup: Supervisor, req: Request, canon: CanonicalRequest, name: str
+) -> semcache.Probe | None:
+    """Where this request belongs in the semantic cache (its conversation embedded), or None when it is not
+    cached or the embedding failed (logged; the request is served as if the cache were off)."""
+    cache = req.gate.semcache
+    text = semcache.text_of(canon)
+    if cache is None or text is None or req.headers.get("x-blazar-session"):  # a pinned slot has state
+        return None
+    try:
+        ecanon = CanonicalRequest(model=cache.embed_model or name, kind="embedding", input=[text])
+        _ename, ekey, eslots = route_target(sup, ecanon)
+        with await req.gate.admit(req, ekey, eslots, ecanon):
+            parsed, _ = await once_more_if_wedged(lambda: _embed(sup, req, ecanon))
+        vector = parsed["data"][0]["embedding"]
+        who = req.key.name if req.key is not None else ""
+        return semcache.Probe(f"{name}\0{who}\0{_lane(sup, name)}", vector)
+    except (HttpError, BlazarError, StreamError, KeyError, IndexError, TypeError, ValueError) as e:
+        semcache.failed("embedding the conversation", e)
+        return None
+
+
+def _lane(sup: Supervisor, name: str) -> str:
+    """The engine kind that serves ``name``: the running child's, else the one routing would pick."""
+    child = sup.children.get(child_key(name, False))
+    if child is not None:
+        return child.lane
+    return serving_lane(sup.cfg, sup.catalog.get(name), registry.list_all(sup.store)).kind
+
+
+def _cached_answer(
+    req: Request, canon: CanonicalRequest, shape: Shape, probe: semcache.Probe
+) -> Response | None:
+    cache = req.gate.semcache
+    assert cache is not None
+    try:
+        stored = cache.lookup(probe)
+        if stored is None:
+            return None
+        out, _summary = semcache.answer(stored, canon, shape.translator, req)
+    except (StreamError, ValueError) as e:
+        semcache.failed("looking the conversation up", e)
+        return None
+    req.set_header(semcache.HEADER, "hit")  # no usage: the engine did no work for it
+    return 200, [("content-type", "application/json")], out
 
 
 async def once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
@@ -233,7 +287,14 @@ async def once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
 
 
 async def _dispatch(
-    sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape, key: str, slots: int
+    sup: Supervisor,
+    req: Request,
+    proto: Any,
+    canon: CanonicalRequest,
+    shape: Shape,
+    key: str,
+    slots: int,
+    probe: semcache.Probe | None = None,
 ) -> Response | None:
     child, load_ns = await ready_child(sup, req, canon)
     check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
@@ -312,6 +373,10 @@ async def _dispatch(
             raise proxy.engine_error(502, data)
         req.summary = summary
         watch.judge_whole(sup, req, canon)
+        if probe is not None and req.gate.semcache is not None:
+            req.set_header(semcache.HEADER, "miss")
+            if semcache.worth_keeping(summary, 0 if req.response_header(watch.HEADER) is None else 1):
+                req.gate.semcache.store(probe, data)
         return 200, [("content-type", "application/json")], out
     finally:
         await after(sup, child)

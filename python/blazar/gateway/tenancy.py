@@ -23,6 +23,7 @@ from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
 from blazar.gateway.http import HEADER_TOKEN_MAX, HttpError, Request, is_header_token
+from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
 from blazar.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
 from blazar.paths import DataDir
@@ -58,6 +59,7 @@ class Gate:
         self.admission = Admission()
         self.sessions = Sessions(cfg.session_keep_secs)
         self.audit = AuditLog(data.root / "audit") if cfg.audit else None
+        self.semcache = SemanticCache(cfg) if cfg.semantic_cache else None
         self._flusher: asyncio.Task[None] | None = None
 
     # -- envelope ------------------------------------------------------------------------------------------

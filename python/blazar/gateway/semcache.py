@@ -1,0 +1,109 @@
+"""The semantic cache (opt-in: ``semantic_cache = true``): a whole request whose conversation means nearly the same
+as one answered in the last ``semantic_cache_ttl_secs`` gets that answer again, without the engine.
+
+A request is looked up only when its answer can be given twice: whole (not streamed), one choice, no tools, no
+structured output (``response_format``, ``json_schema``, ``grammar``), no images, no session pin. Its text (each
+message as ``role: content``, or the completion prompt) is embedded by ``semantic_cache_model`` ("" = the chat
+model's own ``@embed`` engine) and searched in the native ``SemanticIndex`` (top-1 cosine, GIL released) within one
+partition per (model, API key, engine lane): a cached answer never crosses keys. A hit is the engine's stored body
+translated for the asking dialect (so an OpenAI answer serves an Ollama client of the same key too) and says
+``x-blazar-cache: hit``; it charges no tokens. A miss says ``x-blazar-cache: miss`` and stores the engine's body
+once the answer finished cleanly (``finish_reason`` stop, no sentinel findings). A conversation too long to embed
+in one batch is not cached. Any failure of the cache itself is logged and the request served as if it were off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from blazar._native import SemanticIndex, StreamError, translate_whole
+from blazar.dialects.canonical import CanonicalRequest
+from blazar.gateway.http import HttpError, Request
+
+if TYPE_CHECKING:
+    from blazar.config import Config
+
+log = logging.getLogger("blazar.cache")
+
+HEADER = "x-blazar-cache"
+CAPACITY = 10_000
+"""Entries kept, all partitions together; the oldest go first."""
+MAX_TEXT_CHARS = 8_000
+"""Longer conversations are not looked up: their embedding would be cut to one batch and could match another."""
+_STRUCTURED = ("json_schema", "grammar", "response_format")
+
+
+@dataclass(slots=True)
+class Probe:
+    """One request's place in the cache: where to look and what to store under."""
+
+    partition: str
+    vector: list[float]
+
+
+class SemanticCache:
+    def __init__(self, cfg: Config) -> None:
+        self.threshold = float(cfg.semantic_cache_threshold)
+        self.ttl = float(cfg.semantic_cache_ttl_secs)
+        self.embed_model = cfg.semantic_cache_model
+        self._by_dim: dict[int, SemanticIndex] = {}
+
+    def index(self, dim: int) -> SemanticIndex:
+        idx = self._by_dim.get(dim)
+        if idx is None:
+            idx = self._by_dim[dim] = SemanticIndex(dim, CAPACITY, self.ttl, self.threshold)
+        return idx
+
+    def lookup(self, probe: Probe) -> bytes | None:
+        hit = self.index(len(probe.vector)).lookup(probe.partition, probe.vector)
+        return None if hit is None else hit[1]
+
+    def store(self, probe: Probe, engine_body: bytes) -> None:
+        self.index(len(probe.vector)).insert(probe.partition, probe.vector, engine_body)
+
+
+def text_of(canon: CanonicalRequest) -> str | None:
+    """The text a request is cached under, or None when its answer should not be given twice."""
+    if canon.stream or canon.kind not in ("chat", "completion") or canon.choices() > 1:
+        return None
+    if canon.tools or canon.response_format is not None or canon.suffix is not None or canon.has_images():
+        return None
+    if any(k in canon.params for k in _STRUCTURED):
+        return None
+    if canon.kind == "completion":
+        text = canon.prompt if isinstance(canon.prompt, str) else None
+    else:
+        parts = []
+        for m in canon.messages:
+            content = m.get("content")
+            if not isinstance(content, str) or m.get("tool_calls"):
+                return None
+            parts.append(f"{m.get('role')}: {content}")
+        text = "\n".join(parts)
+    if not text or len(text) > MAX_TEXT_CHARS:
+        return None
+    return text
+
+
+def answer(
+    cached: bytes, canon: CanonicalRequest, translator: str, req: Request
+) -> tuple[bytes, dict[str, Any]]:
+    """A stored engine body as the asking dialect's whole answer."""
+    return translate_whole(
+        translator, canon.model, cached, total_duration_ns=int((time.perf_counter() - req.t0) * 1e9)
+    )
+
+
+def worth_keeping(summary: dict[str, Any], findings: int) -> bool:
+    """Only an answer that finished on its own, with nothing the sentinel found, is given again."""
+    return summary.get("finish_reason") == "stop" and not summary.get("errors") and findings == 0
+
+
+def failed(what: str, e: Exception) -> None:
+    if isinstance(e, HttpError | StreamError | ValueError):
+        log.warning("semantic cache: %s failed (%s); the request is served without it", what, e)
+    else:
+        log.exception("semantic cache: %s failed; the request is served without it", what)

@@ -1,0 +1,69 @@
+"""End to end: the semantic cache on the real llama-server. The model's own embedding engine embeds each
+conversation; the same conversation again is answered from the cache (in any dialect of the same key), a
+different one, a stream, another key or an expired entry is not."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import Daemon
+
+pytestmark = pytest.mark.e2e
+
+A = "sk-blazar-cache-a-0123456789abcdef01234567"
+B = "sk-blazar-cache-b-0123456789abcdef01234567"
+CONFIG = f"""semantic_cache = true
+semantic_cache_ttl_secs = 10
+
+[[keys]]
+name = "a"
+secret = "{A}"
+
+[[keys]]
+name = "b"
+secret = "{B}"
+"""
+ASK = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+
+
+def chat(d: Daemon, messages: list[dict[str, str]], key: str = A, **extra: object) -> httpx.Response:
+    body = {"model": "smollm2", "messages": messages, "max_tokens": 16, "temperature": 0, **extra}
+    return httpx.post(d.url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"},
+                      timeout=60)  # fmt: skip
+
+
+def test_the_same_conversation_is_answered_from_the_cache(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(CONFIG)
+    first = chat(d, ASK)
+    stored = time.monotonic()
+    assert first.status_code == 200, first.text
+    assert first.json()["choices"][0]["finish_reason"] == "stop", first.text  # only clean answers are kept
+    assert first.headers["x-blazar-cache"] == "miss"
+    [_chat_engine, _embed_engine] = d.child_pids()  # the model's own embedding engine embeds conversations
+
+    again = chat(d, ASK)
+    assert again.status_code == 200 and again.headers["x-blazar-cache"] == "hit"
+    assert again.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+    assert again.json()["model"] == "smollm2"
+
+    # the same key in another dialect: the stored answer, in Ollama's shape
+    o = httpx.post(d.url + "/api/chat", json={"model": "smollm2", "messages": ASK, "stream": False,
+                   "options": {"num_predict": 16, "temperature": 0}},
+                   headers={"authorization": f"Bearer {A}"}, timeout=60)  # fmt: skip
+    assert o.status_code == 200 and o.headers["x-blazar-cache"] == "hit", o.text
+    assert o.json()["message"]["content"] == first.json()["choices"][0]["message"]["content"]
+
+    other = chat(d, [{"role": "user", "content": "Write one line about the sea."}])
+    assert other.headers["x-blazar-cache"] == "miss"
+    assert chat(d, ASK, key=B).headers["x-blazar-cache"] == "miss"  # never across keys
+    streamed = chat(d, ASK, stream=True)
+    assert streamed.status_code == 200 and "x-blazar-cache" not in streamed.headers  # streams bypass it
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert "x-blazar-cache" not in chat(d, ASK, tools=tools).headers  # so do tools
+
+    time.sleep(max(0.0, stored + 10.5 - time.monotonic()))  # semantic_cache_ttl_secs
+    assert chat(d, ASK).headers["x-blazar-cache"] == "miss"
