@@ -138,8 +138,12 @@ url = "https://127.0.0.1:{tls_port}/v1"
 [[remotes]]
 name = "down"
 url = "http://127.0.0.1:{free_port()}/v1"
+
+[[remotes]]
+name = "smollm2"
+url = "http://127.0.0.1:{free_port()}/v1"
 """
-    d = provision(make_daemon(tmp_path_factory.mktemp("remotes"), config), assets, model=False)
+    d = provision(make_daemon(tmp_path_factory.mktemp("remotes"), config), assets)
     d.start()
     yield d
     cleanup(d)
@@ -238,3 +242,21 @@ def test_a_remote_table_is_checked_when_the_config_loads(tmp_path: Path) -> None
     d = make_daemon(tmp_path, '[[remotes]]\nname = "x"\nurl = "ftp://example.test/v1"\n')
     r = d.cli("doctor", check=False)
     assert "key 'remotes[0].url' must be an http:// or https:// URL" in r.stdout + r.stderr
+
+
+def test_remote_models_are_listed_and_a_local_name_always_wins(served: Daemon) -> None:
+    listed = httpx.get(served.url + "/v1/models", headers={"authorization": f"Bearer {FULL}"}, timeout=30)
+    ids = [m["id"] for m in listed.json()["data"]]
+    assert "smollm2:latest" in ids  # the local model
+    assert any(i.startswith("up:") for i in ids) and any(i.startswith("tls:") for i in ids), ids
+    assert not any(i.startswith(("down:", "wrongkey:", "untrusted:")) for i in ids), ids  # they list nothing
+    scoped = httpx.get(served.url + "/v1/models", headers={"authorization": f"Bearer {SCOPED}"}, timeout=30)
+    assert all(m["id"] == "up:smollm2" for m in scoped.json()["data"]), scoped.text
+
+    # a remote named like a local model: the catalog's exact name is served here, any other tag goes there
+    local = post(
+        served, "/v1/chat/completions", {"model": "smollm2:latest", "messages": ASK, "max_tokens": 2}
+    )
+    assert local.status_code == 200, local.text
+    there = post(served, "/v1/chat/completions", {"model": "smollm2:other", "messages": ASK, "max_tokens": 2})
+    assert there.status_code == 502 and "remote 'smollm2'" in there.json()["error"]["message"], there.text

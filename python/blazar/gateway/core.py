@@ -80,7 +80,7 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
     model's engine claims it first: generation, embeddings, fill-in-the-middle, loads and unloads, token counts.
     A ``remote:model`` name is refused here, naming the feature that needs a local engine: the paths that serve
     remotes claim them with ``claim_remote``."""
-    if sup.remotes.route(canon.model) is not None:
+    if sup.remote_for(canon.model) is not None:
         raise LaneError(
             f"'{canon.model}' is served by a remote ([[remotes]] in config.toml), and this endpoint needs a model"
             " this daemon runs itself (token counting, fill-in-the-middle and loading work on local models only)"
@@ -99,7 +99,7 @@ def _note(req: Request, canon: CanonicalRequest) -> None:
 def claim_remote(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Remote, str] | None:
     """For a ``remote:model`` name: the key's scope and quotas under that name, and (the remote, its model);
     None for a local model."""
-    hit = sup.remotes.route(canon.model)
+    hit = sup.remote_for(canon.model)
     if hit is not None:
         req.gate.check_model(req, canon.model)
         _note(req, canon)

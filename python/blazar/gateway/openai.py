@@ -15,7 +15,7 @@ import orjson
 from blazar import names
 from blazar.catalog import ModelRow
 from blazar.dialects import openai as dialect
-from blazar.gateway import core
+from blazar.gateway import core, remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
 from blazar.supervisor import Supervisor
@@ -33,6 +33,8 @@ def _model_object(m: ModelRow) -> dict[str, Any]:
 
 async def list_models(sup: Supervisor, req: Request, proto: Any) -> Response:
     data = [_model_object(m) for m in sup.catalog.list() if visible(req, m.name)]
+    if sup.remotes.by_name:
+        data += await remote.listed(sup, req)
     return 200, JSON_HEADERS, orjson.dumps({"object": "list", "data": data})
 
 

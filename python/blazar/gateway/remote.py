@@ -13,20 +13,30 @@ engine child.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
+import aiohttp
 import orjson
 
 from blazar._native import LinkError, StreamError, StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, render_engine
 from blazar.gateway import proxy, watch
 from blazar.gateway.http import HttpError, Request
+from blazar.gateway.tenancy import visible
 from blazar.supervisor import Supervisor
 from blazar.supervisor.links import EngineConn
 from blazar.supervisor.remotes import Remote
 
 Response = tuple[int, list[tuple[str, str]], bytes]
+
+log = logging.getLogger("blazar.remote")
+
+LISTED_SECS = 30.0
+"""How long what a remote's ``/models`` said is reused for ``/v1/models``."""
+LIST_TIMEOUT_SECS = 3.0
+"""A remote that does not answer ``/models`` this fast lists nothing this time."""
 
 LLAMA_ONLY = ("verbose", "response_fields", "id_slot", "cache_prompt")
 """Body fields Blazar adds for llama-server that an OpenAI-compatible server may refuse as unknown."""
@@ -169,3 +179,42 @@ async def embed(
     if not isinstance(parsed, dict) or not isinstance(parsed.get("data"), list):
         raise _failed(remote, "sent an embeddings answer without a data array")
     return parsed
+
+
+async def listed(sup: Supervisor, req: Request) -> list[dict[str, Any]]:
+    """``/v1/models`` entries for what every remote's own ``/models`` lists, as ``remote:model`` (each remote asked
+    at most every ``LISTED_SECS``; one that fails lists nothing, and the local models are listed all the same)."""
+    remotes = list(sup.remotes.by_name.values())
+    ids = await asyncio.gather(*(_ids(sup, r) for r in remotes))
+    return [
+        {"id": name, "object": "model", "created": 0, "owned_by": f"remote {r.name}"}
+        for r, got in zip(remotes, ids, strict=True)
+        for name in (f"{r.name}:{m}" for m in got)
+        if visible(req, name)
+    ]
+
+
+async def _ids(sup: Supervisor, remote: Remote) -> list[str]:
+    now = time.monotonic()
+    if remote.listed is not None and now - remote.listed[0] < LISTED_SECS:
+        return remote.listed[1]
+    ids: list[str] = []
+    try:
+        async with sup.http.get(
+            remote.url + "/models",
+            headers=remote.auth,
+            ssl=remote.tls if remote.tls is not None else True,
+            timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT_SECS),
+        ) as r:
+            body = await r.json(content_type=None) if r.status == 200 else None
+        data = body.get("data") if isinstance(body, dict) else None
+        if isinstance(data, list):
+            ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
+        else:
+            log.warning("remote '%s' (%s): GET /models gave no model list", remote.name, remote.where)
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+        log.warning(
+            "remote '%s' (%s): GET /models failed: %s", remote.name, remote.where, e or type(e).__name__
+        )
+    remote.listed = (now, ids)
+    return ids

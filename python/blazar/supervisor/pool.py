@@ -29,7 +29,7 @@ from blazar.supervisor import bank
 from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
-from blazar.supervisor.remotes import Remotes
+from blazar.supervisor.remotes import Remote, Remotes
 
 log = logging.getLogger("blazar.supervisor")
 
@@ -102,6 +102,18 @@ class Supervisor:
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=ENGINE_KEEPALIVE_SECS)
             self._http = aiohttp.ClientSession(connector=connector)
         return self._http
+
+    def remote_for(self, model: str) -> tuple[Remote, str] | None:
+        """(the remote, its model) when ``model`` is ``remote:model`` for a ``[[remotes]]`` name and the catalog
+        has no model of that exact name (a local model always wins); else None."""
+        hit = self.remotes.route(model)
+        if hit is None:
+            return None
+        try:
+            local = self.catalog.find(names.normalize(model))
+        except CatalogError:
+            local = None
+        return None if local is not None else hit
 
     def start_background(self) -> None:
         if self._reaper is None:

@@ -19,7 +19,7 @@ from blazar.supervisor.links import Links
 class Remote:
     """One remote: where it is (``where``, host:port for messages; never its key) and its connections."""
 
-    __slots__ = ("base_path", "links", "name", "parallel", "where")
+    __slots__ = ("auth", "base_path", "links", "listed", "name", "parallel", "tls", "url", "where")
 
     def __init__(self, cfg: RemoteConfig) -> None:
         parts = urlsplit(cfg.url)
@@ -32,6 +32,10 @@ class Remote:
             tls = ssl.create_default_context(cafile=str(cfg.ca_file) if cfg.ca_file is not None else None)
         self.links = Links((parts.hostname, parts.port or (443 if tls else 80)), cfg.api_key, tls)
         self.parallel = cfg.parallel
+        self.url = cfg.url
+        self.tls = tls
+        self.auth = {"authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        self.listed: tuple[float, list[str]] | None = None  # (when, model ids) its /models last said
 
     def path(self, engine_path: str) -> str:
         """The remote's path for an engine path (``/v1/chat/completions`` -> the URL's path + ``/chat/completions``)."""
