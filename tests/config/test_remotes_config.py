@@ -43,7 +43,7 @@ def test_a_remote_loads_and_routes_its_names() -> None:
         ('[[remotes]]\nname = "a b"\nurl = "http://x/v1"\n', "key 'remotes[0].name' must be at most 64 letters"),
         ('[[remotes]]\nname = "a"\nurl = "ftp://x/v1"\n', "key 'remotes[0].url' must be an http:// or https:// URL"),
         ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\nca_file = "ca.pem"\n', "its url is not https://"),
-        ('[[remotes]]\nname = "a"\nurl = "https://x/v1"\nca_file = "/nonexistent/ca.pem"\n', "which is not a file"),
+        ('[[remotes]]\nname = "a"\nurl = "https://x/v1"\nca_file = "/nonexistent/ca.pem"\n', "which cannot be read: No such file"),
         ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\nparallel = 0\n', "'remotes[0].parallel' must be an integer"),
         ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\nkey = "k"\n', "unknown key 'remotes[0].key' (did you mean"),
         ('[[remotes]]\nname = "a"\nurl = "http://x/v1"\napi_key_env = "NOPE"\n', "names NOPE, which is not set"),
@@ -58,3 +58,12 @@ def test_a_bad_remote_is_refused_with_the_fix(text: str, message: str) -> None:
         load(text)
     assert message in str(e.value)
     assert "a secret" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://bob:hunter2@gpu/v1", "http://gpu/v1?key=hunter2", "http://gpu/v1#hunter2"]
+)
+def test_a_url_carrying_credentials_is_refused_without_repeating_them(url: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(f'[[remotes]]\nname = "a"\nurl = "{url}"\n')
+    assert "no user, password, query or fragment" in str(e.value) and "hunter2" not in str(e.value)

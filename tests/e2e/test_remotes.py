@@ -36,7 +36,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Iterat
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(assets.llama_server), "--model", str(assets.model), "--host", "127.0.0.1", "--port", str(port),
-             "--api-key", UPSTREAM_KEY, "--ctx-size", "2048", "--no-webui"],
+             "--api-key", UPSTREAM_KEY, "--ctx-size", "2048", "--no-webui", "--alias", "smollm2"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     try:
@@ -248,10 +248,10 @@ def test_remote_models_are_listed_and_a_local_name_always_wins(served: Daemon) -
     listed = httpx.get(served.url + "/v1/models", headers={"authorization": f"Bearer {FULL}"}, timeout=30)
     ids = [m["id"] for m in listed.json()["data"]]
     assert "smollm2:latest" in ids  # the local model
-    assert any(i.startswith("up:") for i in ids) and any(i.startswith("tls:") for i in ids), ids
+    assert "up:smollm2" in ids and "tls:smollm2" in ids, ids
     assert not any(i.startswith(("down:", "wrongkey:", "untrusted:")) for i in ids), ids  # they list nothing
     scoped = httpx.get(served.url + "/v1/models", headers={"authorization": f"Bearer {SCOPED}"}, timeout=30)
-    assert all(m["id"] == "up:smollm2" for m in scoped.json()["data"]), scoped.text
+    assert [m["id"] for m in scoped.json()["data"]] == ["up:smollm2"], scoped.text  # its scope, nothing else
 
     # a remote named like a local model: the catalog's exact name is served here, any other tag goes there
     local = post(

@@ -63,7 +63,16 @@ def test_the_same_conversation_is_answered_from_the_cache(daemon_factory: object
     streamed = chat(d, ASK, stream=True)
     assert streamed.status_code == 200 and "x-blazar-cache" not in streamed.headers  # streams bypass it
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    assert "x-blazar-cache" not in chat(d, ASK, tools=tools).headers  # so do tools
+    with_tools = chat(d, ASK, tools=tools)
+    assert with_tools.status_code == 200 and "x-blazar-cache" not in with_tools.headers  # so do tools
+    hotter = chat(d, ASK, temperature=0.7)  # other settings: not the answer the first request got
+    assert hotter.status_code == 200 and hotter.headers["x-blazar-cache"] == "miss"
+    prompt = httpx.post(d.url + "/v1/completions", json={"model": "smollm2", "prompt": f"user: {ASK[0]['content']}",
+                        "max_tokens": 16, "temperature": 0}, headers={"authorization": f"Bearer {A}"}, timeout=60)  # fmt: skip
+    assert (
+        prompt.status_code == 200 and prompt.headers["x-blazar-cache"] == "miss"
+    )  # the same text as a prompt
+    assert prompt.json()["object"] == "text_completion"
 
     time.sleep(max(0.0, stored + 10.5 - time.monotonic()))  # semantic_cache_ttl_secs
     assert chat(d, ASK).headers["x-blazar-cache"] == "miss"

@@ -76,9 +76,9 @@ def _fraction(ctx: Ctx, key: str, value: object) -> float:
 
 
 def _model_or_empty(ctx: Ctx, key: str, value: object) -> str:
-    raw = string(ctx, key, value)
-    if not raw:
+    if value == "":
         return ""
+    raw = string(ctx, key, value)
     try:
         return normalize_model_name(raw)
     except ValueError as exc:

@@ -8,6 +8,7 @@ A remote is another Blazar or any OpenAI-compatible server; a request for ``name
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from urllib.parse import urlsplit
 
 from blazar.config.checks import Ctx, a_type, env_value, integer, path_value, quote_key
@@ -18,23 +19,22 @@ _FIELDS: tuple[str, ...] = ("name", "url", "api_key", "api_key_env", "parallel",
 
 
 def _url(ctx: Ctx, where: str, value: object) -> str:
-    expected = 'an http:// or https:// URL with a host, such as "http://10.0.0.5:11435/v1"'
+    """The remote's base URL. A bad one is not repeated in the message: it may hold a password or a key."""
+    rule = (
+        f"{ctx.source}: key '{where}.url' must be an http:// or https:// URL with a host and no user, password,"
+        ' query or fragment, such as "http://10.0.0.5:11435/v1" (a key goes in api_key)'
+    )
     if not isinstance(value, str):
-        raise ctx.bad(f"{where}.url", expected, value)
+        raise ConfigError(f"{rule}; got {a_type(value)}")
     try:
         parts = urlsplit(value.strip())
-        port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"{ctx.source}: key '{where}.url' is not a valid URL: {exc}") from None
-    if (
-        parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or parts.query
-        or parts.fragment
-        or parts.username
-    ):
-        raise ctx.bad(f"{where}.url", expected, value)
-    del port  # read for its validation only
+        parts.port  # noqa: B018  (read for its validation)
+    except ValueError:
+        raise ConfigError(f"{rule}; its port is not a number from 0 to 65535") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ConfigError(rule)
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(rule)
     return value.strip().rstrip("/")
 
 
@@ -85,8 +85,13 @@ def _remote(ctx: Ctx, index: int, table: object) -> RemoteConfig:
         if not url.startswith("https://"):
             raise ConfigError(f"{ctx.source}: '{where}.ca_file' is set, but its url is not https://")
         ca_file = path_value(ctx, f"{where}.ca_file", table["ca_file"])
-        if not ca_file.is_file():
-            raise ConfigError(f"{ctx.source}: '{where}.ca_file' is {ca_file}, which is not a file")
+        try:
+            ssl.create_default_context(cafile=str(ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it holds no PEM certificate"
+            raise ConfigError(
+                f"{ctx.source}: '{where}.ca_file' is {ca_file}, which cannot be read: {why}"
+            ) from None
     return RemoteConfig(
         name=name, url=url, api_key=_api_key(ctx, where, table), parallel=parallel, ca_file=ca_file
     )

@@ -7,6 +7,7 @@ client request into a ``CanonicalRequest`` and call ``serve``; they never talk t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -203,10 +204,23 @@ def keep(child: Child, canon: CanonicalRequest) -> None:
     child.keep_alive = child.base_keep_alive if canon.keep_alive is None else canon.keep_alive
 
 
-async def after(sup: Supervisor, child: Child) -> None:
-    """A request on ``child`` ended: unload it if a keep_alive 0 asked for that and no other request runs on it."""
-    if child.unload_when_idle and child.inflight == 0:
-        await sup.evict(child.key, "keep_alive 0", only=child)
+def after(sup: Supervisor, child: Child) -> None:
+    """A request on ``child`` ended: unload it if a keep_alive 0 asked for that and no other request runs on it,
+    in the background (the answer does not wait for the engine to stop), checked again under the key's lock."""
+    if _unloadable(child):
+        task = asyncio.get_running_loop().create_task(
+            sup.evict(child.key, "keep_alive 0", only=child, still=_unloadable)
+        )
+        _UNLOADS.add(task)
+        task.add_done_callback(_UNLOADS.discard)
+
+
+def _unloadable(child: Child) -> bool:
+    return child.unload_when_idle and child.inflight == 0
+
+
+_UNLOADS: set[asyncio.Task[bool]] = set()
+"""Unloads under way (a task nobody awaits must be referenced until it ends)."""
 
 
 async def serve(
@@ -240,12 +254,18 @@ async def _cache_probe(
         _ename, ekey, eslots = route_target(sup, ecanon)
         with await req.gate.admit(req, ekey, eslots, ecanon):
             parsed, _ = await once_more_if_wedged(lambda: _embed(sup, req, ecanon))
-        vector = parsed["data"][0]["embedding"]
+        vector = semcache.checked_vector(parsed["data"][0]["embedding"])
         who = req.key.name if req.key is not None else ""
-        return semcache.Probe(f"{name}\0{who}\0{_lane(sup, name)}", vector)
-    except (HttpError, BlazarError, StreamError, KeyError, IndexError, TypeError, ValueError) as e:
+        return semcache.Probe(semcache.partition(canon, name, who, _lane(sup, name)), vector)
+    except HttpError as e:
+        if (
+            e.status == 400 and "too large" in e.message
+        ):  # longer than the embedding engine takes in one batch
+            return None
         semcache.failed("embedding the conversation", e)
-        return None
+    except (BlazarError, StreamError, KeyError, IndexError, TypeError, ValueError) as e:
+        semcache.failed("embedding the conversation", e)
+    return None
 
 
 def _lane(sup: Supervisor, name: str) -> str:
@@ -266,7 +286,7 @@ def _cached_answer(
         if stored is None:
             return None
         out, _summary = semcache.answer(stored, canon, shape.translator, req)
-    except (StreamError, ValueError) as e:
+    except (StreamError, TypeError, ValueError) as e:
         semcache.failed("looking the conversation up", e)
         return None
     req.set_header(semcache.HEADER, "hit")  # no usage: the engine did no work for it
@@ -376,10 +396,13 @@ async def _dispatch(
         if probe is not None and req.gate.semcache is not None:
             req.set_header(semcache.HEADER, "miss")
             if semcache.worth_keeping(summary, 0 if req.response_header(watch.HEADER) is None else 1):
-                req.gate.semcache.store(probe, data)
+                try:
+                    req.gate.semcache.store(probe, data)
+                except (TypeError, ValueError) as e:
+                    semcache.failed("storing the answer", e)
         return 200, [("content-type", "application/json")], out
     finally:
-        await after(sup, child)
+        after(sup, child)
 
 
 async def _forced_tool_call(
@@ -440,6 +463,6 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
         _status, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
         req.engine_s += time.perf_counter() - t0
     finally:
-        await after(sup, child)
+        after(sup, child)
     parsed: dict[str, Any] = orjson.loads(data)
     return parsed, load_ns

@@ -22,6 +22,7 @@ import orjson
 
 from blazar._native import LinkError, StreamError, StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, render_engine
+from blazar.errors import LaneError
 from blazar.gateway import proxy, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.gateway.tenancy import visible
@@ -57,13 +58,13 @@ def _failed(remote: Remote, what: str) -> HttpError:
 def _answered(remote: Remote, status: int, data: bytes) -> HttpError:
     """The remote's error answer: its 4xx pass through with its message; a refusal of Blazar's credentials, or
     anything else, is a 502 naming the remote."""
-    err = proxy.engine_error(status, data)
-    if status in (401, 403):
+    if status in (401, 403):  # its message may quote part of the key it was sent: not repeated
         return _failed(
             remote,
-            f"refused Blazar's credentials (HTTP {status}: {err.message}); check api_key under its [[remotes]]"
-            " table in config.toml",
+            f"refused Blazar's credentials (HTTP {status}); check api_key under its [[remotes]] table in"
+            " config.toml",
         )
+    err = proxy.engine_error(status, data)
     if 400 <= status < 500:
         return HttpError(status, f"remote '{remote.name}': {err.message}", err.kind, source="remote")
     return _failed(remote, f"failed (HTTP {status}): {err.message}")
@@ -102,6 +103,11 @@ async def serve(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Any, remote: Remote, model: str
 ) -> Response | None:
     """A chat or completion request for ``remote:model``, already claimed (scope and quotas)."""
+    if canon.suffix is not None:
+        raise LaneError(
+            f"'{canon.model}' is served by a remote ([[remotes]] in config.toml), and fill-in-the-middle (suffix)"
+            " needs a model this daemon runs itself (llama-server's /infill)"
+        )
     with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
         path, body = _body(canon, model)
         if canon.stream:

@@ -5,7 +5,8 @@ A request is looked up only when its answer can be given twice: whole (not strea
 structured output (``response_format``, ``json_schema``, ``grammar``), no images, no session pin. Its text (each
 message as ``role: content``, or the completion prompt) is embedded by ``semantic_cache_model`` ("" = the chat
 model's own ``@embed`` engine) and searched in the native ``SemanticIndex`` (top-1 cosine, GIL released) within one
-partition per (model, API key, engine lane): a cached answer never crosses keys. A hit is the engine's stored body
+partition per (model, API key, engine lane, request kind, sampling settings): a cached answer never crosses keys,
+and is never given for other settings. A hit is the engine's stored body
 translated for the asking dialect (so an OpenAI answer serves an Ollama client of the same key too) and says
 ``x-blazar-cache: hit``; it charges no tokens. A miss says ``x-blazar-cache: miss`` and stores the engine's body
 once the answer finished cleanly (``finish_reason`` stop, no sentinel findings). A conversation too long to embed
@@ -14,10 +15,14 @@ in one batch is not cached. Any failure of the cache itself is logged and the re
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from blazar._native import SemanticIndex, StreamError, translate_whole
 from blazar.dialects.canonical import CanonicalRequest
@@ -31,8 +36,9 @@ log = logging.getLogger("blazar.cache")
 HEADER = "x-blazar-cache"
 CAPACITY = 10_000
 """Entries kept, all partitions together; the oldest go first."""
-MAX_TEXT_CHARS = 8_000
-"""Longer conversations are not looked up: their embedding would be cut to one batch and could match another."""
+MAX_TEXT_CHARS = 2_000
+"""Longer conversations are not looked up (about 512 tokens, what an embedding engine takes in one batch by
+default): a cut embedding could match another conversation. One the engine still finds too long is skipped too."""
 _STRUCTURED = ("json_schema", "grammar", "response_format")
 
 
@@ -63,6 +69,23 @@ class SemanticCache:
 
     def store(self, probe: Probe, engine_body: bytes) -> None:
         self.index(len(probe.vector)).insert(probe.partition, probe.vector, engine_body)
+
+
+def partition(canon: CanonicalRequest, model: str, key: str, lane: str) -> str:
+    """Where a request's answers may be found: its model, API key, engine lane, kind (chat or completion) and
+    every sampling setting (an answer made at another temperature, length or stop is not this one's)."""
+    settings = orjson.dumps(canon.params, option=orjson.OPT_SORT_KEYS, default=str)
+    digest = hashlib.sha256(settings).hexdigest()[:16]
+    return "\0".join((model, key, lane, canon.kind, "raw" if canon.raw else "", digest))
+
+
+def checked_vector(value: Any) -> list[float]:
+    """An embedding the index takes: a non-empty list of finite numbers, not all zero (else ValueError)."""
+    if not isinstance(value, list) or not value or not all(isinstance(x, int | float) for x in value):
+        raise ValueError("the embedding engine answered something that is not a vector")
+    if not all(math.isfinite(x) for x in value) or not any(value):
+        raise ValueError("the embedding engine answered a zero or non-finite vector")
+    return value
 
 
 def text_of(canon: CanonicalRequest) -> str | None:

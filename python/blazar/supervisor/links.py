@@ -64,6 +64,7 @@ class Links:
         self.address = address
         self.tls = tls
         self.idle: list[EngineConn] = []
+        self.busy: set[EngineConn] = set()  # carrying an exchange: closed too when the links close
         if isinstance(address, Path):
             host = "localhost"
         elif isinstance(address, tuple):
@@ -98,16 +99,19 @@ class Links:
                 if pooled is not None:
                     continue
                 raise
+            self.busy.add(conn)
             try:
                 conn.transport.writelines((request, body))
                 return conn, await head
             except LinkError:
                 fresh = not conn.link.got_bytes
+                self.busy.discard(conn)
                 conn.close()
                 if retried or not fresh or (alive is not None and not alive()):
                     raise
                 retried = True
             except BaseException:
+                self.busy.discard(conn)
                 conn.close()
                 raise
 
@@ -131,6 +135,7 @@ class Links:
 
     def release(self, conn: EngineConn) -> None:
         """Back to the pool if its response ended cleanly and the engine keeps it open; else closed."""
+        self.busy.discard(conn)
         if conn.link.reusable and not self._closed:
             conn.idle_since = asyncio.get_running_loop().time()
             self.idle.append(conn)
@@ -138,14 +143,21 @@ class Links:
             conn.close()
 
     def forget(self, conn: EngineConn) -> None:
+        self.busy.discard(conn)
         if conn in self.idle:
             self.idle.remove(conn)
 
     def close(self) -> None:
+        """Close every connection. One carrying an exchange is closed under it, so its waiter fails with
+        ``LinkError`` (a relayed stream ends with the dialect's error event) instead of waiting on a peer that
+        keeps going: a remote is not stopped with the daemon."""
         self._closed = True
         for conn in self.idle[:]:
             conn.close()
         self.idle.clear()
+        for conn in list(self.busy):
+            if conn.transport is not None:
+                conn.transport.close()
 
     def _take(self, now: float) -> EngineConn | None:
         while self.idle and now - self.idle[0].idle_since >= ENGINE_KEEPALIVE_SECS:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import aiohttp
 
@@ -166,10 +166,12 @@ class Supervisor:
                 await self._drain(child, num_ctx)
                 log.info("restarting %s for num_ctx %d (it ran with %d per slot)",
                          key, num_ctx, child.spec.ctx_per_slot)  # fmt: skip
-                await bank.save(child)
-                await child.stop(grace=self.cfg.stop_grace_secs)
-                child.state = State.EVICTED
+                # Out of every path that hands children out before the bank save yields: a request that
+                # arrives meanwhile waits on this lock for the new one instead of leasing a child being stopped.
                 self.children.pop(key, None)
+                child.stopped_for = f"it restarts for num_ctx {num_ctx}"
+                await self._retire(child, self.cfg.stop_grace_secs, save=True)
+                child.state = State.EVICTED
             elif child is not None:
                 log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
                 if not child.alive() and child.stopped_for is None:
@@ -304,14 +306,20 @@ class Supervisor:
         grace: float | None = None,
         only: Child | None = None,
         crash: bool = False,
+        still: Callable[[Child], bool] | None = None,
     ) -> bool:
         """Stop the child serving ``key`` (SIGTERM, SIGKILL after ``grace``, default ``stop_grace_secs``). With
-        ``only``, stop it only if it is still that child: one a request gave up on may have been replaced. A
-        stop on purpose clears the key's crash history; with ``crash`` (a wedged engine) it adds to it."""
+        ``only``, stop it only if it is still that child: one a request gave up on may have been replaced; with
+        ``still``, only if that holds once the key's lock is taken. A stop on purpose clears the key's crash
+        history; with ``crash`` (a wedged engine) it adds to it."""
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             child = self.children.get(key)
-            if child is None or (only is not None and child is not only):
+            if (
+                child is None
+                or (only is not None and child is not only)
+                or (still is not None and not still(child))
+            ):
                 return False
             del self.children[key]
             log.info("evicting %s (%s)", key, reason)
