@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from blazar.cli import config, doctor, engine, keys, models, ps, pull, run, serve
+from blazar.cli import bench, config, doctor, engine, keys, models, ps, pull, run, serve
 
 app = typer.Typer(
     help="Blazar: one local endpoint for every inference engine.",
@@ -26,6 +26,7 @@ app.command("ps")(ps.ps_cmd)
 app.command("stop")(ps.stop_cmd)
 app.command("doctor")(doctor.doctor_cmd)
 app.command("pull")(pull.pull_cmd)
+app.command("bench")(bench.bench_cmd)
 
 
 def main() -> None:
