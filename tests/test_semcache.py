@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from blazar.config import load_config_text
 from blazar.dialects import openai
+from blazar.errors import ConfigError
 from blazar.gateway.semcache import MAX_TEXT_CHARS, text_of, worth_keeping
 
 ASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
@@ -40,3 +45,14 @@ def test_only_clean_answers_are_kept() -> None:
     assert not worth_keeping({"finish_reason": "length", "errors": []}, 0)
     assert not worth_keeping({"finish_reason": "stop", "errors": []}, 1)
     assert not worth_keeping({"finish_reason": "stop", "errors": ["engine error: x"]}, 0)
+
+
+def test_the_cache_needs_an_embedding_model_named() -> None:
+    with pytest.raises(ConfigError, match="semantic_cache is on but semantic_cache_model is not set"):
+        load_config_text("semantic_cache = true\n", Path("/etc/blazar/config.toml"), {})
+    cfg = load_config_text(
+        'semantic_cache = true\nsemantic_cache_model = "nomic-embed-text"\n',
+        Path("/etc/blazar/config.toml"),
+        {},
+    )
+    assert cfg.semantic_cache_model == "nomic-embed-text:latest"

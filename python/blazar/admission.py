@@ -55,9 +55,12 @@ class AllSlotsBusy(BlazarError):
     def __init__(self, model: str, waited_s: float) -> None:
         self.model = model
         self.waited_s = waited_s
+        remote = model.removeprefix("@remote/") if model.startswith("@remote/") else None
+        what = f"remote '{remote}'" if remote is not None else f"model '{model}'"
+        lever = "its `parallel` under [[remotes]]" if remote is not None else "the model's `parallel` slots"
         super().__init__(
-            f"all_slots_busy: every slot of model '{model}' stayed busy for {human_wait(waited_s)}; "
-            "retry later, send x-blazar-priority: high, or raise the model's `parallel` slots"
+            f"all_slots_busy: every slot of {what} stayed busy for {human_wait(waited_s)}; "
+            f"retry later, send x-blazar-priority: high, or raise {lever}"
         )
 
 
@@ -177,6 +180,11 @@ class Admission:
             sched.slots = slots
             self._wake(sched.admit_ready())
         return sched
+
+    def waiting(self, model_key: str) -> int:
+        """Requests queued for the model now (admitted ones are not counted)."""
+        sched = self._scheds.get(model_key)
+        return 0 if sched is None else int(sched.waiting)
 
     async def admit(
         self,

@@ -92,10 +92,20 @@ class LaunchSpec:
 
     def argv(self, *, port: int, api_key_file: Path) -> list[str]:
         """The argv with the placeholders filled. It also runs ``prepare(self)`` (idempotent), so a spawn that
-        does not call ``prepare`` itself still finds the slot save directory and lookup cache in place."""
-        prepare(self)
-        out = []
+        does not call ``prepare`` itself still finds the slot save directory and lookup cache in place; without
+        the directory, ``--slot-save-path`` is left out."""
+        banked = prepare(self)
+        out: list[str] = []
+        skip = False
         for a in self.argv_template:
+            if skip:
+                skip = False
+                continue
+            if a == "--slot-save-path" and not banked:
+                skip = (
+                    True  # llama-server refuses a path that is not a directory: no bank, but the engine runs
+                )
+                continue
             if a == "{port}":
                 out.append(str(port))
             elif a == "{api_key_file}":
@@ -105,17 +115,33 @@ class LaunchSpec:
         return out
 
 
-def prepare(spec: LaunchSpec) -> None:
-    """Ready the files ``spec`` names, right before the child is spawned: the slot save directory, an empty
-    lookup cache file when there is none (llama-server aborts when ``--lookup-cache-dynamic`` names a missing
-    file), and a unix socket left by a dead child removed (only a socket, never another kind of file)."""
+def prepare(spec: LaunchSpec) -> bool:
+    """Ready the files ``spec`` names, right before the child is spawned: the slot save directory (owner-only: the
+    session bank's files hold prompts; one that cannot be made only leaves the bank off), an empty lookup cache
+    file when there is none (llama-server aborts when ``--lookup-cache-dynamic`` names a missing file), and a unix
+    socket left by a dead child removed (only a socket, never another kind of file)."""
     if spec.slot_save_dir is not None:
-        spec.slot_save_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for folder in (spec.slot_save_dir.parent, spec.slot_save_dir):
+                folder.mkdir(mode=0o700, exist_ok=True)
+                folder.chmod(0o700)
+        except OSError as e:
+            log.warning(
+                "session bank off for this engine: cannot make %s (%s); its slots are not saved",
+                spec.slot_save_dir,
+                e.strerror or e,
+            )
+            banked = False
+        else:
+            banked = True
+    else:
+        banked = False
     if spec.lookup_cache is not None:
         spec.lookup_cache.parent.mkdir(parents=True, exist_ok=True)
         spec.lookup_cache.touch(exist_ok=True)
     if spec.socket_path is not None:
         remove_stale_socket(spec.socket_path)
+    return banked
 
 
 def remove_stale_socket(path: Path) -> None:

@@ -34,6 +34,8 @@ def test_a_remote_loads_and_routes_its_names() -> None:
     assert hit[0].path("/v1/chat/completions") == "/v1/chat/completions" and hit[0].where == "10.0.0.5:11435"
     assert remotes.route("smollm2:latest") is None and remotes.route("gpu-box:") is None
     assert remotes.route("gpu-box") is None
+    said = "invalid key: you sent Bearer sk-secret-value-123"  # a server quoting what it got
+    assert hit[0].scrub(said) == "invalid key: you sent Bearer <the remote's api_key>"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -181,6 +182,32 @@ def test_an_unload_waits_for_the_requests_in_flight_and_the_latest_keep_alive_wi
     assert httpx.post(d.url + "/api/chat", json=plain, timeout=60).status_code == 200
     [back] = httpx.get(d.url + "/api/ps").json()["models"]
     assert int(back["expires_at"][:4]) <= year + 1, back  # the daemon's idle timeout again, not "forever"
+
+
+def test_a_request_waiting_when_an_unload_is_due_keeps_the_model(daemon_factory: object) -> None:
+    """keep_alive 0 on one answer, while another request for the model waits in the queue: that one came later,
+    so its keep_alive wins and the model stays loaded."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()  # one slot: the second request queues behind the first
+    first = {"model": "smollm2", "messages": MESSAGES, "keep_alive": 0, "options": {"num_predict": 32}}
+    later = {"model": "smollm2", "messages": MESSAGES, "stream": False, "keep_alive": "1h",
+             "options": {"num_predict": 2}}  # fmt: skip
+    got: list[httpx.Response] = []
+    with httpx.stream("POST", d.url + "/api/chat", json=first, timeout=60) as s:
+        lines = s.iter_lines()
+        next(lines)  # the first answer is under way
+        [pid] = d.child_pids()
+        waiter = threading.Thread(
+            target=lambda: got.append(httpx.post(d.url + "/api/chat", json=later, timeout=60))
+        )
+        waiter.start()
+        time.sleep(0.3)  # queued behind the stream
+        list(lines)
+    waiter.join(60)
+    assert got and got[0].status_code == 200, got
+    assert got[0].json()["load_duration"] == 0  # served by the engine that was already running
+    time.sleep(1)
+    assert d.child_pids() == [pid] and pid_alive(pid)
 
 
 def test_ps_names_every_engine_so_that_it_can_be_unloaded_by_that_name(daemon_factory: object) -> None:

@@ -143,7 +143,11 @@ url = "http://127.0.0.1:{free_port()}/v1"
 name = "smollm2"
 url = "http://127.0.0.1:{free_port()}/v1"
 """
-    d = provision(make_daemon(tmp_path_factory.mktemp("remotes"), config), assets)
+    d = make_daemon(tmp_path_factory.mktemp("remotes"))
+    # and the daemon itself as a remote: its listing must not ask itself again and again
+    config += f'\n[[remotes]]\nname = "self"\nurl = "http://127.0.0.1:{d.port}/v1"\napi_key = "{FULL}"\n'
+    (d.root / "config.toml").write_text(config)
+    provision(d, assets)
     d.start()
     yield d
     cleanup(d)
@@ -221,7 +225,9 @@ def test_a_remotes_failures_name_it(served: Daemon) -> None:
     headers = {"authorization": f"Bearer {FULL}", "anthropic-version": "2023-06-01"}
     count = httpx.post(served.url + "/v1/messages/count_tokens", json={"model": "up:smollm2", "messages": ASK},
                        headers=headers, timeout=60)  # fmt: skip
-    assert count.status_code == 503 and "served by a remote" in count.json()["error"]["message"], count.text
+    assert count.status_code == 400 and "served by a remote" in count.json()["error"]["message"], count.text
+    show = post(served, "/api/show", {"model": "up:smollm2"})
+    assert show.status_code == 400 and "served by a remote" in show.json()["error"], show.text
 
 
 def test_a_remote_over_tls_is_checked_against_its_ca(served: Daemon) -> None:
@@ -245,13 +251,20 @@ def test_a_remote_table_is_checked_when_the_config_loads(tmp_path: Path) -> None
 
 
 def test_remote_models_are_listed_and_a_local_name_always_wins(served: Daemon) -> None:
+    t0 = time.monotonic()
     listed = httpx.get(served.url + "/v1/models", headers={"authorization": f"Bearer {FULL}"}, timeout=30)
+    assert time.monotonic() - t0 < 5, "a daemon listing itself must not loop"
     ids = [m["id"] for m in listed.json()["data"]]
+    assert "self:smollm2:latest" in ids and not any(i.startswith("self:up:") for i in ids), ids
     assert "smollm2:latest" in ids  # the local model
     assert "up:smollm2" in ids and "tls:smollm2" in ids, ids
     assert not any(i.startswith(("down:", "wrongkey:", "untrusted:")) for i in ids), ids  # they list nothing
     scoped = httpx.get(served.url + "/v1/models", headers={"authorization": f"Bearer {SCOPED}"}, timeout=30)
     assert [m["id"] for m in scoped.json()["data"]] == ["up:smollm2"], scoped.text  # its scope, nothing else
+    one = httpx.get(
+        served.url + "/v1/models/up:smollm2", headers={"authorization": f"Bearer {SCOPED}"}, timeout=30
+    )
+    assert one.status_code == 200 and one.json()["id"] == "up:smollm2", one.text
 
     # a remote named like a local model: the catalog's exact name is served here, any other tag goes there
     local = post(

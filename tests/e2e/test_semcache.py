@@ -16,6 +16,8 @@ pytestmark = pytest.mark.e2e
 A = "sk-blazar-cache-a-0123456789abcdef01234567"
 B = "sk-blazar-cache-b-0123456789abcdef01234567"
 CONFIG = f"""semantic_cache = true
+semantic_cache_model = "smollm2"  # the one model the tests have; a real setup names an embedding model
+semantic_cache_threshold = 0.999  # a chat model's embeddings: only the same conversation is alike enough
 semantic_cache_ttl_secs = 10
 
 [[keys]]

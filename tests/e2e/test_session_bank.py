@@ -50,6 +50,8 @@ def test_a_conversation_finds_its_prompt_cached_after_its_engine_restarts(daemon
     unload(daemon)
     [bank] = banks(daemon)  # one slot held the prompt; the other held nothing and left no file
     assert bank.stat().st_size > 100_000
+    for folder in (bank.parent, bank.parent.parent):  # banks hold prompts: owner-only
+        assert folder.stat().st_mode & 0o777 == 0o700, oct(folder.stat().st_mode)
     assert "session bank: saved 1 slot(s) of smollm2:latest" in daemon.log.read_text()
 
     prompt_again, hit = cached(daemon)
@@ -71,3 +73,16 @@ def test_a_conversation_finds_its_prompt_cached_after_its_engine_restarts(daemon
     assert cached(daemon) == (prompt, 0)
     assert f"refused {bank.name}" in daemon.log.read_text()
     assert not bank.exists() or bank.stat().st_size > 4096  # gone, unless this engine saved it again
+
+
+def test_a_sessions_folder_that_cannot_be_made_leaves_the_bank_off_not_the_model(
+    daemon_factory: object,
+) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    (d.data_dir / "sessions").mkdir(parents=True, exist_ok=True)
+    (d.data_dir / "sessions" / "smollm2--latest").write_text("a file where the model's folder goes")
+    assert cached(d)[0] > 250  # served
+    assert "session bank off for this engine: cannot make" in d.log.read_text()
+    unload(d)  # the save fails quietly too
+    assert cached(d)[1] == 0

@@ -116,7 +116,7 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
     (
         "semantic_cache_model",
         "",
-        'The model that embeds conversations for the cache; "" = each chat model itself.',
+        "The embedding model (in the catalog) that embeds conversations for the cache; required with it.",
     ),
     (
         "cache_type_k",

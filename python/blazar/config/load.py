@@ -258,6 +258,13 @@ def _build(cfg_path: Path, text: str | None, env: Mapping[str, str]) -> Config:
     from_env = env_keys(env)
     merge_keys(str(cfg_path), from_file, from_env)
     fields["keys"] = from_file + from_env
+    if fields.get("semantic_cache") and not fields.get("semantic_cache_model"):
+        raise ConfigError(
+            f"{cfg_path}: semantic_cache is on but semantic_cache_model is not set; name an embedding model in the"
+            ' catalog (such as a nomic-embed-text GGUF: semantic_cache_model = "nomic-embed-text"). A chat'
+            ' model\'s own embeddings cannot tell questions apart: SmolLM2 puts "What is 2+2?" and "Tell me a'
+            ' joke." 0.90 alike'
+        )
     return Config(**fields)  # type: ignore[arg-type]
 
 

@@ -250,7 +250,7 @@ class Config:
     ``request_body_timeout_secs`` bounds how long a client may take to send a request's body (then 408).
     ``semantic_cache`` (opt-in) answers a whole request whose conversation embeds within
     ``semantic_cache_threshold`` (cosine) of one answered in the last ``semantic_cache_ttl_secs`` with that answer;
-    ``semantic_cache_model`` embeds them ("": the chat model itself).
+    ``semantic_cache_model`` (an embedding model; required with the cache) embeds them.
     """
 
     host: str = DEFAULT_HOST

@@ -33,6 +33,8 @@ def _url(ctx: Ctx, where: str, value: object) -> str:
         raise ConfigError(f"{rule}; its port is not a number from 0 to 65535") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise ConfigError(rule)
+    if parts.port == 0 or any(c.isspace() for c in value.strip()):
+        raise ConfigError(f"{rule}; port 0 and spaces are not allowed")
     if parts.username is not None or parts.password is not None:
         raise ConfigError(rule)
     return value.strip().rstrip("/")

@@ -219,7 +219,8 @@ class App:
 
     @staticmethod
     def _respond(proto: Any, req: Request, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        all_headers = [*req.extra_headers, *headers, ("x-blazar-overhead-ms", f"{req.overhead_ms():.3f}")]
+        req.mark_overhead()  # once: a stream that failed before its head may have set it already
+        all_headers = [*req.extra_headers, *headers]
         if req.method == "HEAD":
             proto.response_empty(status, all_headers)
         else:

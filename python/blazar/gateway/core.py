@@ -82,9 +82,8 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
     A ``remote:model`` name is refused here, naming the feature that needs a local engine: the paths that serve
     remotes claim them with ``claim_remote``."""
     if sup.remote_for(canon.model) is not None:
-        raise LaneError(
-            f"'{canon.model}' is served by a remote ([[remotes]] in config.toml), and this endpoint needs a model"
-            " this daemon runs itself (token counting, fill-in-the-middle and loading work on local models only)"
+        raise remote.not_here(
+            canon.model, "this endpoint (token counting and fill-in-the-middle work on local models only)"
         )
     target = route_target(sup, canon)
     req.gate.check_model(req, target[0])
@@ -204,19 +203,29 @@ def keep(child: Child, canon: CanonicalRequest) -> None:
     child.keep_alive = child.base_keep_alive if canon.keep_alive is None else canon.keep_alive
 
 
-def after(sup: Supervisor, child: Child) -> None:
-    """A request on ``child`` ended: unload it if a keep_alive 0 asked for that and no other request runs on it,
-    in the background (the answer does not wait for the engine to stop), checked again under the key's lock."""
-    if _unloadable(child):
+def after(sup: Supervisor, child: Child, req: Request) -> None:
+    """A request on ``child`` ended: unload it if a keep_alive 0 asked for that, no other request runs on it and
+    none waits for it (that one's keep_alive is the latest), in the background (the answer does not wait for the
+    engine to stop), checked again under the key's lock. The model's embedding engine, when idle, goes too: an
+    unloaded model is unloaded whole, as in Ollama."""
+    admission = req.gate.admission
+
+    def unloadable(c: Child) -> bool:
+        return c.unload_when_idle and c.inflight == 0 and admission.waiting(c.key) == 0
+
+    if not unloadable(child):
+        return
+    targets = [child]
+    sibling = sup.children.get(child_key(child.model, True))
+    if sibling is not None and sibling is not child:
+        sibling.unload_when_idle = True
+        targets.append(sibling)
+    for c in targets:
         task = asyncio.get_running_loop().create_task(
-            sup.evict(child.key, "keep_alive 0", only=child, still=_unloadable)
+            sup.evict(c.key, "keep_alive 0", only=c, still=unloadable)
         )
         _UNLOADS.add(task)
         task.add_done_callback(_UNLOADS.discard)
-
-
-def _unloadable(child: Child) -> bool:
-    return child.unload_when_idle and child.inflight == 0
 
 
 _UNLOADS: set[asyncio.Task[bool]] = set()
@@ -250,7 +259,7 @@ async def _cache_probe(
     if cache is None or text is None or req.headers.get("x-blazar-session"):  # a pinned slot has state
         return None
     try:
-        ecanon = CanonicalRequest(model=cache.embed_model or name, kind="embedding", input=[text])
+        ecanon = CanonicalRequest(model=cache.embed_model, kind="embedding", input=[text])
         _ename, ekey, eslots = route_target(sup, ecanon)
         with await req.gate.admit(req, ekey, eslots, ecanon):
             parsed, _ = await once_more_if_wedged(lambda: _embed(sup, req, ecanon))
@@ -402,7 +411,7 @@ async def _dispatch(
                     semcache.failed("storing the answer", e)
         return 200, [("content-type", "application/json")], out
     finally:
-        after(sup, child)
+        after(sup, child, req)
 
 
 async def _forced_tool_call(
@@ -463,6 +472,6 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
         _status, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
         req.engine_s += time.perf_counter() - t0
     finally:
-        after(sup, child)
+        after(sup, child, req)
     parsed: dict[str, Any] = orjson.loads(data)
     return parsed, load_ns

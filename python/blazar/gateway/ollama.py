@@ -35,7 +35,7 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> 
         sup.catalog.get(name)  # 404 for a model that is not there
         for child in [c for c in sup.children.values() if c.model == name]:
             core.keep(child, canon)  # requests in flight finish first, as in Ollama
-            core.after(sup, child)
+            core.after(sup, child, req)
         return "unload"
     child, _ = await core.ready_child(sup, req, canon)
     core.keep(child, canon)
@@ -86,7 +86,7 @@ async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalReques
     try:
         _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
     finally:
-        core.after(sup, child)
+        core.after(sup, child, req)
     out = orjson.loads(data)
     if not isinstance(out, dict):
         raise HttpError(502, "engine sent a malformed /infill body", "engine_error")

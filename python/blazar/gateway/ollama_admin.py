@@ -16,6 +16,7 @@ import orjson
 
 from blazar import names
 from blazar.catalog import ModelRow, read_header
+from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
 from blazar.gguf_info import human_params
@@ -125,6 +126,8 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
     body = req.json_object()
     name = _model_name(body)
     require_visible(req, name)
+    if sup.remote_for(name) is not None:
+        raise remote.not_here(name, "/api/show (the model's file and template)")
     m = sup.catalog.get(name)
     digest = await sup.catalog.digest(m)
     if m.path.is_dir():  # safetensors / MLX: what config.json and the tokenizer files say

@@ -33,14 +33,18 @@ def _model_object(m: ModelRow) -> dict[str, Any]:
 
 async def list_models(sup: Supervisor, req: Request, proto: Any) -> Response:
     data = [_model_object(m) for m in sup.catalog.list() if visible(req, m.name)]
-    if sup.remotes.by_name:
+    if sup.remotes.by_name and not req.headers.get(remote.LISTING):
         data += await remote.listed(sup, req)
     return 200, JSON_HEADERS, orjson.dumps({"object": "list", "data": data})
 
 
 async def retrieve_model(sup: Supervisor, req: Request, proto: Any) -> Response:
     """``GET /v1/models/{model}`` (the SDKs' ``models.retrieve``): one model object, or a 404."""
-    full = names.normalize(unquote(req.path[len(MODELS_PREFIX) :]))  # an invalid name: CatalogError, a 400
+    asked = unquote(req.path[len(MODELS_PREFIX) :])
+    if sup.remotes.by_name and (found := await remote.retrieve(sup, req, asked)) is not None:
+        require_visible(req, asked)
+        return 200, JSON_HEADERS, orjson.dumps(found)
+    full = names.normalize(asked)  # an invalid name: CatalogError, a 400
     require_visible(req, full)
     m = sup.catalog.find(full)
     if m is None:

@@ -22,7 +22,6 @@ import orjson
 
 from blazar._native import LinkError, StreamError, StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, render_engine
-from blazar.errors import LaneError
 from blazar.gateway import proxy, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.gateway.tenancy import visible
@@ -38,6 +37,9 @@ LISTED_SECS = 30.0
 """How long what a remote's ``/models`` said is reused for ``/v1/models``."""
 LIST_TIMEOUT_SECS = 3.0
 """A remote that does not answer ``/models`` this fast lists nothing this time."""
+LISTING = "x-blazar-listing"
+"""Sent with a remote's ``/models`` request: a Blazar that gets it lists its own models only, so two daemons that
+are each other's remote (or one that is its own) never ask each other in a loop."""
 
 LLAMA_ONLY = ("verbose", "response_fields", "id_slot", "cache_prompt")
 """Body fields Blazar adds for llama-server that an OpenAI-compatible server may refuse as unknown."""
@@ -51,8 +53,20 @@ def _body(canon: CanonicalRequest, model: str) -> tuple[str, bytes]:
     return path, orjson.dumps(body)
 
 
+def not_here(model: str, what: str) -> HttpError:
+    """400 (not a 503 a client would retry): ``what`` needs a model this daemon runs itself."""
+    return HttpError(
+        400,
+        f"'{model}' is served by a remote ([[remotes]] in config.toml), and {what} needs a model this daemon runs"
+        " itself; ask the remote directly",
+        "invalid_request_error",
+    )
+
+
 def _failed(remote: Remote, what: str) -> HttpError:
-    return HttpError(502, f"remote '{remote.name}' ({remote.where}) {what}", "remote_error", source="remote")
+    return HttpError(
+        502, f"remote '{remote.name}' ({remote.where}) {remote.scrub(what)}", "remote_error", source="remote"
+    )
 
 
 def _answered(remote: Remote, status: int, data: bytes) -> HttpError:
@@ -66,7 +80,9 @@ def _answered(remote: Remote, status: int, data: bytes) -> HttpError:
         )
     err = proxy.engine_error(status, data)
     if 400 <= status < 500:
-        return HttpError(status, f"remote '{remote.name}': {err.message}", err.kind, source="remote")
+        return HttpError(
+            status, f"remote '{remote.name}': {remote.scrub(err.message)}", err.kind, source="remote"
+        )
     return _failed(remote, f"failed (HTTP {status}): {err.message}")
 
 
@@ -104,10 +120,7 @@ async def serve(
 ) -> Response | None:
     """A chat or completion request for ``remote:model``, already claimed (scope and quotas)."""
     if canon.suffix is not None:
-        raise LaneError(
-            f"'{canon.model}' is served by a remote ([[remotes]] in config.toml), and fill-in-the-middle (suffix)"
-            " needs a model this daemon runs itself (llama-server's /infill)"
-        )
+        raise not_here(canon.model, "fill-in-the-middle (suffix, llama-server's /infill)")
     with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
         path, body = _body(canon, model)
         if canon.stream:
@@ -146,7 +159,8 @@ async def _stream(
 ) -> None:
     translator = StreamTranslator(shape.translator, canon.model, include_usage=canon.include_usage)
     req.mark_overhead()
-    conn, status = await _open(sup, remote, path, body)
+    # a client that leaves before the remote's head arrives frees its place in the remote's queue at once
+    conn, status = await proxy.unless_gone(_open(sup, remote, path, body), req.client)
     try:
         if status >= 400:
             try:
@@ -156,7 +170,9 @@ async def _stream(
             raise _answered(remote, status, data)
 
         async def failed(e: LinkError) -> str:
-            return f"remote '{remote.name}' ({remote.where}) closed the stream: {e}"
+            if remote.links.closed:
+                return "Blazar is shutting down; the stream from the remote was cut off"
+            return f"remote '{remote.name}' ({remote.where}) closed the stream: {remote.scrub(str(e))}"
 
         await proxy.relay(remote.links, conn, proto, req.extra_headers, translator, shape.stream_type,
                           canon.model, failed, watch.on_stall(sup, req, canon),
@@ -208,7 +224,7 @@ async def _ids(sup: Supervisor, remote: Remote) -> list[str]:
     try:
         async with sup.http.get(
             remote.url + "/models",
-            headers=remote.auth,
+            headers={**remote.auth, LISTING: "1"},
             ssl=remote.tls if remote.tls is not None else True,
             timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT_SECS),
         ) as r:
@@ -219,8 +235,18 @@ async def _ids(sup: Supervisor, remote: Remote) -> list[str]:
         else:
             log.warning("remote '%s' (%s): GET /models gave no model list", remote.name, remote.where)
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
-        log.warning(
-            "remote '%s' (%s): GET /models failed: %s", remote.name, remote.where, e or type(e).__name__
-        )
+        why = remote.scrub(str(e)) or type(e).__name__
+        log.warning("remote '%s' (%s): GET /models failed: %s", remote.name, remote.where, why)
     remote.listed = (now, ids)
     return ids
+
+
+async def retrieve(sup: Supervisor, req: Request, name: str) -> dict[str, Any] | None:
+    """``GET /v1/models/remote:model``: the model object when the remote's ``/models`` lists it, else None."""
+    hit = sup.remote_for(name)
+    if hit is None:
+        return None
+    remote, model = hit
+    if model not in await _ids(sup, remote):
+        return None
+    return {"id": name, "object": "model", "created": 0, "owned_by": f"remote {remote.name}"}

@@ -3,8 +3,8 @@ as one answered in the last ``semantic_cache_ttl_secs`` gets that answer again, 
 
 A request is looked up only when its answer can be given twice: whole (not streamed), one choice, no tools, no
 structured output (``response_format``, ``json_schema``, ``grammar``), no images, no session pin. Its text (each
-message as ``role: content``, or the completion prompt) is embedded by ``semantic_cache_model`` ("" = the chat
-model's own ``@embed`` engine) and searched in the native ``SemanticIndex`` (top-1 cosine, GIL released) within one
+message as ``role: content``, or the completion prompt) is embedded by ``semantic_cache_model`` (an embedding
+model's ``@embed`` engine; a chat model's own embeddings cannot tell questions apart) and searched in the native ``SemanticIndex`` (top-1 cosine, GIL released) within one
 partition per (model, API key, engine lane, request kind, sampling settings): a cached answer never crosses keys,
 and is never given for other settings. A hit is the engine's stored body
 translated for the asking dialect (so an OpenAI answer serves an Ollama client of the same key too) and says
@@ -26,6 +26,7 @@ import orjson
 
 from blazar._native import SemanticIndex, StreamError, translate_whole
 from blazar.dialects.canonical import CanonicalRequest
+from blazar.errors import BlazarError
 from blazar.gateway.http import HttpError, Request
 
 if TYPE_CHECKING:
@@ -125,8 +126,21 @@ def worth_keeping(summary: dict[str, Any], findings: int) -> bool:
     return summary.get("finish_reason") == "stop" and not summary.get("errors") and findings == 0
 
 
+_QUIET_SECS = 60.0
+_said: dict[str, float] = {}
+
+
 def failed(what: str, e: Exception) -> None:
-    if isinstance(e, HttpError | StreamError | ValueError):
-        log.warning("semantic cache: %s failed (%s); the request is served without it", what, e)
+    """Log a failure of the cache (the request is served without it), each distinct one at most once a minute:
+    a missing embedding model must not flood the log with one line per request."""
+    text = f"semantic cache: {what} failed ({e or type(e).__name__}); requests are served without it"
+    now = time.monotonic()
+    if now - _said.get(text, -_QUIET_SECS) < _QUIET_SECS:
+        return
+    if len(_said) > 256:
+        _said.clear()
+    _said[text] = now
+    if isinstance(e, HttpError | StreamError | ValueError | BlazarError):
+        log.warning("%s", text)
     else:
-        log.exception("semantic cache: %s failed; the request is served without it", what)
+        log.exception("%s", text)

@@ -47,8 +47,8 @@ def _banked(child: Child) -> Path | None:
     spec = child.spec
     if child.lane != "llama-cpp" or child.key.endswith("@embed") or spec.mmproj is not None:
         return None
-    if spec.slot_save_dir is None or spec.ctx_per_slot <= 0:
-        return None
+    if spec.slot_save_dir is None or spec.ctx_per_slot <= 0 or not spec.slot_save_dir.is_dir():
+        return None  # no folder: the engine was started without one (``profile.prepare``)
     return spec.slot_save_dir
 
 

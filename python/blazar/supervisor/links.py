@@ -142,6 +142,11 @@ class Links:
         else:
             conn.close()
 
+    @property
+    def closed(self) -> bool:
+        """``close`` was called: the links are being shut down, not failed by the peer."""
+        return self._closed
+
     def forget(self, conn: EngineConn) -> None:
         self.busy.discard(conn)
         if conn in self.idle:

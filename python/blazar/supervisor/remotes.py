@@ -19,7 +19,7 @@ from blazar.supervisor.links import Links
 class Remote:
     """One remote: where it is (``where``, host:port for messages; never its key) and its connections."""
 
-    __slots__ = ("auth", "base_path", "links", "listed", "name", "parallel", "tls", "url", "where")
+    __slots__ = ("_secret", "auth", "base_path", "links", "listed", "name", "parallel", "tls", "url", "where")
 
     def __init__(self, cfg: RemoteConfig) -> None:
         parts = urlsplit(cfg.url)
@@ -35,16 +35,21 @@ class Remote:
         self.url = cfg.url
         self.tls = tls
         self.auth = {"authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        self._secret = cfg.api_key
         self.listed: tuple[float, list[str]] | None = None  # (when, model ids) its /models last said
 
     def path(self, engine_path: str) -> str:
         """The remote's path for an engine path (``/v1/chat/completions`` -> the URL's path + ``/chat/completions``)."""
         return self.base_path + engine_path.removeprefix("/v1")
 
+    def scrub(self, text: str) -> str:
+        """``text`` (a remote's own message) with its API key cut out: a server may quote what it was sent."""
+        return text.replace(self._secret, "<the remote's api_key>") if self._secret else text
+
     @property
     def admission_key(self) -> str:
         """The queue its requests share (a remote's capacity is its own, whatever the model)."""
-        return f"remote:{self.name}"
+        return f"@remote/{self.name}"  # never a model name, so never a model's queue
 
 
 class Remotes:
