@@ -4,27 +4,11 @@ old one as a ``.bak``."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-import pytest
 
 from blazar.config import load_config, load_config_text
 from blazar.config.write import backups
 from tests.conftest import blazar_cmd
-
-
-@pytest.fixture()
-def env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
-    env.update(
-        HOME=str(tmp_path / "home"),
-        BLAZAR_CONFIG=str(tmp_path / "etc" / "blazar" / "config.toml"),
-        BLAZAR_DATA_DIR=str(tmp_path / "data"),
-        NO_COLOR="1",
-        COLUMNS="200",
-    )
-    return env
 
 
 def test_init_writes_the_defaults_and_never_replaces_a_file_unasked(env: dict[str, str]) -> None:

@@ -4,31 +4,15 @@ BLAZAR_DATA_DIR in ``tmp_path``: secrets printed once, listings redacted, refusa
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from blazar.config import load_config
 from blazar.config.write import backups
 
 SECRET_RE = re.compile(r"^secret: (sk-blazar-[A-Za-z0-9_-]{40,})$", re.MULTILINE)
-
-
-@pytest.fixture()
-def env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
-    env.update(
-        HOME=str(tmp_path / "home"),
-        BLAZAR_CONFIG=str(tmp_path / "etc" / "blazar" / "config.toml"),
-        BLAZAR_DATA_DIR=str(tmp_path / "data"),
-        NO_COLOR="1",
-        COLUMNS="200",
-    )
-    return env
 
 
 def blazar(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

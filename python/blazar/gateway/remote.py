@@ -115,6 +115,16 @@ async def _whole(sup: Supervisor, remote: Remote, path: str, body: bytes) -> tup
         remote.links.release(conn)
 
 
+async def _ask(sup: Supervisor, req: Request, remote: Remote, path: str, body: bytes) -> bytes:
+    """One whole answer from the remote (its error answers raised); a client that leaves stops the wait."""
+    t0 = time.perf_counter()
+    status, data = await proxy.unless_gone(_whole(sup, remote, path, body), req.client)
+    req.engine_s += time.perf_counter() - t0
+    if status >= 400:
+        raise _answered(remote, status, data)
+    return data
+
+
 async def serve(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Any, remote: Remote, model: str
 ) -> Response | None:
@@ -126,11 +136,7 @@ async def serve(
         if canon.stream:
             await _stream(sup, req, proto, canon, shape, remote, path, body)
             return None
-        t0 = time.perf_counter()
-        status, data = await proxy.unless_gone(_whole(sup, remote, path, body), req.client)
-        req.engine_s += time.perf_counter() - t0
-        if status >= 400:
-            raise _answered(remote, status, data)
+        data = await _ask(sup, req, remote, path, body)
         try:
             out, summary = translate_whole(
                 shape.translator,
@@ -188,12 +194,7 @@ async def embed(
 ) -> dict[str, Any]:
     """An embedding request for ``remote:model``, already claimed: the remote's OpenAI embeddings body, parsed."""
     with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
-        path, body = _body(canon, model)
-        t0 = time.perf_counter()
-        status, data = await proxy.unless_gone(_whole(sup, remote, path, body), req.client)
-        req.engine_s += time.perf_counter() - t0
-    if status >= 400:
-        raise _answered(remote, status, data)
+        data = await _ask(sup, req, remote, *_body(canon, model))
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
