@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from blazar.cli.doctor import check_updates
 from blazar.config import Config
 from blazar.engines import registry
 from blazar.engines.check import check_loop, check_once, compare
@@ -77,6 +78,15 @@ def test_check_once_records_for_doctor(tmp_path: Path, store: Store, data: DataD
     assert doc["manifest"] == str(tmp_path / "m.json")
     assert doc["lanes"][0] == dataclasses.asdict(statuses[0]) | {"update": True}
     assert [r.tag for r in registry.list_all(store)] == ["b100-cpu"], "check never installs"
+    [update] = check_updates(data)  # what doctor shows: only the lane with an update
+    assert update.name == "update llama-cpp" and update.status == "warn"
+    assert (
+        update.detail.startswith("llama-cpp  b100 (active b100-cpu); update available: b200")
+        and "checked " in update.detail
+    )
+    assert update.fix == "blazar engine install --kind llama-cpp --version b200"
+    (data.engines / "check.json").write_text("{not json")
+    assert check_updates(data) == []  # a file that cannot be read shows nothing
 
 
 def test_check_loop(

@@ -25,6 +25,7 @@ from blazar.catalog import Catalog, ModelRow
 from blazar.cli.common import console
 from blazar.config import Config, default_config_path, default_data_dir, load_config, load_config_text
 from blazar.engines import registry
+from blazar.engines.check import read_check
 from blazar.engines.lanes import INSTALL_HINT, serving_lane
 from blazar.engines.registry import EngineRow
 from blazar.errors import BlazarError, ConfigError
@@ -119,6 +120,25 @@ def check_engines(engines: list[EngineRow]) -> list[Check]:
                     )
                 )
     return out
+
+
+def check_updates(data: DataDir) -> list[Check]:
+    """Engine updates the last check found (the daemon's background check, or `blazar engine check`); it never
+    installs one."""
+    found = read_check(data)
+    if found is None:
+        return []
+    checked_at, lanes = found
+    return [
+        Check(
+            f"update {s.kind}",
+            "warn",
+            f"{s.line()} (checked {checked_at})",
+            f"blazar engine install --kind {s.kind} --version {s.newest}",
+        )
+        for s in lanes
+        if s.update
+    ]
 
 
 def check_models(cfg: Config, models: list[ModelRow], engines: list[EngineRow], hw: Hardware) -> list[Check]:
@@ -239,6 +259,7 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
             finally:
                 store.close()
     checks += check_engines(engines)
+    checks += check_updates(data)
     checks += check_models(cfg, models, engines, hw)
     checks.append(check_port(cfg))
     checks.append(check_disk(cfg.data_dir))

@@ -81,6 +81,17 @@ def _write(data: DataDir, origin: str, statuses: Sequence[UpdateStatus]) -> Path
     return path
 
 
+def read_check(data: DataDir) -> tuple[str, list[UpdateStatus]] | None:
+    """What the last check found (``check.json``: when, and each lane's status), or None when none ran or its
+    file cannot be read."""
+    try:
+        doc = json.loads((data.engines / CHECK_FILE).read_text(encoding="utf-8"))
+        lanes = [UpdateStatus(**lane) for lane in doc["lanes"]]
+        return str(doc["checked_at"]), lanes
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def check_once(
     cfg: Config, store: Store, *, manifest: Manifest | None = None, kind: str | None = None
 ) -> list[UpdateStatus]:

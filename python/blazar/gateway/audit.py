@@ -1,28 +1,36 @@
 """The audit lane: one JSON line per request, through a bounded queue that never blocks the hot path.
 
-Owns the queue, the drop counter, the writer task and rotation at 16 MiB (``audit.log`` -> ``audit.log.1``).
+Owns the queue, the drop counter (``audit_dropped``: lines lost to a full queue or a failed write, reported in the
+daemon log at most once a minute), the writer task and rotation at 16 MiB (``audit.log`` -> ``audit.log.1``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import time
 from pathlib import Path
 
 import orjson
 
 ROTATE_BYTES = 16 * 1024 * 1024
 QUEUE_MAX = 10_000
+REPORT_SECS = 60.0
+
+log = logging.getLogger("blazar.audit")
 
 
 class AuditLog:
-    def __init__(self, directory: Path, rotate_bytes: int = ROTATE_BYTES) -> None:
+    def __init__(self, directory: Path, rotate_bytes: int = ROTATE_BYTES, queue_max: int = QUEUE_MAX) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "audit.log"
         self.rotate_bytes = rotate_bytes
         self.dropped = 0
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_MAX)
+        self._reported = 0
+        self._reported_at = -REPORT_SECS
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(queue_max)
         self._task: asyncio.Task[None] | None = None
 
     def emit(self, line: dict[str, object]) -> None:
@@ -42,14 +50,31 @@ class AuditLog:
             batch = [first]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            self._write(b"".join(batch))
+            self._write(b"".join(batch), len(batch))
+            self._report()
 
-    def _write(self, data: bytes) -> None:
-        with self.path.open("ab") as f:
-            f.write(data)
-            size = f.tell()
-        if size >= self.rotate_bytes:
-            os.replace(self.path, self.path.with_name("audit.log.1"))
+    def _report(self, now: float | None = None) -> None:
+        """Say in the daemon log how many lines were lost since the last report, at most once a minute."""
+        now = time.monotonic() if now is None else now
+        if self.dropped > self._reported and now - self._reported_at >= REPORT_SECS:
+            log.warning(
+                "audit: %d line(s) dropped since the last report (audit_dropped %d in all); the audit log missed"
+                " requests, never the requests themselves",
+                self.dropped - self._reported,
+                self.dropped,
+            )
+            self._reported, self._reported_at = self.dropped, now
+
+    def _write(self, data: bytes, lines: int = 0) -> None:
+        try:
+            with self.path.open("ab") as f:
+                f.write(data)
+                size = f.tell()
+            if size >= self.rotate_bytes:
+                os.replace(self.path, self.path.with_name("audit.log.1"))
+        except OSError as e:
+            self.dropped += lines
+            log.error("audit: cannot write %s (%s); %d line(s) dropped", self.path, e.strerror or e, lines)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -61,4 +86,5 @@ class AuditLog:
         while not self._queue.empty():
             rest.append(self._queue.get_nowait())
         if rest:
-            self._write(b"".join(rest))
+            self._write(b"".join(rest), len(rest))
+        self._report(now=time.monotonic() + REPORT_SECS)  # whatever is left unsaid, once
