@@ -69,3 +69,13 @@ def test_a_url_carrying_credentials_is_refused_without_repeating_them(url: str) 
     with pytest.raises(ConfigError) as e:
         load(f'[[remotes]]\nname = "a"\nurl = "{url}"\n')
     assert "no user, password, query or fragment" in str(e.value) and "hunter2" not in str(e.value)
+
+
+def test_an_otlp_endpoint_is_an_http_url_without_credentials() -> None:
+    assert load_config_text(
+        'otlp_endpoint = "http://localhost:4318/v1/traces"\n', PATH, {}
+    ).otlp_endpoint == ("http://localhost:4318/v1/traces")
+    for bad in ("ftp://h/v1/traces", "http://user:hunter2@h/v1/traces", "http://h/v1/traces?token=hunter2"):
+        with pytest.raises(ConfigError) as e:
+            load(f'otlp_endpoint = "{bad}"\n')
+        assert "no user, password or query" in str(e.value) and "hunter2" not in str(e.value)

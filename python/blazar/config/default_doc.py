@@ -114,6 +114,11 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
     ),
     ("semantic_cache_ttl_secs", DEFAULT_SEMANTIC_CACHE_TTL_SECS, "How long a cached answer is given again."),
     (
+        "otlp_endpoint",
+        "",
+        'OTLP/HTTP traces URL (e.g. "http://localhost:4318/v1/traces") that gets a span per request; "" = off.',
+    ),
+    (
         "semantic_cache_model",
         "",
         "The embedding model (in the catalog) that embeds conversations for the cache; required with it.",

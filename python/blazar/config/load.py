@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 import tomlkit
 import tomlkit.exceptions
@@ -75,6 +76,30 @@ def _fraction(ctx: Ctx, key: str, value: object) -> float:
     return float(value)
 
 
+def _http_url_or_empty(ctx: Ctx, key: str, value: object) -> str:
+    if value == "":
+        return ""
+    raw = string(ctx, key, value).strip()
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018  (read for its validation)
+    except ValueError:
+        parts = urlsplit("")
+    if (
+        not parts.hostname
+        or parts.scheme not in ("http", "https")
+        or parts.username
+        or parts.password
+        or parts.query
+    ):
+        # not repeated: a user, password or query in it may be a credential
+        raise ConfigError(
+            f"{ctx.source}: key '{key}' must be an http:// or https:// URL with no user, password or query, such"
+            ' as "http://localhost:4318/v1/traces", or ""'
+        )
+    return raw
+
+
 def _model_or_empty(ctx: Ctx, key: str, value: object) -> str:
     if value == "":
         return ""
@@ -106,6 +131,7 @@ _TOP_LEVEL: dict[str, Check] = {
     "semantic_cache_threshold": lambda c, k, v: _fraction(c, k, v),
     "semantic_cache_ttl_secs": lambda c, k, v: integer(c, k, v, 1),
     "semantic_cache_model": lambda c, k, v: _model_or_empty(c, k, v),
+    "otlp_endpoint": lambda c, k, v: _http_url_or_empty(c, k, v),
     "session_keep_secs": lambda c, k, v: integer(c, k, v, 0),
     "engine_check_secs": lambda c, k, v: integer(c, k, v, 0),
     "audit": boolean,

@@ -250,7 +250,8 @@ class Config:
     ``request_body_timeout_secs`` bounds how long a client may take to send a request's body (then 408).
     ``semantic_cache`` (opt-in) answers a whole request whose conversation embeds within
     ``semantic_cache_threshold`` (cosine) of one answered in the last ``semantic_cache_ttl_secs`` with that answer;
-    ``semantic_cache_model`` (an embedding model; required with the cache) embeds them.
+    ``semantic_cache_model`` (an embedding model; required with the cache) embeds them. ``otlp_endpoint``
+    (opt-in) is an OTLP/HTTP traces URL that gets one span per request, batched every 10 s.
     """
 
     host: str = DEFAULT_HOST
@@ -279,6 +280,7 @@ class Config:
     semantic_cache_threshold: float = DEFAULT_SEMANTIC_CACHE_THRESHOLD
     semantic_cache_ttl_secs: int = DEFAULT_SEMANTIC_CACHE_TTL_SECS
     semantic_cache_model: str = ""
+    otlp_endpoint: str = ""
     cache_type_k: str = DEFAULT_CACHE_TYPE
     cache_type_v: str = DEFAULT_CACHE_TYPE
     flash_attn: str = DEFAULT_FLASH_ATTN

@@ -23,6 +23,7 @@ from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
 from blazar.gateway.http import HEADER_TOKEN_MAX, HttpError, Request, is_header_token
+from blazar.gateway.otlp import Exporter
 from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
 from blazar.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
@@ -60,6 +61,7 @@ class Gate:
         self.sessions = Sessions(cfg.session_keep_secs)
         self.audit = AuditLog(data.root / "audit") if cfg.audit else None
         self.semcache = SemanticCache(cfg) if cfg.semantic_cache else None
+        self.otlp = Exporter(cfg.otlp_endpoint) if cfg.otlp_endpoint else None
         self._flusher: asyncio.Task[None] | None = None
 
     # -- envelope ------------------------------------------------------------------------------------------
@@ -85,6 +87,8 @@ class Gate:
             self.quotas.record_usage(
                 req.key, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
             )
+        if self.otlp is not None:
+            self.otlp.record(req, status)
         if self.audit is not None:
             self.audit.emit(
                 {
@@ -151,6 +155,8 @@ class Gate:
     def start(self) -> None:
         if self.audit is not None:
             self.audit.start()
+        if self.otlp is not None:
+            self.otlp.start()
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
 
@@ -171,3 +177,5 @@ class Gate:
         self.quotas.flush(self.store)
         if self.audit is not None:
             await self.audit.close()
+        if self.otlp is not None:
+            await self.otlp.close()
