@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import ollama
 import pytest
 import trustme
 
-from tests.conftest import Assets, Daemon, cleanup, free_port, make_daemon, provision
+from tests.conftest import Assets, Daemon, cleanup, closing, free_port, make_daemon, provision
 
 pytestmark = pytest.mark.e2e
 
@@ -265,6 +266,10 @@ def test_remote_models_are_listed_and_a_local_name_always_wins(served: Daemon) -
         served.url + "/v1/models/up:smollm2", headers={"authorization": f"Bearer {SCOPED}"}, timeout=30
     )
     assert one.status_code == 200 and one.json()["id"] == "up:smollm2", one.text
+    ollama_client = closing(ollama.Client(host=served.url, headers={"authorization": f"Bearer {FULL}"}))
+    tags = ollama_client.list()  # what an Ollama UI lists
+    names = [m.model for m in tags.models]
+    assert "smollm2:latest" in names and "up:smollm2" in names and "self:smollm2:latest" in names, names
 
     # a remote named like a local model: the catalog's exact name is served here, any other tag goes there
     local = post(

@@ -71,7 +71,18 @@ async def version(sup: Supervisor, req: Request, proto: Any) -> Response:
 async def tags(sup: Supervisor, req: Request, proto: Any) -> Response:
     # One at a time: an older catalog's first listing hashes its files in turn, not all at once on the disk.
     models = [m for m in sup.catalog.list() if visible(req, m.name)]
-    return _json({"models": [_entry(m, await sup.catalog.digest(m)) for m in models]})
+    out = [_entry(m, await sup.catalog.digest(m)) for m in models]
+    if sup.remotes.by_name and not req.headers.get(remote.LISTING):
+        out += [_remote_entry(m["id"]) for m in await remote.listed(sup, req)]
+    return _json({"models": out})
+
+
+def _remote_entry(name: str) -> dict[str, Any]:
+    """A remote's model in Ollama's list: its name; what the remote does not say (size, digest) is empty."""
+    details = {"parent_model": "", "format": "remote", "family": "", "families": None, "parameter_size": "",
+               "quantization_level": ""}  # fmt: skip
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    return {"name": name, "model": name, "modified_at": now, "size": 0, "digest": "", "details": details}
 
 
 async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
