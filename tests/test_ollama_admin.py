@@ -24,11 +24,14 @@ from blazar.gateway.http import Request
 from blazar.paths import DataDir
 from blazar.store import Store
 from blazar.supervisor import State
+from blazar.supervisor.remotes import Remotes
 from tests.test_catalog import older_database
 
 
 def _sup(cat: Catalog) -> Any:
-    return SimpleNamespace(catalog=cat, cfg=Config(), children={})
+    return SimpleNamespace(
+        catalog=cat, cfg=Config(), children={}, remotes=Remotes(()), remote_for=lambda _m: None
+    )
 
 
 def _show(model: str) -> Request:
@@ -112,7 +115,13 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
             last_used=time.monotonic(),
             ctx_size=4096,
         )
-        sup = SimpleNamespace(catalog=cat, cfg=Config(), children={child.key: child})
+        sup = SimpleNamespace(
+            catalog=cat,
+            cfg=Config(),
+            children={child.key: child},
+            remotes=Remotes(()),
+            remote_for=lambda _m: None,
+        )
         status, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
         [entry] = orjson.loads(body)["models"]
         expires = datetime.fromisoformat(entry["expires_at"])
