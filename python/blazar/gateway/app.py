@@ -125,11 +125,12 @@ class App:
         self.sup = sup
         self.gate = gate
         self.cors = frozenset(sup.cfg.cors_origins)
-        self.body_timeout = float(sup.cfg.request_body_timeout_secs)
+        self.uploads = Uploads(float(sup.cfg.request_body_timeout_secs))
 
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon(self.sup.start_background)
         loop.call_soon(self.gate.start)
+        loop.call_soon(self.uploads.start)
         # Everything imported and built so far lives as long as the daemon: move it out of the collector's
         # reach, so a full collection scans only what requests create (measured: a full collection over the
         # unfrozen heap took about 50 ms, a latency spike every few thousand requests).
@@ -237,15 +238,7 @@ class App:
                 405, f"{scope.path} accepts {allowed}, not {scope.method}", headers=(("allow", allowed),)
             )
         if scope.method not in ("GET", "HEAD", "OPTIONS"):
-            try:
-                async with asyncio.timeout(self.body_timeout):
-                    req.body = await _read_body(scope, proto)
-            except TimeoutError:
-                raise HttpError(
-                    408,
-                    f"the request body did not arrive within {self.body_timeout:g} s (request_body_timeout_secs)",
-                    "request_timeout",
-                ) from None
+            req.body = await self.uploads.read(scope, proto)
         result = await handler(self.sup, req, proto)
         if result is None:
             return 200
@@ -255,6 +248,51 @@ class App:
 
 
 _BEFORE_BODY = "before its body arrived"
+
+
+class Uploads:
+    """Requests whose body is being read, and since when: one sweep, every quarter of the bound, cancels those
+    past ``request_body_timeout_secs`` and they answer 408. One timer for all of them rather than one per request
+    (``asyncio.timeout`` costs 12 µs of CPU per request under uvloop, a bare ``call_later`` 4 µs)."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self.reading: dict[asyncio.Task[Any], float] = {}
+        self.late: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        every = min(max(self.bound / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for task, since in list(self.reading.items()):
+                if now - since >= self.bound and task not in self.late:
+                    self.late.add(task)
+                    task.cancel()
+
+    async def read(self, scope: Any, proto: Any) -> bytes:
+        task = asyncio.current_task()
+        assert task is not None
+        self.reading[task] = time.monotonic()
+        try:
+            return await _read_body(scope, proto)
+        except asyncio.CancelledError:
+            if task not in self.late:
+                raise
+            task.uncancel()
+            raise HttpError(
+                408,
+                f"the request body did not arrive within {self.bound:g} s (request_body_timeout_secs)",
+                "request_timeout",
+            ) from None
+        finally:
+            del self.reading[task]
+            self.late.discard(task)
 
 
 def _too_large(size: int | None) -> HttpError:
