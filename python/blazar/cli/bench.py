@@ -29,6 +29,7 @@ from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError
 from blazar.paths import DataDir
 from blazar.store import Store, utc_now_iso
+from blazar.supervisor.remotes import Remotes
 
 SENTENCE = "The quick brown fox jumps over the lazy dog. "
 SENTENCE_TOKENS = 10
@@ -97,12 +98,19 @@ def one_run(c: httpx.Client, model: str, prompt_tokens: int, gen_tokens: int, ru
 
 
 def _engine(model: str, cfg: Any, data: DataDir, store: Store) -> tuple[str, str | None]:
-    """(engine kind, tag) that serves ``model``, as the daemon routes it (the same config and catalog)."""
-    remote, sep, _ = model.partition(":")
-    if sep and any(r.name == remote for r in cfg.remotes):
-        return "remote", remote
+    """(engine kind, tag) that serves ``model``, as the daemon routes it (the same config and catalog: a catalog
+    model of the exact name wins over a remote)."""
+    catalog = Catalog(store, data)
+    hit = Remotes(cfg.remotes).route(model)
+    if hit is not None:
+        try:
+            local = catalog.find(model)
+        except BlazarError:  # "remote:a:b" is no catalog name
+            local = None
+        if local is None:
+            return "remote", hit[0].name
     try:
-        row = serving_lane(cfg, Catalog(store, data).get(model), registry.list_all(store))
+        row = serving_lane(cfg, catalog.get(model), registry.list_all(store))
     except BlazarError:
         return "unknown", None
     return row.kind, row.tag

@@ -7,13 +7,14 @@ daemon log at most once a minute), the writer task and rotation at 16 MiB (``aud
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
 from pathlib import Path
 
 import orjson
+
+from blazar import tasks
 
 ROTATE_BYTES = 16 * 1024 * 1024
 QUEUE_MAX = 10_000
@@ -77,11 +78,8 @@ class AuditLog:
             log.error("audit: cannot write %s (%s); %d line(s) dropped", self.path, e.strerror or e, lines)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await tasks.stop(self._task)
+        self._task = None
         rest = []
         while not self._queue.empty():
             rest.append(self._queue.get_nowait())

@@ -85,6 +85,11 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
         raise remote.not_here(
             canon.model, "this endpoint (token counting and fill-in-the-middle work on local models only)"
         )
+    return claim_local(sup, req, canon)
+
+
+def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, str, int]:
+    """``claim`` once ``claim_remote`` found the name local (so the remotes are not asked twice)."""
     target = route_target(sup, canon)
     req.gate.check_model(req, target[0])
     _note(req, canon)
@@ -208,6 +213,8 @@ def after(sup: Supervisor, child: Child, req: Request) -> None:
     none waits for it (that one's keep_alive is the latest), in the background (the answer does not wait for the
     engine to stop), checked again under the key's lock. The model's embedding engine, when idle, goes too: an
     unloaded model is unloaded whole, as in Ollama."""
+    if not child.unload_when_idle:  # every request but a keep_alive 0 one stops here
+        return
     admission = req.gate.admission
 
     def unloadable(c: Child) -> bool:
@@ -239,12 +246,14 @@ async def serve(
     hit = claim_remote(sup, req, canon)
     if hit is not None:
         return await remote.serve(sup, req, proto, canon, shape, *hit)
-    name, key, slots = claim(sup, req, canon)
-    probe = await _cache_probe(sup, req, canon, name) if req.gate.semcache is not None else None
+    name, key, slots = claim_local(sup, req, canon)
+    cache = req.gate.semcache
+    probe = await _cache_probe(sup, req, canon, name) if cache is not None else None
     if probe is not None:
-        cached = _cached_answer(req, canon, shape, probe)
-        if cached is not None:
-            return cached
+        assert cache is not None
+        out = cache.answer(probe, canon, shape.translator, req)
+        if out is not None:
+            return 200, [("content-type", "application/json")], out
     with await req.gate.admit(req, key, slots, canon):
         return await once_more_if_wedged(lambda: _dispatch(sup, req, proto, canon, shape, key, slots, probe))
 
@@ -283,23 +292,6 @@ def _lane(sup: Supervisor, name: str) -> str:
     if child is not None:
         return child.lane
     return serving_lane(sup.cfg, sup.catalog.get(name), registry.list_all(sup.store)).kind
-
-
-def _cached_answer(
-    req: Request, canon: CanonicalRequest, shape: Shape, probe: semcache.Probe
-) -> Response | None:
-    cache = req.gate.semcache
-    assert cache is not None
-    try:
-        stored = cache.lookup(probe)
-        if stored is None:
-            return None
-        out, _summary = semcache.answer(stored, canon, shape.translator, req)
-    except (StreamError, TypeError, ValueError) as e:
-        semcache.failed("looking the conversation up", e)
-        return None
-    req.set_header(semcache.HEADER, "hit")  # no usage: the engine did no work for it
-    return 200, [("content-type", "application/json")], out
 
 
 async def once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
@@ -383,7 +375,6 @@ async def _dispatch(
                 translator,
                 shape.stream_type,
                 watch.on_stall(sup, req, canon),
-                float(sup.cfg.sentinel_stall_secs),
             )
             req.summary = translator.summary()
             watch.observe(sup, req, canon)
@@ -403,12 +394,7 @@ async def _dispatch(
         req.summary = summary
         watch.judge_whole(sup, req, canon)
         if probe is not None and req.gate.semcache is not None:
-            req.set_header(semcache.HEADER, "miss")
-            if semcache.worth_keeping(summary, 0 if req.response_header(watch.HEADER) is None else 1):
-                try:
-                    req.gate.semcache.store(probe, data)
-                except (TypeError, ValueError) as e:
-                    semcache.failed("storing the answer", e)
+            req.gate.semcache.keep(probe, req, summary, data)
         return 200, [("content-type", "application/json")], out
     finally:
         after(sup, child, req)
@@ -454,7 +440,7 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     hit = claim_remote(sup, req, canon)
     if hit is not None:
         return await remote.embed(sup, req, canon, *hit), 0
-    _name, key, slots = claim(sup, req, canon)
+    _name, key, slots = claim_local(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
         return await once_more_if_wedged(lambda: _embed(sup, req, canon))
 

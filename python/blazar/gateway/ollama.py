@@ -30,7 +30,7 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> 
     key must be allowed that model, as for any other request. Returns the done_reason, "load" or "unload"."""
     if core.claim_remote(sup, req, canon) is not None:  # nothing runs here to load or unload
         return "unload" if canon.keep_alive == 0 else "load"
-    name, _key, _slots = core.claim(sup, req, canon)
+    name, _key, _slots = core.claim_local(sup, req, canon)
     if canon.keep_alive == 0:
         sup.catalog.get(name)  # 404 for a model that is not there
         for child in [c for c in sup.children.values() if c.model == name]:

@@ -11,7 +11,6 @@ once a minute and the batch is dropped. What is buffered at shutdown is sent onc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import orjson
 
-from blazar import __version__
+from blazar import __version__, tasks
 
 if TYPE_CHECKING:
     from blazar.gateway.http import Request
@@ -135,11 +134,8 @@ class Exporter:
                 )
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await tasks.stop(self._task)
+        self._task = None
         await self.flush()
         if self._http is not None:
             await self._http.close()

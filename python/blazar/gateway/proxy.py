@@ -17,8 +17,9 @@ from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar._native import LinkError, StreamError
 from blazar.gateway.http import ClientGone, HttpError
+from blazar.gateway.watch import Stall
 from blazar.supervisor import Child, Supervisor
-from blazar.supervisor.links import EngineConn, Links
+from blazar.supervisor.links import EngineConn
 
 log = logging.getLogger("blazar.proxy")
 
@@ -279,14 +280,14 @@ async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, byte
 
 class _Ticker:
     """While a stream is relayed, a timer every few seconds (never per token): the link writes what the dialect
-    owes a quiet client (Anthropic's ``ping`` after 10 s without output), and an engine quiet for ``stall_secs``
-    is reported once to ``stalled``."""
+    owes a quiet client (Anthropic's ``ping`` after 10 s without output), and an engine quiet for ``stall.secs``
+    is reported once."""
 
-    __slots__ = ("conn", "every", "handle", "loop", "stall_secs", "stalled")
+    __slots__ = ("conn", "every", "handle", "loop", "stall")
 
-    def __init__(self, conn: EngineConn, stalled: Callable[[float], None] | None, stall_secs: float) -> None:
-        self.conn, self.stalled, self.stall_secs = conn, stalled, stall_secs
-        self.every = TICK_SECS if stalled is None else min(TICK_SECS, max(stall_secs / 2, 0.05))
+    def __init__(self, conn: EngineConn, stall: Stall | None) -> None:
+        self.conn, self.stall = conn, stall
+        self.every = TICK_SECS if stall is None else min(TICK_SECS, max(stall.secs / 2, 0.05))
         self.loop = asyncio.get_running_loop()
         self.handle = self.loop.call_later(self.every, self.tick)
 
@@ -294,9 +295,9 @@ class _Ticker:
         quiet = self.conn.link.tick()
         if quiet is None:
             return
-        if self.stalled is not None and quiet >= self.stall_secs:
-            stalled, self.stalled = self.stalled, None
-            stalled(quiet)
+        if self.stall is not None and quiet >= self.stall.secs:
+            stall, self.stall = self.stall, None
+            stall.report(quiet)
         self.handle = self.loop.call_later(self.every, self.tick)
 
     def cancel(self) -> None:
@@ -312,15 +313,14 @@ async def forward_stream(
     headers: list[tuple[str, str]],
     translator: Any,
     content_type: str,
-    stalled: Callable[[float], None] | None = None,
-    stall_secs: float = 0.0,
+    stall: Stall | None = None,
 ) -> None:
     """Relay the child's SSE stream through ``translator`` (a native ``StreamTranslator``) to the client.
 
     After the response head, Python is not involved until the stream ends but for a timer every few seconds
     (``_Ticker``): the engine connection's reads go to the native link, which decodes, translates and writes to
     the client's transport (``Links.relay``). An engine that dies mid-stream ends the client's stream with the
-    dialect's error event; one quiet for ``stall_secs`` is reported to ``stalled`` while the client waits.
+    dialect's error event; one quiet for ``stall.secs`` is reported while the client waits.
     """
     with sup.lease(child):
         conn, status = await _open(sup, child, path, body)
@@ -335,14 +335,12 @@ async def forward_stream(
             async def failed(e: LinkError) -> str:
                 return (await _engine_failed(sup, child, e)).message
 
-            await relay(child.links, conn, proto, headers, translator, content_type, child.model, failed,
-                        stalled, stall_secs)  # fmt: skip
+            await relay(conn, proto, headers, translator, content_type, child.model, failed, stall)
         finally:
             child.links.release(conn)  # a stream the client left is unfinished: closed, so the engine stops
 
 
 async def relay(
-    links: Links,
     conn: EngineConn,
     proto: Any,
     headers: list[tuple[str, str]],
@@ -350,19 +348,18 @@ async def relay(
     content_type: str,
     who: str,
     failed: Callable[[LinkError], Awaitable[str]],
-    stalled: Callable[[float], None] | None,
-    stall_secs: float,
+    stall: Stall | None,
 ) -> None:
     """Send the response head and relay the stream whose head ``conn`` read, natively, to its end; a connection
     that fails ends the client's stream with the dialect's error event carrying ``failed``'s message. ``who``
-    names the model in logs. The caller releases ``conn``."""
+    names the model in logs. The caller releases ``conn`` (to its ``pool``)."""
     transport = proto.response_stream(
         200, [*headers, ("content-type", content_type), ("cache-control", "no-cache")]
     )
-    ticker = _Ticker(conn, stalled, stall_secs)
+    ticker = _Ticker(conn, stall)
     try:
         try:
-            gone = await links.relay(conn, translator, transport.send_bytes)
+            gone = await conn.pool.relay(conn, translator, transport.send_bytes)
         finally:
             ticker.cancel()
         if gone is not None:

@@ -180,9 +180,8 @@ async def _stream(
                 return "Blazar is shutting down; the stream from the remote was cut off"
             return f"remote '{remote.name}' ({remote.where}) closed the stream: {remote.scrub(str(e))}"
 
-        await proxy.relay(remote.links, conn, proto, req.extra_headers, translator, shape.stream_type,
-                          canon.model, failed, watch.on_stall(sup, req, canon),
-                          float(sup.cfg.sentinel_stall_secs))  # fmt: skip
+        await proxy.relay(conn, proto, req.extra_headers, translator, shape.stream_type, canon.model, failed,
+                          watch.on_stall(sup, req, canon))  # fmt: skip
     finally:
         remote.links.release(conn)
     req.summary = translator.summary()
@@ -210,7 +209,7 @@ async def listed(sup: Supervisor, req: Request) -> list[dict[str, Any]]:
     remotes = list(sup.remotes.by_name.values())
     ids = await asyncio.gather(*(_ids(sup, r) for r in remotes))
     return [
-        {"id": name, "object": "model", "created": 0, "owned_by": f"remote {r.name}"}
+        _model_object(r, name)
         for r, got in zip(remotes, ids, strict=True)
         for name in (f"{r.name}:{m}" for m in got)
         if visible(req, name)
@@ -250,4 +249,8 @@ async def retrieve(sup: Supervisor, req: Request, name: str) -> dict[str, Any] |
     remote, model = hit
     if model not in await _ids(sup, remote):
         return None
+    return _model_object(remote, name)
+
+
+def _model_object(remote: Remote, name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": f"remote {remote.name}"}

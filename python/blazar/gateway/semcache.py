@@ -28,6 +28,7 @@ from blazar._native import SemanticIndex, StreamError, translate_whole
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.errors import BlazarError
 from blazar.gateway.http import HttpError, Request
+from blazar.gateway.watch import HEADER as SENTINEL_HEADER
 
 if TYPE_CHECKING:
     from blazar.config import Config
@@ -64,12 +65,31 @@ class SemanticCache:
             idx = self._by_dim[dim] = SemanticIndex(dim, CAPACITY, self.ttl, self.threshold)
         return idx
 
-    def lookup(self, probe: Probe) -> bytes | None:
-        hit = self.index(len(probe.vector)).lookup(probe.partition, probe.vector)
-        return None if hit is None else hit[1]
+    def answer(self, probe: Probe, canon: CanonicalRequest, translator: str, req: Request) -> bytes | None:
+        """The stored answer for ``probe`` as the asking dialect's whole body (and ``x-blazar-cache: hit``; no
+        usage is charged, the engine did no work), or None."""
+        try:
+            hit = self.index(len(probe.vector)).lookup(probe.partition, probe.vector)
+            if hit is None:
+                return None
+            total_ns = int((time.perf_counter() - req.t0) * 1e9)
+            out, _summary = translate_whole(translator, canon.model, hit[1], total_duration_ns=total_ns)
+        except (StreamError, TypeError, ValueError) as e:
+            failed("looking the conversation up", e)
+            return None
+        req.set_header(HEADER, "hit")
+        return out
 
-    def store(self, probe: Probe, engine_body: bytes) -> None:
-        self.index(len(probe.vector)).insert(probe.partition, probe.vector, engine_body)
+    def keep(self, probe: Probe, req: Request, summary: dict[str, Any], engine_body: bytes) -> None:
+        """After the engine answered a cached request: ``x-blazar-cache: miss``, and the engine's body kept when
+        the answer finished cleanly."""
+        req.set_header(HEADER, "miss")
+        if not worth_keeping(summary, 0 if req.response_header(SENTINEL_HEADER) is None else 1):
+            return
+        try:
+            self.index(len(probe.vector)).insert(probe.partition, probe.vector, engine_body)
+        except (TypeError, ValueError) as e:
+            failed("storing the answer", e)
 
 
 def partition(canon: CanonicalRequest, model: str, key: str, lane: str) -> str:
@@ -110,15 +130,6 @@ def text_of(canon: CanonicalRequest) -> str | None:
     if not text or len(text) > MAX_TEXT_CHARS:
         return None
     return text
-
-
-def answer(
-    cached: bytes, canon: CanonicalRequest, translator: str, req: Request
-) -> tuple[bytes, dict[str, Any]]:
-    """A stored engine body as the asking dialect's whole answer."""
-    return translate_whole(
-        translator, canon.model, cached, total_duration_ns=int((time.perf_counter() - req.t0) * 1e9)
-    )
 
 
 def worth_keeping(summary: dict[str, Any], findings: int) -> bool:

@@ -9,7 +9,6 @@ drops a stream releases it as the stream ends). It owns no HTTP I/O.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from blazar_sched import INTERACTIVE, RAWLONG, TOOL, parse_priority
 
+from blazar import tasks
 from blazar.admission import Admission, parse_deadline_ms
 from blazar.admission import Lease as SlotLease
 from blazar.config import Config
@@ -169,11 +169,8 @@ class Gate:
                 log.exception("writing key usage failed; it stays in memory and is retried")
 
     async def close(self) -> None:
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-            self._flusher = None
+        await tasks.stop(self._flusher)
+        self._flusher = None
         self.quotas.flush(self.store)
         if self.audit is not None:
             await self.audit.close()

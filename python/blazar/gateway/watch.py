@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from blazar import sentinel
 from blazar.dialects.canonical import CanonicalRequest
@@ -45,10 +46,18 @@ def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> list[sent
     return findings
 
 
-def on_stall(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Callable[[float], None] | None:
-    """What a relayed stream calls once when its engine has sent nothing for ``sentinel_stall_secs``: a warning
-    while the client still waits (the judgement at the end names the longest pause again). None when the sentinel
-    would not judge this stream."""
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """A relayed stream's stall watch: ``report`` is called once when its engine has been quiet ``secs``."""
+
+    secs: float
+    report: Callable[[float], None]
+
+
+def on_stall(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Stall | None:
+    """The stall watch of a stream: once its engine has sent nothing for ``sentinel_stall_secs``, a warning while
+    the client still waits (the judgement at the end names the longest pause again). None when the sentinel would
+    not judge this stream."""
     stall = float(sup.cfg.sentinel_stall_secs)
     if not sup.cfg.sentinel or stall <= 0 or canon.choices() > 1:
         return None
@@ -65,7 +74,7 @@ def on_stall(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Callable
             stall,
         )
 
-    return stalled
+    return Stall(stall, stalled)
 
 
 def judge_whole(sup: Supervisor, req: Request, canon: CanonicalRequest) -> None:

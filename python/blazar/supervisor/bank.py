@@ -62,33 +62,30 @@ def _name(child: Child, slot: int) -> str:
     return f"_auto-{child.spec.ctx_per_slot}-{_shape(child)}-{slot}.bin"
 
 
-async def _slot_action(child: Child, slot: int, action: str, filename: str) -> dict[str, Any]:
+async def _ask(child: Child, path: str, body: dict[str, str] | None = None) -> Any:
+    """The engine's JSON answer to a GET (or, with ``body``, a POST) of ``path``; its error answers raised."""
     http = child.http
     if http is None or http.closed:
         raise aiohttp.ClientError("the engine's connection is closed")
-    async with http.post(
-        f"{child.base_url}/slots/{slot}?action={action}",
-        json={"filename": filename},
-        headers=child.request_headers,
-    ) as r:
-        body = await r.json(content_type=None)
+    method = "GET" if body is None else "POST"
+    async with http.request(method, child.base_url + path, json=body, headers=child.request_headers) as r:
+        answer = await r.json(content_type=None)
         if r.status != 200:
-            err = body.get("error") if isinstance(body, dict) else None
+            err = answer.get("error") if isinstance(answer, dict) else None
             message = err.get("message") if isinstance(err, dict) else None
-            raise aiohttp.ClientError(f"HTTP {r.status}: {message or body}")
-        return body if isinstance(body, dict) else {}
+            raise aiohttp.ClientError(f"{method} {path} answered HTTP {r.status}: {message or answer}")
+        return answer
+
+
+async def _slot_action(child: Child, slot: int, action: str, filename: str) -> dict[str, Any]:
+    body = await _ask(child, f"/slots/{slot}?action={action}", {"filename": filename})
+    return body if isinstance(body, dict) else {}
 
 
 async def _idle_slots(child: Child) -> list[int]:
     """The slots not generating now (llama-server would hold a save of a busy one until its answer ends, and a
     stop must not wait for that)."""
-    http = child.http
-    if http is None or http.closed:
-        raise aiohttp.ClientError("the engine's connection is closed")
-    async with http.get(f"{child.base_url}/slots", headers=child.request_headers) as r:
-        if r.status != 200:
-            raise aiohttp.ClientError(f"GET /slots answered HTTP {r.status}")
-        slots = await r.json(content_type=None)
+    slots = await _ask(child, "/slots")
     return [
         s["id"]
         for s in slots
@@ -134,16 +131,11 @@ async def restore(child: Child) -> int:
     if where is None:
         return 0
     restored = 0
-    wanted = {_name(child, slot): slot for slot in range(child.spec.parallel)}
-    try:
-        banks = sorted(where.iterdir())
-    except OSError:
-        return 0
     try:
         async with asyncio.timeout(RESTORE_BUDGET_SECS):
-            for path in banks:
-                slot = wanted.get(path.name)
-                if slot is None:
+            for slot in range(child.spec.parallel):
+                path = where / _name(child, slot)
+                if not path.is_file():
                     continue
                 try:
                     await _slot_action(child, slot, "restore", path.name)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import aiohttp
 
-from blazar import names
+from blazar import names, tasks
 from blazar.catalog import Catalog, ModelRow
 from blazar.config import Config
 from blazar.engines import registry
@@ -363,11 +363,8 @@ class Supervisor:
     async def stop_all(self, reason: str = "blazar is shutting down", grace: float | None = None) -> None:
         """Stop every child (SIGTERM, then SIGKILL after ``grace``, default ``stop_grace_secs``); a response still
         streaming from one ends with an error naming ``reason``."""
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
+        await tasks.stop(self._reaper)
+        self._reaper = None
         self.remotes.close()
         children = list(self.children.values())
         self.children.clear()
