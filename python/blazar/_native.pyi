@@ -107,7 +107,10 @@ class StreamTranslator:
     may pass ``now_ns``; with both given, output is fully deterministic. ``load_duration_ns`` is
     reported as Ollama's ``load_duration`` (and added to ``total_duration``);
     ``prompt_tokens_hint`` stands in for the prompt token count until the engine reports usage
-    (Anthropic's ``message_start``); ``message_id`` defaults to a fresh ``msg_...`` id.
+    (Anthropic's ``message_start``); llama.cpp's ``prompt_progress`` chunks (``return_progress``)
+    replace it with the prompt's real size, start Anthropic's message at once, and are relayed to no
+    dialect. ``message_id`` defaults to a fresh ``msg_...`` id. ``redact`` (a credential the upstream
+    may quote) is cut out of the engine errors relayed and of the summary's ``engine_error``.
     """
 
     def __new__(
@@ -120,6 +123,7 @@ class StreamTranslator:
         message_id: str | None = None,
         prompt_tokens_hint: int = 0,
         start_ns: int | None = None,
+        redact: str | None = None,
     ) -> Self: ...
     def feed(self, chunk: bytes, now_ns: int | None = None) -> bytes:
         """Engine bytes in (any chunking), client bytes out (possibly empty). An empty chunk

@@ -44,6 +44,12 @@ def test_stream_event_order(daemon: Daemon) -> None:
     assert kinds[0] == "message_start" and kinds[1] == "content_block_start"
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert set(kinds[2:-3]) == {"content_block_delta"}
+    # message_start carries the prompt's size before any token, as Anthropic's API does
+    start = next(e for e in events if e.type == "message_start")
+    delta = next(e for e in events if e.type == "message_delta")
+    assert start.type == "message_start" and delta.type == "message_delta"
+    assert start.message.usage.input_tokens > 0
+    assert start.message.usage.input_tokens == delta.usage.input_tokens
 
 
 def test_max_tokens_stop_reason(daemon: Daemon) -> None:

@@ -6,6 +6,7 @@ errors that name it."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import ssl
 import subprocess
@@ -101,9 +102,48 @@ def tls_front(tmp_path_factory: pytest.TempPathFactory, upstream: int) -> Iterat
     loop.close()
 
 
+class _Quoting(http.server.BaseHTTPRequestHandler):
+    """A remote that fails mid-stream and quotes the credentials it was sent in its error event: a fault the real
+    llama-server does not produce, answered over real HTTP on a real port."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        sent = self.headers.get("authorization", "")
+        body = (
+            b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+            + b"data: "
+            + json.dumps(
+                {"error": {"message": f"upstream lost the session for {sent}", "type": "server_error"}}
+            ).encode()
+            + b"\n\n"
+        )
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def quoting() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quoting)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
 @pytest.fixture(scope="module")
 def served(
-    tmp_path_factory: pytest.TempPathFactory, assets: Assets, upstream: int, tls_front: tuple[int, Path]
+    tmp_path_factory: pytest.TempPathFactory,
+    assets: Assets,
+    upstream: int,
+    tls_front: tuple[int, Path],
+    quoting: int,
 ) -> Iterator[Daemon]:
     tls_port, ca_file = tls_front
     config = f"""
@@ -135,6 +175,11 @@ ca_file = "{ca_file}"
 [[remotes]]
 name = "untrusted"
 url = "https://127.0.0.1:{tls_port}/v1"
+
+[[remotes]]
+name = "quoting"
+url = "http://127.0.0.1:{quoting}/v1"
+api_key = "{UPSTREAM_KEY}"
 
 [[remotes]]
 name = "down"
@@ -229,6 +274,26 @@ def test_a_remotes_failures_name_it(served: Daemon) -> None:
     assert count.status_code == 400 and "served by a remote" in count.json()["error"]["message"], count.text
     show = post(served, "/api/show", {"model": "up:smollm2"})
     assert show.status_code == 400 and "served by a remote" in show.json()["error"], show.text
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": ASK, "stream": True}),
+        ("/v1/messages", {"messages": ASK, "stream": True, "max_tokens": 8}),
+        ("/api/chat", {"messages": ASK}),
+    ],
+)
+def test_a_remotes_mid_stream_error_never_carries_its_key(
+    served: Daemon, path: str, body: dict[str, object]
+) -> None:
+    with httpx.stream("POST", served.url + path, json={"model": "quoting:m", **body},
+                      headers={"authorization": f"Bearer {FULL}"}, timeout=60) as s:  # fmt: skip
+        assert s.status_code == 200
+        text = s.read().decode()
+    assert "upstream lost the session for Bearer <redacted>" in text, text
+    assert UPSTREAM_KEY not in text
+    assert UPSTREAM_KEY not in served.log.read_text()
 
 
 def test_a_remote_over_tls_is_checked_against_its_ca(served: Daemon) -> None:

@@ -52,7 +52,8 @@ def test_openai_passthrough_rewrites_model_only(case: Case) -> None:
     out, tr = run(_native.StreamTranslator, "openai", [case.stream], include_usage=True)
     events = sse_events(out)
     assert events[-1] == ("message", "[DONE]")
-    upstream = [e for e in sse_events(case.stream)]
+    # llama.cpp's prompt-progress reports, asked for by the gateway only, are not relayed
+    upstream = [e for e in sse_events(case.stream) if '"prompt_progress":' not in e[1]]
     if case.name == "engine_error":
         assert json.loads(events[-2][1])["error"]["message"].startswith("The model produced output")
         return
@@ -620,3 +621,23 @@ def test_synthetic_streams_match_oracle(
     assert native == ref
     if step == 0:
         assert native == run(_native.StreamTranslator, dialect, [body], include_usage=include_usage)[0]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_redact_cuts_a_credential_out_of_relayed_engine_errors(dialect: str) -> None:
+    """A remote's mid-stream error may quote the key Blazar sent it: the translators cut it out, as the oracle does."""
+    secret = "sk-remote-Zq81"
+    stream = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+        b'data: {"error":{"message":"upstream refused sk-remote-Zq81 mid-stream","type":"auth","code":401}}\n\n'
+    )
+    outs = []
+    for impl in (_native.StreamTranslator, oracle.StreamTranslator):
+        out, tr = run(impl, dialect, [stream], redact=secret)
+        assert secret.encode() not in out
+        assert b"upstream refused <redacted> mid-stream" in out
+        assert tr.summary()["engine_error"] == "upstream refused <redacted> mid-stream"
+        outs.append(out)
+    assert outs[0] == outs[1]
+    plain, _ = run(_native.StreamTranslator, dialect, [stream])
+    assert secret.encode() in plain

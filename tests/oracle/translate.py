@@ -617,6 +617,7 @@ class StreamTranslator:
         message_id: str | None = None,
         prompt_tokens_hint: int = 0,
         start_ns: int | None = None,
+        redact: str | None = None,
     ) -> None:
         if dialect not in DIALECTS:
             raise ValueError(f"unknown dialect '{dialect}'")
@@ -625,6 +626,7 @@ class StreamTranslator:
         self.include_usage = include_usage
         self.load_ns = load_duration_ns
         self.hint = prompt_tokens_hint
+        self.redact = redact or None
         self.message_id = message_id if message_id is not None else new_message_id()
         self._start = time.time_ns() if start_ns is None else start_ns
         self._mono = time.monotonic_ns()
@@ -713,6 +715,14 @@ class StreamTranslator:
         if chunk.get("error") is not None:
             self._engine_error(EngineError.parse(data))
             return
+        progress = chunk.get("prompt_progress")
+        if isinstance(progress, dict):  # llama.cpp's prompt-processing report: no output of its own
+            total = progress.get("total", 0)
+            if total > 0:
+                self.hint = total
+            if self.dialect == "anthropic":
+                self._start_anthropic(now)
+            return
         slots = self.col.absorb(chunk, now)
         message = _first_message(chunk) or {}
         content = message.get("content") or ""
@@ -762,6 +772,13 @@ class StreamTranslator:
             self.last_output_ns = now
 
     def _engine_error(self, err: EngineError) -> None:
+        if self.redact is not None:
+            cut = "<redacted>"
+            err = EngineError(
+                err.message.replace(self.redact, cut),
+                err.kind.replace(self.redact, cut),
+                err.code.replace(self.redact, cut),
+            )
         self.col.errors.append(f"engine error: {err.message}")
         if self.col.engine_error is None:
             self.col.engine_error = err.message

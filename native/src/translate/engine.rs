@@ -65,6 +65,10 @@ pub struct Completion<'a> {
     pub error: Option<&'a RawValue>,
     #[serde(default)]
     pub timings: Option<Timings>,
+    /// llama.cpp's prompt-processing report (sent when the request sets `return_progress`):
+    /// these chunks carry no output, only the prompt's size before its first token.
+    #[serde(default)]
+    pub prompt_progress: Option<Progress>,
     /// llama.cpp's `__verbose` object (sent when the request sets `verbose`; `response_fields`
     /// trims it), kept raw: `verbose_stop_word` reads the stop from it, and the OpenAI
     /// pass-through cuts it out. A `null` value is kept too, so that it is cut as well.
@@ -195,6 +199,13 @@ pub struct Timings {
     pub predicted_ms: Option<f64>,
 }
 
+/// llama.cpp's `prompt_progress`: `total` is the prompt's token count, cached tokens included.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Progress {
+    #[serde(default)]
+    pub total: u64,
+}
+
 /// An engine error as found in an `error` event or an `{"error": ...}` payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineError {
@@ -237,5 +248,15 @@ impl EngineError {
 
     pub fn new(message: &str, kind: &str) -> Self {
         Self { message: message.to_owned(), kind: kind.to_owned(), code: "null".to_owned() }
+    }
+
+    /// The error with every occurrence of `secret` (a credential the upstream may quote) replaced.
+    pub fn redacted(&self, secret: &str) -> Self {
+        const CUT: &str = "<redacted>";
+        Self {
+            message: self.message.replace(secret, CUT),
+            kind: self.kind.replace(secret, CUT),
+            code: self.code.replace(secret, CUT),
+        }
     }
 }

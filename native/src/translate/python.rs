@@ -31,8 +31,9 @@ impl StreamTranslator {
     #[new]
     #[pyo3(signature = (
         dialect, model, *, include_usage = false, load_duration_ns = 0, message_id = None,
-        prompt_tokens_hint = 0, start_ns = None
+        prompt_tokens_hint = 0, start_ns = None, redact = None
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         dialect: &str,
         model: String,
@@ -41,6 +42,7 @@ impl StreamTranslator {
         message_id: Option<String>,
         prompt_tokens_hint: u64,
         start_ns: Option<u64>,
+        redact: Option<String>,
     ) -> PyResult<Self> {
         let opts = Options {
             dialect: parse_dialect(dialect)?,
@@ -49,6 +51,7 @@ impl StreamTranslator {
             load_duration_ns,
             message_id,
             prompt_tokens_hint,
+            redact: redact.filter(|s| !s.is_empty()),
         };
         Ok(Self { inner: Translator::new(opts, start_ns) })
     }

@@ -49,6 +49,8 @@ pub struct Options {
     pub load_duration_ns: u64,
     pub message_id: Option<String>,
     pub prompt_tokens_hint: u64,
+    /// A credential the upstream may quote in its errors: cut out of the errors relayed.
+    pub redact: Option<String>,
 }
 
 /// A fresh Anthropic-style message id.
@@ -88,6 +90,9 @@ struct State {
     col: Collector,
     anthropic: anthropic::Stream,
     ollama_sent: usize,
+    /// The prompt's token count until the engine reports usage: the caller's hint, or what
+    /// llama.cpp's `prompt_progress` said.
+    prompt_hint: u64,
     out: Vec<u8>,
     saw_done: bool,
     closed: bool,
@@ -113,6 +118,7 @@ impl Translator {
             col: Collector::new(clock.start_ns()),
             anthropic: anthropic::Stream::default(),
             ollama_sent: 0,
+            prompt_hint: opts.prompt_tokens_hint,
             out: Vec::new(),
             saw_done: false,
             closed: false,
@@ -212,6 +218,9 @@ impl State {
             self.engine_error(&EngineError::parse(ev.data), now);
             return;
         }
+        if let Some(progress) = chunk.prompt_progress {
+            return self.progress(progress.total, now);
+        }
         let absorbed = self.col.absorb(&chunk, now);
         let message = first_message(&chunk);
         let content = message.and_then(|m| m.content.as_ref()).map_or("", |t| t.as_str());
@@ -254,9 +263,21 @@ impl State {
         }
     }
 
+    /// A prompt-processing report: no output of its own (the gateway asks for it only to learn
+    /// the prompt's size), but Anthropic's `message_start` can go out now, with `input_tokens`.
+    #[cold]
+    fn progress(&mut self, total: u64, now: u64) {
+        if total > 0 {
+            self.prompt_hint = total;
+        }
+        if self.opts.dialect == Dialect::Anthropic {
+            self.start_anthropic(now);
+        }
+    }
+
     fn start_anthropic(&mut self, now: u64) {
         if !self.anthropic.started {
-            let hint = self.opts.prompt_tokens_hint;
+            let hint = self.prompt_hint;
             self.anthropic.start(&mut self.out, &self.message_id, &self.model, hint);
             self.last_output_ns = now;
         }
@@ -286,6 +307,8 @@ impl State {
 
     #[cold]
     fn engine_error(&mut self, err: &EngineError, now: u64) {
+        let redacted = self.opts.redact.as_deref().map(|secret| err.redacted(secret));
+        let err = redacted.as_ref().unwrap_or(err);
         self.col.engine_error(err);
         self.fail(err, now);
     }
@@ -301,7 +324,7 @@ impl State {
         self.closed = true;
         self.col.tools.complete_all();
         self.col.tools.validate(&mut self.col.errors);
-        let hint = self.opts.prompt_tokens_hint;
+        let hint = self.prompt_hint;
         match self.opts.dialect {
             Dialect::OpenAi => openai::done(&mut self.out),
             Dialect::OllamaChat | Dialect::OllamaGenerate => {

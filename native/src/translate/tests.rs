@@ -14,12 +14,13 @@ use super::{translate_whole, Dialect, Options, Translator, WholeOptions, PING_AF
 const DIALECTS: [Dialect; 4] =
     [Dialect::OpenAi, Dialect::OllamaChat, Dialect::OllamaGenerate, Dialect::Anthropic];
 
-const RECORDED: [(&str, &[u8]); 10] = [
+const RECORDED: [(&str, &[u8]); 11] = [
     ("text", include_bytes!("../../../tests/fixtures/streams/text.sse")),
     ("max_tokens", include_bytes!("../../../tests/fixtures/streams/max_tokens.sse")),
     ("stop", include_bytes!("../../../tests/fixtures/streams/stop.sse")),
     ("stop_verbose", include_bytes!("../../../tests/fixtures/streams/stop_verbose.sse")),
     ("eos_verbose", include_bytes!("../../../tests/fixtures/streams/eos_verbose.sse")),
+    ("progress", include_bytes!("../../../tests/fixtures/streams/progress.sse")),
     ("emoji", include_bytes!("../../../tests/fixtures/streams/emoji.sse")),
     ("cjk", include_bytes!("../../../tests/fixtures/streams/cjk.sse")),
     ("tool_call", include_bytes!("../../../tests/fixtures/streams/tool_call.sse")),
@@ -35,6 +36,7 @@ fn opts(dialect: Dialect) -> Options {
         load_duration_ns: 5,
         message_id: Some("msg_1".to_owned()),
         prompt_tokens_hint: 3,
+        redact: None,
     }
 }
 
@@ -103,6 +105,54 @@ fn anthropic_exact_bytes() {
          event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":4,\"output_tokens\":2}}\n\n\
          event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
     );
+}
+
+/// llama.cpp's `prompt_progress` chunks, as it sends them before the first token when asked.
+const PROGRESS: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}],\"model\":\"engine\",\"prompt_progress\":{\"total\":35,\"cache\":0,\"processed\":0,\"time_ms\":0}}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}],\"model\":\"engine\",\"prompt_progress\":{\"total\":35,\"cache\":0,\"processed\":35,\"time_ms\":9}}\n\n";
+
+#[test]
+fn progress_starts_the_anthropic_message_with_the_prompt_size() {
+    let mut tr = Translator::new(opts(Dialect::Anthropic), Some(0));
+    let first = tr.feed(PROGRESS, Some(0)).unwrap();
+    assert!(text(&first).starts_with("event: message_start\n"), "{}", text(&first));
+    assert!(text(&first).contains("\"usage\":{\"input_tokens\":35,\"output_tokens\":0}"));
+    let rest = tr.feed(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        Some(0),
+    );
+    let rest = [rest.unwrap(), tr.finish(Some(0))].concat();
+    assert!(!text(&rest).contains("message_start"));
+    // no usage from the engine: the final count is the progress report's, not the caller's hint
+    assert!(text(&rest).contains("\"usage\":{\"input_tokens\":35,\"output_tokens\":0}"), "{}", text(&rest));
+    assert_eq!(tr.summary().chunks, 1, "progress reports are not output chunks");
+}
+
+#[test]
+fn progress_is_not_relayed_to_other_dialects() {
+    for dialect in [Dialect::OpenAi, Dialect::OllamaChat, Dialect::OllamaGenerate] {
+        let with = run(dialect, &[PROGRESS, HELLO]).0;
+        assert_eq!(text(&with), text(&run(dialect, &[HELLO]).0), "{dialect:?}");
+    }
+}
+
+#[test]
+fn redact_cuts_a_credential_out_of_relayed_engine_errors() {
+    let stream: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n\
+data: {\"error\":{\"message\":\"bad key sk-SECRET1 for upstream\",\"type\":\"sk-SECRET1\",\"code\":\"sk-SECRET1\"}}\n\n";
+    for dialect in DIALECTS {
+        let mut o = opts(dialect);
+        o.redact = Some("sk-SECRET1".to_owned());
+        let mut tr = Translator::new(o, Some(0));
+        let out = [tr.feed(stream, Some(0)).unwrap(), tr.finish(Some(0))].concat();
+        assert!(!text(&out).contains("SECRET1"), "{dialect:?}: {}", text(&out));
+        assert!(text(&out).contains("bad key <redacted> for upstream"), "{dialect:?}: {}", text(&out));
+        let summary = tr.summary();
+        let engine_error = summary.engine_error.unwrap_or_default();
+        assert!(engine_error.contains("<redacted>") && !engine_error.contains("SECRET1"));
+    }
+    let (plain, _) = run(Dialect::OpenAi, &[stream]);
+    assert!(text(&plain).contains("sk-SECRET1"), "nothing is cut without redact");
 }
 
 #[test]

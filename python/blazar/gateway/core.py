@@ -324,6 +324,9 @@ async def _dispatch(
     path, body = render_engine(canon)
     if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
         body["model"] = child.spec.engine_model
+    if canon.stream and shape.translator == "anthropic" and child.lane == "llama-cpp":
+        # the prompt's size before its first token, for message_start's input_tokens
+        body["return_progress"] = True
     slot = req.gate.session_slot(req, key, slots) if child.lane == "llama-cpp" else None
     if slot is not None:
         body["id_slot"] = slot

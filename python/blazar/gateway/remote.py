@@ -41,7 +41,7 @@ LISTING = "x-blazar-listing"
 """Sent with a remote's ``/models`` request: a Blazar that gets it lists its own models only, so two daemons that
 are each other's remote (or one that is its own) never ask each other in a loop."""
 
-LLAMA_ONLY = ("verbose", "response_fields", "id_slot", "cache_prompt")
+LLAMA_ONLY = ("verbose", "response_fields", "id_slot", "cache_prompt", "return_progress")
 """Body fields Blazar adds for llama-server that an OpenAI-compatible server may refuse as unknown."""
 
 
@@ -163,7 +163,9 @@ async def _stream(
     path: str,
     body: bytes,
 ) -> None:
-    translator = StreamTranslator(shape.translator, canon.model, include_usage=canon.include_usage)
+    translator = StreamTranslator(
+        shape.translator, canon.model, include_usage=canon.include_usage, redact=remote.secret
+    )
     req.mark_overhead()
     # a client that leaves before the remote's head arrives frees its place in the remote's queue at once
     conn, status = await proxy.unless_gone(_open(sup, remote, path, body), req.client)

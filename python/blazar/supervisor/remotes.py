@@ -19,7 +19,7 @@ from blazar.supervisor.links import Links
 class Remote:
     """One remote: where it is (``where``, host:port for messages; never its key) and its connections."""
 
-    __slots__ = ("_secret", "auth", "base_path", "links", "listed", "name", "parallel", "tls", "url", "where")
+    __slots__ = ("auth", "base_path", "links", "listed", "name", "parallel", "secret", "tls", "url", "where")
 
     def __init__(self, cfg: RemoteConfig) -> None:
         parts = urlsplit(cfg.url)
@@ -35,7 +35,8 @@ class Remote:
         self.url = cfg.url
         self.tls = tls
         self.auth = {"authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        self._secret = cfg.api_key
+        # its API key: sent upstream, and cut out of whatever the remote says (scrub, the translators' redact)
+        self.secret = cfg.api_key or None
         self.listed: tuple[float, list[str]] | None = None  # (when, model ids) its /models last said
 
     def path(self, engine_path: str) -> str:
@@ -44,7 +45,7 @@ class Remote:
 
     def scrub(self, text: str) -> str:
         """``text`` (a remote's own message) with its API key cut out: a server may quote what it was sent."""
-        return text.replace(self._secret, "<the remote's api_key>") if self._secret else text
+        return text.replace(self.secret, "<the remote's api_key>") if self.secret else text
 
     @property
     def admission_key(self) -> str:
