@@ -337,3 +337,24 @@ def test_real_engine_accepts_a_full_profile(tmp_path: Path, assets: Assets) -> N
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_llama_server_that_can_sleeps_after_idle_sleep_secs(tmp_path: Path, model_file: Path) -> None:
+    new = replace(ENGINE, version="version: 0.6.0-dev (build 11434, commit unknown)")
+    spec = compile_profile(cfg_from(tmp_path), row(model_file), new, hardware=ROOMY)
+    assert flag(spec.argv_template, "--sleep-idle-seconds") == "300" and spec.sleep_secs == 300
+    per_model = cfg_from(tmp_path, "idle_sleep_secs = 60\n[models.smollm2]\nidle_sleep_secs = 7\n")
+    spec = compile_profile(per_model, row(model_file), new, hardware=ROOMY)
+    assert flag(spec.argv_template, "--sleep-idle-seconds") == "7" and spec.sleep_secs == 7
+    # off, a build from before the flag, an unknown build: no flag, and the supervisor expects no sleep
+    for c, engine in ((cfg_from(tmp_path, "idle_sleep_secs = 0\n"), new), (cfg_from(tmp_path), ENGINE),
+                      (cfg_from(tmp_path), replace(ENGINE, version="b7000"))):  # fmt: skip
+        spec = compile_profile(c, row(model_file), engine, hardware=ROOMY)
+        assert "--sleep-idle-seconds" not in spec.argv_template and spec.sleep_secs == 0
+    # the user's own flag wins, once, and the supervisor knows it
+    for extra, secs in (('"--sleep-idle-seconds", "9"', 9), ('"--sleep-idle-seconds=11"', 11),
+                        ('"--sleep-idle-seconds", "-1"', 0)):  # fmt: skip
+        c = cfg_from(tmp_path, f"[models.smollm2]\nextra_args = [{extra}]\n")
+        spec = compile_profile(c, row(model_file), new, hardware=ROOMY)
+        assert sum(a.startswith("--sleep-idle-seconds") for a in spec.argv_template) == 1
+        assert spec.sleep_secs == secs

@@ -52,7 +52,8 @@ class LaunchSpec:
     estimate the context was fitted with (None for lanes without one). ``engine_model`` is the ``model`` every
     request to this child must carry (None: the client's name is fine, llama-server ignores it).
     ``checks_api_key`` is False for engines that cannot check a key (mlx-lm, mistral.rs): the supervisor still
-    writes one, but such a child is protected only by listening on 127.0.0.1.
+    writes one, but such a child is protected only by listening on 127.0.0.1. ``sleep_secs``: the idle seconds
+    after which the engine frees its model itself (llama-server's ``--sleep-idle-seconds``; 0: never).
     """
 
     argv_template: tuple[str, ...]
@@ -66,6 +67,7 @@ class LaunchSpec:
     estimate: MemoryEstimate | None = None
     engine_model: str | None = None
     checks_api_key: bool = True
+    sleep_secs: int = 0
 
     @property
     def ctx_per_slot(self) -> int:
@@ -218,6 +220,24 @@ class ModelSettings:
     flash_attn: str
     swa_full: bool
     lookup_cache: bool
+    idle_sleep_secs: int
+
+
+def _flag_int(args: tuple[str, ...], flag: str) -> int | None:
+    """The value of ``flag`` in ``args`` (``flag N`` or ``flag=N``) as a non-negative int (-1 and junk: 0), or
+    None when ``flag`` is absent."""
+    for i, a in enumerate(args):
+        if a == flag:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1 :]
+        else:
+            continue
+        try:
+            return max(int(value), 0)
+        except ValueError:
+            return 0
+    return None
 
 
 def model_settings(cfg: Config, model_name: str) -> ModelSettings:
@@ -232,6 +252,7 @@ def model_settings(cfg: Config, model_name: str) -> ModelSettings:
         flash_attn=ov.flash_attn or cfg.flash_attn,
         swa_full=cfg.swa_full if ov.swa_full is None else ov.swa_full,
         lookup_cache=cfg.lookup_cache if ov.lookup_cache is None else ov.lookup_cache,
+        idle_sleep_secs=cfg.idle_sleep_secs if ov.idle_sleep_secs is None else ov.idle_sleep_secs,
     )
 
 
@@ -364,6 +385,14 @@ def compile_llama_cpp(
         argv += ["--spec-type", "ngram-cache", "--lookup-cache-dynamic", str(lookup)]
     if embeddings:
         argv += ["--embeddings", "--pooling", "mean"]
+    sleep_secs = _flag_int(ov.extra_args, "--sleep-idle-seconds")  # the user's own wins
+    if sleep_secs is None:
+        sleep_secs = 0
+        if st.idle_sleep_secs > 0 and lane_argv.sleeps_when_idle(
+            engine.kind, engine.version, engine.lane_class
+        ):
+            sleep_secs = st.idle_sleep_secs
+            argv += ["--sleep-idle-seconds", str(sleep_secs)]
     argv += list(ov.extra_args)
     return LaunchSpec(
         argv_template=tuple(argv),
@@ -374,6 +403,7 @@ def compile_llama_cpp(
         socket_path=sock if unix else None,
         mmproj=mmproj,
         estimate=est,
+        sleep_secs=sleep_secs,
     )
 
 

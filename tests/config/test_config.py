@@ -63,6 +63,7 @@ def test_defaults_without_any_file(home: Path, env: dict[str, str]) -> None:
     assert cfg.host == "127.0.0.1"
     assert cfg.port == DEFAULT_PORT == 11435
     assert cfg.idle_timeout_secs == 1800
+    assert cfg.idle_sleep_secs == 300
     assert cfg.child_start_timeout_secs == 120
     assert cfg.child_header_timeout_secs == 120
     assert cfg.stop_grace_secs == 10.0
@@ -263,6 +264,10 @@ def test_blank_blazar_host(env: dict[str, str]) -> None:
         ("data_dir = 5", "key 'data_dir' must be a non-empty string, got 5 (integer)"),
         ("idle_timeout_secs = -1", "key 'idle_timeout_secs' must be an integer >= 0, got -1 (integer)"),
         (
+            "idle_sleep_secs = 4294967296",
+            "key 'idle_sleep_secs' must be an integer between 0 and 2147483647, got 4294967296 (integer)",
+        ),
+        (
             'idle_timeout_secs = "1h"',
             """key 'idle_timeout_secs' must be an integer >= 0, got "1h" (string)""",
         ),
@@ -452,7 +457,7 @@ def test_normalize_model_name() -> None:
 def test_rendered_default_config_round_trips(tmp_path: Path, env: dict[str, str], home: Path) -> None:
     text = render_default_config()
     for key in (
-        "host", "port", "idle_timeout_secs", "child_start_timeout_secs", "child_header_timeout_secs",
+        "host", "port", "idle_timeout_secs", "idle_sleep_secs", "child_start_timeout_secs", "child_header_timeout_secs",
         "stop_grace_secs", "engine_mode", "cors_origins", "log_level", "ctx_size", "parallel", "threads",
         "gpu_layers",
     ):  # fmt: skip

@@ -115,7 +115,8 @@ def show_running(models: list[dict[str, Any]]) -> None:
         console.print(
             f"{_shown_name(m):<40} {str(m.get('digest') or '-')[:12]:<12}"
             f" {human_bytes(size) if isinstance(size, int) else '-':>10}"
-            f" {context if isinstance(context, int) else '-':>8}  {until(m.get('expires_at'), now)}",
+            f" {context if isinstance(context, int) else '-':>8}  {until(m.get('expires_at'), now)}"
+            + (" (asleep: its model reloads on the next request)" if m.get("asleep") is True else ""),
             highlight=False,
         )
 

@@ -18,6 +18,7 @@ from blazar.config.model import (
     DEFAULT_FLASH_ATTN,
     DEFAULT_GPU_LAYERS,
     DEFAULT_HOST,
+    DEFAULT_IDLE_SLEEP_SECS,
     DEFAULT_IDLE_TIMEOUT_SECS,
     DEFAULT_LOG_LEVEL,
     DEFAULT_MEMORY_HEADROOM_MIB,
@@ -40,6 +41,12 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         "idle_timeout_secs",
         DEFAULT_IDLE_TIMEOUT_SECS,
         "Stop a model's engine after this many idle seconds; 0 = never.",
+    ),
+    (
+        "idle_sleep_secs",
+        DEFAULT_IDLE_SLEEP_SECS,
+        "After this many idle seconds llama-server frees its weights and KV cache but keeps running; the next"
+        " request reloads them. 0 = never.",
     ),
     (
         "child_start_timeout_secs",
@@ -175,6 +182,7 @@ def render_default_config() -> str:
     doc.add(tomlkit.comment("threads = 8"))
     doc.add(tomlkit.comment("gpu_layers = 20"))
     doc.add(tomlkit.comment("idle_timeout_secs = 600"))
+    doc.add(tomlkit.comment("idle_sleep_secs = 0"))
     doc.add(tomlkit.comment('extra_args = ["--flash-attn"]'))
     doc.add(tomlkit.comment('engine = "llama-cpp"'))
     doc.add(tomlkit.comment('cache_type_k = "q8_0"'))

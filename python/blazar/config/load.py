@@ -115,6 +115,7 @@ _TOP_LEVEL: dict[str, Check] = {
     "port": lambda c, k, v: integer(c, k, v, 1, 65535),
     "data_dir": path_value,
     "idle_timeout_secs": lambda c, k, v: integer(c, k, v, 0),
+    "idle_sleep_secs": lambda c, k, v: integer(c, k, v, 0, 2**31 - 1),  # llama-server reads an int
     "child_start_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
     "child_header_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
     "stop_grace_secs": lambda c, k, v: number(c, k, v, 0.0),
@@ -152,6 +153,7 @@ _MODEL_LEVEL: dict[str, Check] = {
     "threads": _TOP_LEVEL["threads"],
     "gpu_layers": _TOP_LEVEL["gpu_layers"],
     "idle_timeout_secs": _TOP_LEVEL["idle_timeout_secs"],
+    "idle_sleep_secs": _TOP_LEVEL["idle_sleep_secs"],
     "extra_args": strings,
     "engine": string,
     "cache_type_k": _TOP_LEVEL["cache_type_k"],

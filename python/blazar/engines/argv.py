@@ -71,6 +71,18 @@ def serves_unix_socket(kind: str, version: str | None, lane_class: str = "mainst
     return os.name == "posix" and build is not None and build >= UNIX_SOCKET_BUILD
 
 
+SLEEP_IDLE_BUILD = 8000
+"""The first llama.cpp build number (rounded up) whose ``llama-server`` takes ``--sleep-idle-seconds`` (llama.cpp
+pull request 18228, merged December 2025): idle, it frees its weights and KV cache and keeps serving ``/health``;
+the next request reloads them."""
+
+
+def sleeps_when_idle(kind: str, version: str | None, lane_class: str = "mainstream") -> bool:
+    """Whether an engine of ``kind`` at ``version`` can free its model while idle (``--sleep-idle-seconds``)."""
+    build = build_number(version) if kind == "llama-cpp" and lane_class == "mainstream" else None
+    return build is not None and build >= SLEEP_IDLE_BUILD
+
+
 def socket_fits(path: Path) -> bool:
     return len(os.fsencode(path)) <= SOCKET_PATH_MAX
 

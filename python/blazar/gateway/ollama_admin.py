@@ -22,7 +22,7 @@ from blazar.gateway.tenancy import require_visible, visible
 from blazar.gguf_info import human_params
 from blazar.model_dir import chat_template, read_config, small_config
 from blazar.profile import model_settings
-from blazar.supervisor import State, Supervisor
+from blazar.supervisor import State, Supervisor, sleep
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -113,6 +113,9 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 "expires_at": expires.isoformat().replace("+00:00", "Z"),
                 "size_vram": 0,
                 "context_length": child.ctx_size,
+                # Blazar's own: the engine freed its model while idle (idle_sleep_secs); the next request
+                # reloads it
+                "asleep": await sleep.asleep(child),
             }
         )
     return _json({"models": out})

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from blazar.supervisor import sleep
+
 if TYPE_CHECKING:
     from blazar.supervisor.child import Child
 
@@ -99,6 +101,11 @@ async def save(child: Child) -> int:
     raises."""
     where = _banked(child)
     if where is None or not child.alive():
+        return 0
+    if await sleep.asleep(
+        child
+    ):  # it freed its KV cache when it fell asleep: nothing to save, and no wake-up
+        log.debug("session bank: %s is asleep; nothing to save", child.key)
         return 0
     saved = 0
     name: str | None = None

@@ -92,6 +92,8 @@ class Child:
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
         self.base_keep_alive: float | None = None  # what a request without keep_alive puts back (per-model)
         self.unload_when_idle = False  # a keep_alive 0 came while requests ran: unload when the last ends
+        self.kept_awake = 0.0  # when a wake-up or keep-awake ping last reset its idle sleep clock (sleep.py)
+        self.waking: asyncio.Task[None] | None = None  # the wake-up requests to it share (sleep.py)
         self.weights: tuple[int, int] | None = None
         """The model file's (device, inode) when this child was spawned: other weights under the same name (a
         re-import) make the supervisor restart it."""

@@ -25,7 +25,7 @@ from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
 from blazar.paths import DataDir, child_key
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
-from blazar.supervisor import bank
+from blazar.supervisor import bank, sleep
 from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
@@ -139,8 +139,12 @@ class Supervisor:
             and self.children.get(hot.key) is hot
             and hot.alive()
         ):
+            if hot.spec.sleep_secs:
+                await sleep.wake(hot, float(self.cfg.child_start_timeout_secs))
             return hot
         child = await self._ensure_ready(model_name, embeddings, num_ctx)
+        if child.spec.sleep_secs:
+            await sleep.wake(child, float(self.cfg.child_start_timeout_secs))
         child.catalog_checked = time.monotonic()
         if len(self._hot) >= _HOT_MAX:
             self._hot.clear()
@@ -352,13 +356,22 @@ class Supervisor:
     async def _idle_loop(self) -> None:
         timeout = float(self.cfg.idle_timeout_secs)
         tick = min(max(timeout / 4, 0.25), 15.0) if timeout > 0 else 5.0
+        sleeps = [
+            s for s in (self.cfg.idle_sleep_secs, *(o.idle_sleep_secs for o in self.cfg.models.values())) if s
+        ]
+        if sleeps:  # a keep-awake ping goes out at half the sleep time: look at least four times as often
+            tick = min(tick, max(min(sleeps) / 4, 0.25))
         while True:
             await asyncio.sleep(tick)
-            for c in idle_victims(list(self.children.values()), time.monotonic(), timeout):
+            children = list(self.children.values())
+            for c in idle_victims(children, time.monotonic(), timeout):
                 try:
                     await self.evict(c.key, "idle", only=c)
                 except Exception:
                     log.exception("evicting %s failed", c.key)
+            for c in children:
+                if c.state is State.READY and c.spec.sleep_secs and self.children.get(c.key) is c:
+                    await sleep.keep_awake(c)
 
     async def stop_all(self, reason: str = "blazar is shutting down", grace: float | None = None) -> None:
         """Stop every child (SIGTERM, then SIGKILL after ``grace``, default ``stop_grace_secs``); a response still

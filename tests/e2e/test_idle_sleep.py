@@ -1,0 +1,83 @@
+"""End to end: ``idle_sleep_secs`` on a real llama-server. Idle for that long, the engine frees its weights and
+KV cache (its memory falls) while its process stays; ``/api/ps`` says it is asleep; the next request wakes the
+same process and reports the reload as Ollama's ``load_duration``. An Ollama ``keep_alive`` longer than the sleep
+keeps it awake; an engine stopped while asleep is not woken to save a session bank it no longer holds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Daemon, wait_for
+
+pytestmark = pytest.mark.e2e
+
+SLEEPY = "idle_sleep_secs = 2\n"
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def running(d: Daemon) -> dict[str, Any]:
+    r = httpx.get(d.url + "/api/ps", timeout=30)
+    assert r.status_code == 200, r.text
+    [model] = r.json()["models"]
+    assert isinstance(model, dict)
+    return model
+
+
+def generate(d: Daemon, **extra: Any) -> dict[str, Any]:
+    body = {"model": "smollm2", "prompt": "Say hi", "stream": False, "options": {"num_predict": 2}, **extra}
+    r = httpx.post(d.url + "/api/generate", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def test_an_idle_engine_frees_its_model_and_the_next_request_wakes_it(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(SLEEPY)
+    generate(d)
+    [pid] = d.child_pids()
+    awake = rss_kib(pid)
+    assert running(d)["asleep"] is False
+    wait_for(lambda: running(d)["asleep"] is True, 15, "the engine to fall asleep")
+    assert rss_kib(pid) < awake - 40_000, (awake, rss_kib(pid))  # the weights and KV cache went
+    assert running(d)["asleep"] is True  # asking does not wake it
+    assert "(asleep: its model reloads on the next request)" in d.cli("ps").stdout
+
+    again = generate(d)
+    assert d.child_pids() == [pid]  # the same process, not a restart
+    assert again["load_duration"] > 100_000_000  # the reload is the request's load time, as in Ollama
+    assert running(d)["asleep"] is False
+    assert "smollm2:latest woke from its idle sleep" in d.log.read_text()
+
+    # stopped while asleep: no wake-up to save a bank, and nothing banked (its KV cache went with the sleep)
+    wait_for(lambda: running(d)["asleep"] is True, 15, "the engine to fall asleep again")
+    r = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=60)
+    assert r.status_code == 200, r.text
+    wait_for(lambda: not d.child_pids(), 15, "the engine to stop")
+    assert not list((d.data_dir / "sessions").glob("*/_auto-*.bin"))
+    assert d.log.read_text().count("woke from its idle sleep") == 1
+
+
+def test_a_keep_alive_longer_than_the_sleep_keeps_the_model_loaded(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(SLEEPY)
+    generate(d, keep_alive=-1)
+    time.sleep(5)  # 2.5 times the sleep
+    assert running(d)["asleep"] is False
+    generate(d, keep_alive="10s")
+    time.sleep(4)
+    assert running(d)["asleep"] is False
+    # a request without keep_alive puts the default back, and the engine sleeps again
+    generate(d)
+    wait_for(lambda: running(d)["asleep"] is True, 15, "the engine to fall asleep")
