@@ -106,16 +106,24 @@ def _shown_name(m: dict[str, Any]) -> str:
     return f"{name} (embeddings)" if m.get("engine") == "embeddings" else name
 
 
+def _share(value: Any) -> str:
+    """A 0-1 hint as a percentage; "-" until the daemon has measured it."""
+    return f"{value:.0%}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
+
+
 def show_running(models: list[dict[str, Any]]) -> None:
     now = datetime.now(UTC)
-    console.print(f"{'NAME':<40} {'ID':<12} {'SIZE':>10} {'CONTEXT':>8}  UNTIL", highlight=False)
+    console.print(
+        f"{'NAME':<40} {'ID':<12} {'SIZE':>10} {'CONTEXT':>8} {'CACHED':>7}  UNTIL", highlight=False
+    )
     for m in models:
         size = m.get("size")
         context = m.get("context_length")
         console.print(
             f"{_shown_name(m):<40} {str(m.get('digest') or '-')[:12]:<12}"
             f" {human_bytes(size) if isinstance(size, int) else '-':>10}"
-            f" {context if isinstance(context, int) else '-':>8}  {until(m.get('expires_at'), now)}"
+            f" {context if isinstance(context, int) else '-':>8} {_share(m.get('cache_hint')):>7}"
+            f"  {until(m.get('expires_at'), now)}"
             + (" (asleep: its model reloads on the next request)" if m.get("asleep") is True else ""),
             highlight=False,
         )

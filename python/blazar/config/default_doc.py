@@ -14,6 +14,7 @@ from blazar.config.model import (
     DEFAULT_CHILD_START_TIMEOUT_SECS,
     DEFAULT_CTX_SIZE,
     DEFAULT_ENGINE_CHECK_SECS,
+    DEFAULT_ENGINE_METRICS_SECS,
     DEFAULT_ENGINE_MODE,
     DEFAULT_FLASH_ATTN,
     DEFAULT_GPU_LAYERS,
@@ -47,6 +48,11 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         DEFAULT_IDLE_SLEEP_SECS,
         "After this many idle seconds llama-server frees its weights and KV cache but keeps running; the next"
         " request reloads them. 0 = never.",
+    ),
+    (
+        "engine_metrics_secs",
+        DEFAULT_ENGINE_METRICS_SECS,
+        "How often each llama-server's /metrics is read for the prompt cache hit rate `blazar ps` shows; 0 = off.",
     ),
     (
         "child_start_timeout_secs",

@@ -116,6 +116,10 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 # Blazar's own: the engine freed its model while idle (idle_sleep_secs); the next request
                 # reloads it
                 "asleep": await sleep.asleep(child),
+                # Blazar's own: the share of prompt tokens its prompt cache saved, and of speculative draft
+                # tokens accepted (hints.py; null until measured)
+                "cache_hint": child.hints.cache_hint,
+                "spec_accept": child.hints.spec_accept,
             }
         )
     return _json({"models": out})

@@ -24,6 +24,7 @@ import aiohttp
 from blazar.errors import ChildError
 from blazar.paths import DataDir
 from blazar.profile import LaunchSpec, remove_stale_socket, socket_in_use
+from blazar.supervisor.hints import CacheHints
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS, Links
 
 logger = logging.getLogger("blazar.supervisor")
@@ -94,6 +95,7 @@ class Child:
         self.unload_when_idle = False  # a keep_alive 0 came while requests ran: unload when the last ends
         self.kept_awake = 0.0  # when a wake-up or keep-awake ping last reset its idle sleep clock (sleep.py)
         self.waking: asyncio.Task[None] | None = None  # the wake-up requests to it share (sleep.py)
+        self.hints = CacheHints()  # its prompt cache hit rate and draft acceptance (hints.py)
         self.weights: tuple[int, int] | None = None
         """The model file's (device, inode) when this child was spawned: other weights under the same name (a
         re-import) make the supervisor restart it."""

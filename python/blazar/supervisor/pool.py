@@ -25,7 +25,7 @@ from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
 from blazar.paths import DataDir, child_key
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
-from blazar.supervisor import bank, sleep
+from blazar.supervisor import bank, hints, sleep
 from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
@@ -89,6 +89,7 @@ class Supervisor:
         self._locks: dict[str, asyncio.Lock] = {}
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._hinter: asyncio.Task[None] | None = None
         self._hot: dict[tuple[str, bool], Child] = {}  # client-given name -> its ready child (fast path)
         self.routes: dict[tuple[str, bool], tuple[str, str, int]] = {}  # gateway.core.route_target's memo
         self.breakers = Breakers()
@@ -118,6 +119,8 @@ class Supervisor:
     def start_background(self) -> None:
         if self._reaper is None:
             self._reaper = asyncio.get_running_loop().create_task(self._idle_loop())
+        if self._hinter is None and self.cfg.engine_metrics_secs > 0:
+            self._hinter = asyncio.get_running_loop().create_task(self._hint_loop())
 
     async def ensure_ready(
         self, model_name: str, *, embeddings: bool = False, num_ctx: int | None = None
@@ -373,11 +376,20 @@ class Supervisor:
                 if c.state is State.READY and c.spec.sleep_secs and self.children.get(c.key) is c:
                     await sleep.keep_awake(c)
 
+    async def _hint_loop(self) -> None:
+        every = float(self.cfg.engine_metrics_secs)
+        while True:
+            await asyncio.sleep(every)
+            for c in list(self.children.values()):
+                if c.state is State.READY and hints.scraped(c):
+                    await hints.scrape(c)
+
     async def stop_all(self, reason: str = "blazar is shutting down", grace: float | None = None) -> None:
         """Stop every child (SIGTERM, then SIGKILL after ``grace``, default ``stop_grace_secs``); a response still
         streaming from one ends with an error naming ``reason``."""
         await tasks.stop(self._reaper)
-        self._reaper = None
+        await tasks.stop(self._hinter)
+        self._reaper = self._hinter = None
         self.remotes.close()
         children = list(self.children.values())
         self.children.clear()

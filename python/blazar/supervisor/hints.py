@@ -1,0 +1,104 @@
+"""Cache hints: how much of each engine's prompt work its prompt cache saves, and how many speculative draft tokens
+it accepts, from llama-server's Prometheus counters (``--metrics``).
+
+Every ``engine_metrics_secs`` (60) the supervisor scrapes each running llama-server's ``/metrics`` (which does not
+wake a sleeping one) and folds what changed since the last scrape into an exponentially weighted average, 0.7 of
+the old value and 0.3 of the new sample:
+
+- ``cache_hint``: cached prompt tokens / all prompt tokens (``llamacpp:prompt_tokens_cached_total`` against
+  ``llamacpp:prompt_tokens_total``, which excludes the cached ones);
+- ``spec_accept``: accepted / drafted speculative tokens (``llamacpp:spec_decode_num_accepted_tokens_total``,
+  ``llamacpp:spec_decode_num_draft_tokens_total``), with ``lookup_cache`` or another draft source.
+
+A period without traffic leaves the hints as they were. ``/api/ps`` and ``blazar ps`` show them. This module owns
+the parsing and the arithmetic (pure) and the scrape; it never starts or stops a child.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+if TYPE_CHECKING:
+    from blazar.supervisor.child import Child
+
+log = logging.getLogger("blazar.supervisor")
+
+KEEP = 0.7
+"""The weight of the hint so far in each update; the new period's sample gets the rest."""
+SCRAPE_TIMEOUT_SECS = 5.0
+
+PROMPT = "llamacpp:prompt_tokens_total"
+CACHED = "llamacpp:prompt_tokens_cached_total"
+ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
+DRAFTED = "llamacpp:spec_decode_num_draft_tokens_total"
+COUNTERS = (PROMPT, CACHED, ACCEPTED, DRAFTED)
+
+
+def parse(text: str) -> dict[str, float]:
+    """The counters this module reads, from Prometheus' text format (``name value`` lines; comments, labelled
+    series and anything unreadable skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if name in COUNTERS:
+            try:
+                out[name] = float(rest.split()[0])
+            except (IndexError, ValueError):
+                continue
+    return out
+
+
+def _fold(old: float | None, sample: float) -> float:
+    return sample if old is None else KEEP * old + (1 - KEEP) * sample
+
+
+@dataclass(slots=True)
+class CacheHints:
+    """One engine's hints (None until it has served what they measure) and its counters at the last scrape."""
+
+    cache_hint: float | None = None
+    spec_accept: float | None = None
+    last: dict[str, float] = field(default_factory=dict)
+
+    def update(self, counters: dict[str, float]) -> None:
+        """Fold in the change since the last scrape. A counter that went down (the engine reset it) counts from
+        zero."""
+        delta = {}
+        for name in COUNTERS:
+            now, before = counters.get(name, 0.0), self.last.get(name, 0.0)
+            delta[name] = now - before if now >= before else now
+        self.last = {name: counters.get(name, 0.0) for name in COUNTERS}
+        prompt = delta[PROMPT] + delta[CACHED]
+        if prompt > 0:
+            self.cache_hint = _fold(self.cache_hint, delta[CACHED] / prompt)
+        if delta[DRAFTED] > 0:
+            self.spec_accept = _fold(self.spec_accept, min(delta[ACCEPTED] / delta[DRAFTED], 1.0))
+
+
+def scraped(child: Child) -> bool:
+    """Whether ``child`` serves llama-server's ``/metrics``."""
+    return "--metrics" in child.spec.argv_template
+
+
+async def scrape(child: Child) -> None:
+    """Update ``child.hints`` from its ``/metrics``; a failure is logged at debug and changes nothing."""
+    http = child.http
+    if http is None or http.closed:
+        return
+    try:
+        async with http.get(
+            child.base_url + "/metrics",
+            headers=child.request_headers,
+            timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_SECS),
+        ) as r:
+            if r.status != 200:
+                raise aiohttp.ClientError(f"GET /metrics answered HTTP {r.status}")
+            text = await r.text()
+    except (aiohttp.ClientError, OSError, TimeoutError, UnicodeDecodeError) as e:
+        log.debug("cache hints: scraping %s failed: %s", child.key, e or type(e).__name__)
+        return
+    child.hints.update(parse(text))
