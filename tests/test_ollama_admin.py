@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,8 +21,10 @@ from blazar.dialects.canonical import DialectError
 from blazar.gateway import ollama_admin
 from blazar.gateway.http import Request
 from blazar.paths import DataDir
+from blazar.profile import LaunchSpec
 from blazar.store import Store
 from blazar.supervisor import State
+from blazar.supervisor.child import Child
 from blazar.supervisor.remotes import Remotes
 from tests.test_catalog import older_database
 
@@ -106,15 +107,9 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
     with Store.open(data.db) as store:
         cat = Catalog(store, data)
         cat.import_file(model_file, "smollm2", sha256="0" * 64)
-        child = SimpleNamespace(
-            key="smollm2:latest",
-            model="smollm2:latest",
-            state=State.READY,
-            keep_alive=keep_alive,
-            inflight=0,
-            last_used=time.monotonic(),
-            ctx_size=4096,
-        )
+        child = Child("smollm2:latest", "smollm2:latest", LaunchSpec(("x",), ctx_size=4096), data)
+        child.state = State.READY
+        child.keep_alive = keep_alive
         sup = SimpleNamespace(
             catalog=cat,
             cfg=Config(),

@@ -641,3 +641,12 @@ def test_redact_cuts_a_credential_out_of_relayed_engine_errors(dialect: str) -> 
     assert outs[0] == outs[1]
     plain, _ = run(_native.StreamTranslator, dialect, [stream])
     assert secret.encode() in plain
+    # a frame that is no chunk, relayed to OpenAI clients as it came, is redacted too
+    raw = b"data: proxy says: invalid key sk-remote-Zq81\n\n"
+    got = [
+        run(impl, "openai", [raw], redact=secret)[0]
+        for impl in (_native.StreamTranslator, oracle.StreamTranslator)
+    ]
+    assert (
+        got[0] == got[1] and b"proxy says: invalid key <redacted>" in got[0] and secret.encode() not in got[0]
+    )

@@ -710,7 +710,9 @@ class StreamTranslator:
         except ValueError as err:
             self.col.errors.append(f"engine chunk is not a chat completion chunk: {err}")
             if self.dialect == "openai":
-                self.out.append(_sse_lines(data))
+                self.out.append(
+                    _sse_lines(data if self.redact is None else data.replace(self.redact, "<redacted>"))
+                )
             return
         if chunk.get("error") is not None:
             self._engine_error(EngineError.parse(data))

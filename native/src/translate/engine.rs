@@ -206,6 +206,9 @@ pub struct Progress {
     pub total: u64,
 }
 
+/// What a redacted credential is replaced with.
+pub const REDACTED: &str = "<redacted>";
+
 /// An engine error as found in an `error` event or an `{"error": ...}` payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineError {
@@ -252,11 +255,10 @@ impl EngineError {
 
     /// The error with every occurrence of `secret` (a credential the upstream may quote) replaced.
     pub fn redacted(&self, secret: &str) -> Self {
-        const CUT: &str = "<redacted>";
         Self {
-            message: self.message.replace(secret, CUT),
-            kind: self.kind.replace(secret, CUT),
-            code: self.code.replace(secret, CUT),
+            message: self.message.replace(secret, REDACTED),
+            kind: self.kind.replace(secret, REDACTED),
+            code: self.code.replace(secret, REDACTED),
         }
     }
 }

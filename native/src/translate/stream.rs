@@ -8,7 +8,7 @@
 use super::anthropic;
 use super::clock::Clock;
 use super::collect::{Collector, Summary};
-use super::engine::{Completion, EngineError, Message};
+use super::engine::{Completion, EngineError, Message, REDACTED};
 use super::json::str_literal;
 use super::ollama::{self, Metrics};
 use super::openai;
@@ -259,7 +259,10 @@ impl State {
     fn bad_chunk(&mut self, data: &str, err: &str) {
         self.col.errors.push(format!("engine chunk is not a chat completion chunk: {err}"));
         if self.opts.dialect == Dialect::OpenAi {
-            openai::raw(&mut self.out, data);
+            match self.opts.redact.as_deref().filter(|secret| data.contains(secret)) {
+                Some(secret) => openai::raw(&mut self.out, &data.replace(secret, REDACTED)),
+                None => openai::raw(&mut self.out, data),
+            }
         }
     }
 

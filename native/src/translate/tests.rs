@@ -153,6 +153,12 @@ data: {\"error\":{\"message\":\"bad key sk-SECRET1 for upstream\",\"type\":\"sk-
     }
     let (plain, _) = run(Dialect::OpenAi, &[stream]);
     assert!(text(&plain).contains("sk-SECRET1"), "nothing is cut without redact");
+    // a frame that is no chunk at all is relayed to OpenAI clients as it came: redacted too
+    let mut o = opts(Dialect::OpenAi);
+    o.redact = Some("sk-SECRET1".to_owned());
+    let mut tr = Translator::new(o, Some(0));
+    let out = tr.feed(b"data: invalid key sk-SECRET1\n\n", Some(0)).unwrap();
+    assert_eq!(text(&out), "data: invalid key <redacted>\n\n");
 }
 
 #[test]

@@ -102,15 +102,15 @@ async def save(child: Child) -> int:
     where = _banked(child)
     if where is None or not child.alive():
         return 0
-    if await sleep.asleep(
-        child
-    ):  # it freed its KV cache when it fell asleep: nothing to save, and no wake-up
-        log.debug("session bank: %s is asleep; nothing to save", child.key)
-        return 0
     saved = 0
     name: str | None = None
     try:
         async with asyncio.timeout(SAVE_BUDGET_SECS):
+            if await sleep.asleep(
+                child
+            ):  # its KV cache went when it fell asleep: nothing to save, no wake-up
+                log.debug("session bank: %s is asleep; nothing to save", child.key)
+                return 0
             for slot in await _idle_slots(child):
                 name = _name(child, slot)
                 reply = await _slot_action(child, slot, "save", name)

@@ -134,25 +134,34 @@ class Supervisor:
         if num_ctx is not None and num_ctx <= 0:
             num_ctx = None
         hot = self._hot.get((model_name, embeddings))
+        now = time.monotonic()
         if (
             hot is not None
             and hot.state is State.READY
             and not wants_restart(hot, num_ctx)
-            and time.monotonic() - hot.catalog_checked < CATALOG_RECHECK_SECS
+            and now - hot.catalog_checked < CATALOG_RECHECK_SECS
             and self.children.get(hot.key) is hot
             and hot.alive()
         ):
-            if hot.spec.sleep_secs:
-                await sleep.wake(hot, float(self.cfg.child_start_timeout_secs))
-            return hot
+            if not sleep.needs_wake(hot, now):
+                return hot
+            if await self._woken(hot):
+                return hot
         child = await self._ensure_ready(model_name, embeddings, num_ctx)
-        if child.spec.sleep_secs:
-            await sleep.wake(child, float(self.cfg.child_start_timeout_secs))
+        if sleep.needs_wake(child, time.monotonic()) and not await self._woken(child):
+            child = await self._ensure_ready(model_name, embeddings, num_ctx)
         child.catalog_checked = time.monotonic()
         if len(self._hot) >= _HOT_MAX:
             self._hot.clear()
         self._hot[(model_name, embeddings)] = child
         return child
+
+    async def _woken(self, child: Child) -> bool:
+        """Wake ``child`` from its idle sleep under a lease (the idle loop must not evict it meanwhile); whether
+        it is still the model's ready engine afterwards (else the caller looks again)."""
+        with self.lease(child):
+            await sleep.wake(child, float(self.cfg.child_start_timeout_secs))
+        return child.state is State.READY and self.children.get(child.key) is child
 
     async def _ensure_ready(self, model_name: str, embeddings: bool, num_ctx: int | None) -> Child:
         try:
@@ -257,8 +266,10 @@ class Supervisor:
         child.lane = engine.kind
         child.num_ctx = num_ctx
         ov = self.cfg.model_override(model.name)
-        if ov.idle_timeout_secs is not None:
-            child.keep_alive = child.base_keep_alive = float(ov.idle_timeout_secs)
+        if ov.idle_timeout_secs is not None:  # 0: never evicted, as the top-level key's 0 is
+            child.keep_alive = child.base_keep_alive = (
+                float(ov.idle_timeout_secs) if ov.idle_timeout_secs else -1.0
+            )
         self.children[key] = child
         try:
             await child.start(self.http, float(self.cfg.child_start_timeout_secs))
@@ -358,14 +369,13 @@ class Supervisor:
 
     async def _idle_loop(self) -> None:
         timeout = float(self.cfg.idle_timeout_secs)
-        tick = min(max(timeout / 4, 0.25), 15.0) if timeout > 0 else 5.0
-        sleeps = [
-            s for s in (self.cfg.idle_sleep_secs, *(o.idle_sleep_secs for o in self.cfg.models.values())) if s
-        ]
-        if sleeps:  # a keep-awake ping goes out at half the sleep time: look at least four times as often
-            tick = min(tick, max(min(sleeps) / 4, 0.25))
+        base = min(max(timeout / 4, 0.25), 15.0) if timeout > 0 else 5.0
+        configured = [self.cfg.idle_sleep_secs, *(o.idle_sleep_secs or 0 for o in self.cfg.models.values())]
         while True:
-            await asyncio.sleep(tick)
+            # a keep-awake ping is due at half an engine's sleep time: look at least four times as often (the
+            # running engines' sleep may also come from their extra_args)
+            sleeps = [s for s in (*configured, *(c.spec.sleep_secs for c in self.children.values())) if s > 0]
+            await asyncio.sleep(min(base, max(min(sleeps) / 4, 0.25)) if sleeps else base)
             children = list(self.children.values())
             for c in idle_victims(children, time.monotonic(), timeout):
                 try:
@@ -374,7 +384,10 @@ class Supervisor:
                     log.exception("evicting %s failed", c.key)
             for c in children:
                 if c.state is State.READY and c.spec.sleep_secs and self.children.get(c.key) is c:
-                    await sleep.keep_awake(c)
+                    try:
+                        await sleep.keep_awake(c)
+                    except Exception:
+                        log.exception("keeping %s awake failed", c.key)
 
     async def _hint_loop(self) -> None:
         every = float(self.cfg.engine_metrics_secs)
@@ -382,7 +395,10 @@ class Supervisor:
             await asyncio.sleep(every)
             for c in list(self.children.values()):
                 if c.state is State.READY and hints.scraped(c):
-                    await hints.scrape(c)
+                    try:
+                        await hints.scrape(c)
+                    except Exception:
+                        log.exception("reading the metrics of %s failed", c.key)
 
     async def stop_all(self, reason: str = "blazar is shutting down", grace: float | None = None) -> None:
         """Stop every child (SIGTERM, then SIGKILL after ``grace``, default ``stop_grace_secs``); a response still

@@ -72,12 +72,15 @@ async def asleep(child: Child) -> bool:
     return isinstance(props, dict) and props.get("is_sleeping") is True
 
 
+def needs_wake(child: Child, now: float) -> bool:
+    """Whether a request for ``child`` must wake it first: it may be asleep, or a wake-up is under way."""
+    return may_be_asleep(child, now) or (child.waking is not None and not child.waking.done())
+
+
 async def wake(child: Child, timeout: float) -> None:
-    """Wake ``child`` if it may be asleep, waiting until its model is back (at most ``timeout`` seconds). Callers
-    that arrive meanwhile share the one wake-up. A wake-up that fails is left to the request, whose own failure
-    handling (a dead or wedged engine) applies."""
-    if not may_be_asleep(child, time.monotonic()):
-        return
+    """Wake ``child``, waiting until its model is back (at most ``timeout`` seconds); callers that arrive meanwhile
+    share the one wake-up. The caller holds a lease on ``child`` meanwhile, so the idle loop leaves it alone. A
+    wake-up that fails is left to the request, whose own failure handling (a dead or wedged engine) applies."""
     if child.waking is None or child.waking.done():
         child.waking = asyncio.get_running_loop().create_task(_wake(child, timeout))
     await asyncio.shield(child.waking)
