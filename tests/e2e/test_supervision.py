@@ -204,6 +204,18 @@ def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:
     assert len(d.child_pids()) == 1
 
 
+def test_a_models_own_idle_timeout_of_zero_never_evicts_it(daemon_factory: object) -> None:
+    """0 means never, per model as at the top level (the daemon's 1 s applies to every other model)."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("idle_timeout_secs = 1\n[models.smollm2]\nidle_timeout_secs = 0\n")
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    time.sleep(3)
+    assert pid_alive(pid) and d.child_pids() == [pid]
+    [model] = httpx.get(d.url + "/api/ps", timeout=10).json()["models"]
+    assert model["expires_at"] > "2030", model  # shown as kept forever
+
+
 def test_missing_engine_teaches_same_bytes_in_api_and_cli(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(engine=False)
