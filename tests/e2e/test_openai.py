@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from typing import Any
 
 import httpx
 import openai
@@ -84,6 +85,17 @@ def test_stream_with_usage_when_asked(daemon: Daemon) -> None:
 def test_completions(daemon: Daemon) -> None:
     r = client(daemon).completions.create(model="smollm2", prompt="The sky is", max_tokens=8, temperature=0)
     assert r.choices[0].text
+    # streamed: usage only for a client that asked for it (llama-server puts it on its last chunk regardless)
+    for asked in (False, True):
+        extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if asked else {}
+        chunks = list(
+            client(daemon).completions.create(
+                model="smollm2", prompt="The sky is", max_tokens=8, temperature=0, stream=True, **extra
+            )
+        )
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == r.choices[0].text
+        usage = [c.usage for c in chunks if c.usage is not None]
+        assert (len(usage), usage[0].completion_tokens if usage else 0) == ((1, 8) if asked else (0, 0))
 
 
 def test_embeddings(daemon: Daemon) -> None:

@@ -650,3 +650,31 @@ def test_redact_cuts_a_credential_out_of_relayed_engine_errors(dialect: str) -> 
     assert (
         got[0] == got[1] and b"proxy says: invalid key <redacted>" in got[0] and secret.encode() not in got[0]
     )
+
+
+COMPLETION_CHUNKS = [
+    b'{"choices":[{"text":"","index":0,"finish_reason":"length"}],"model":"e","usage":{"prompt_tokens":1},"id":"c"}',
+    b'{"usage":{"prompt_tokens":1}, "choices":[{"text":"x","index":0}] ,"model":"e"}',
+    b'{"choices":[{"text":"x","index":0}],"usage":null,"model":"e"}',
+    b'{"choices":[{"index":0,"text":"x"}],"usage":{"prompt_tokens":1},"__verbose":{"a":1}}',
+    b'{"usage":{"prompt_tokens":1},"__verbose":{},"choices":[{"index":0,"text":"x"}]}',
+]
+
+
+@pytest.mark.parametrize("chunk", COMPLETION_CHUNKS)
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_usage_on_a_chunk_with_choices_goes_only_to_who_asked(chunk: bytes, include_usage: bool) -> None:
+    """llama.cpp's /v1/completions stream carries usage on its last chunk with choices; OpenAI sends usage only to
+    a client that asked (stream_options.include_usage). Native and oracle cut it alike and leave valid JSON."""
+    stream = b"data: " + chunk + b"\n\ndata: [DONE]\n\n"
+    outs = [
+        run(impl, "openai", [stream], include_usage=include_usage)[0]
+        for impl in (_native.StreamTranslator, oracle.StreamTranslator)
+    ]
+    assert outs[0] == outs[1]
+    first = json.loads(sse_events(outs[0])[0][1])
+    assert "__verbose" not in first
+    adjacent = (
+        chunk.startswith(b'{"usage"') and b'"__verbose"' in chunk
+    )  # the one cut that would touch another
+    assert ("usage" in first) == (include_usage or b'"usage":null' in chunk or adjacent), first

@@ -333,9 +333,9 @@ def _value_span(text: str, wanted: str) -> tuple[int, int] | None:
         i += 1  # ','
 
 
-def _verbose_cut(text: str) -> tuple[int, int] | None:
-    """Span of the top-level ``"__verbose": value`` member with one adjacent comma (the one before it, else the one
-    after it and the whitespace that follows), or None when absent or its key is written with escapes."""
+def _member_cut(text: str, name: str) -> tuple[int, int] | None:
+    """Span of the top-level ``"name": value`` member with one adjacent comma (the one before it, else the one
+    after it and the whitespace that follows), or None when absent, null, or its key is written with escapes."""
     decoder = json.JSONDecoder()
     ws = " \t\n\r"
     i = text.index("{") + 1
@@ -353,9 +353,9 @@ def _verbose_cut(text: str) -> tuple[int, int] | None:
         i += 1  # ':'
         while text[i] in ws:
             i += 1
-        _, i = decoder.raw_decode(text, i)
-        if key == "__verbose":
-            if text[key_start:key_end] != '"__verbose"':
+        value, i = decoder.raw_decode(text, i)
+        if key == name:
+            if text[key_start:key_end] != f'"{name}"' or (value is None and name == "usage"):
                 return None
             if comma is not None:
                 return comma, i
@@ -376,15 +376,19 @@ def _verbose_cut(text: str) -> tuple[int, int] | None:
         i += 1  # ','
 
 
-def _replace_model(text: str, model_lit: str) -> str:
-    """The OpenAI pass-through: ``model`` replaced and llama.cpp's ``__verbose`` member cut out."""
+def _replace_model(text: str, model_lit: str, cut_usage: bool = False) -> str:
+    """The OpenAI pass-through: ``model`` replaced and llama.cpp's ``__verbose`` member cut out; with ``cut_usage``
+    ``usage`` too, unless its cut would touch the ``__verbose`` one."""
     edits = []
     span = _value_span(text, "model")
     if span is not None:
         edits.append((span[0], span[1], model_lit))
-    cut = _verbose_cut(text) if "__verbose" in text else None
+    cut = _member_cut(text, "__verbose") if "__verbose" in text else None
     if cut is not None:
         edits.append((cut[0], cut[1], ""))
+    usage = _member_cut(text, "usage") if cut_usage and '"usage"' in text else None
+    if usage is not None and (cut is None or usage[1] <= cut[0] or cut[1] <= usage[0]):
+        edits.append((usage[0], usage[1], ""))
     for start, end, with_ in sorted(edits, reverse=True):
         text = text[:start] + with_ + text[end:]
     return text
@@ -732,7 +736,8 @@ class StreamTranslator:
         if self.dialect == "openai":
             usage_only = not chunk.get("choices") and chunk.get("usage") is not None
             if not usage_only or self.include_usage:
-                self.out.append(_sse_lines(_replace_model(data, self.model)))
+                cut_usage = not self.include_usage and chunk.get("usage") is not None
+                self.out.append(_sse_lines(_replace_model(data, self.model, cut_usage)))
         elif self.dialect in ("ollama_chat", "ollama_generate"):
             generate = self.dialect == "ollama_generate"
             if thinking:

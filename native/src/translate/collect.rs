@@ -73,7 +73,7 @@ impl Collector {
         let mut absorbed = Absorbed::default();
         self.chunks += 1;
         if let Some(usage) = chunk.usage {
-            self.usage = Some(usage);
+            self.usage = Some(usage.value);
         }
         let mut tokens = false;
         for choice in chunk.choices.iter().flatten() {

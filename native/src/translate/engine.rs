@@ -56,8 +56,10 @@ impl Text<'_> {
 pub struct Completion<'a> {
     #[serde(default, borrow)]
     pub choices: Option<Vec<Choice<'a>>>,
-    #[serde(default)]
-    pub usage: Option<Usage>,
+    /// `usage`, read, and its raw JSON: the OpenAI pass-through cuts it out of a chunk that also
+    /// carries choices (llama.cpp's `/v1/completions` stream) when the client did not ask for usage.
+    #[serde(default, borrow, deserialize_with = "usage_field")]
+    pub usage: Option<UsageField<'a>>,
     /// The raw `"model"` value, located in the input so it can be rewritten in place.
     #[serde(default, borrow)]
     pub model: Option<&'a RawValue>,
@@ -74,6 +76,24 @@ pub struct Completion<'a> {
     /// pass-through cuts it out. A `null` value is kept too, so that it is cut as well.
     #[serde(default, borrow, rename = "__verbose", deserialize_with = "some_raw")]
     pub verbose: Option<&'a RawValue>,
+}
+
+/// A chunk's `usage`: the counts and where they are in the chunk.
+#[derive(Debug, Clone, Copy)]
+pub struct UsageField<'a> {
+    pub value: Usage,
+    pub raw: &'a RawValue,
+}
+
+fn usage_field<'de: 'a, 'a, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<UsageField<'a>>, D::Error> {
+    match <Option<&'a RawValue>>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(raw) => serde_json::from_str::<Usage>(raw.get())
+            .map(|value| Some(UsageField { value, raw }))
+            .map_err(|e| serde::de::Error::custom(format!("usage: {e}"))),
+    }
 }
 
 fn some_raw<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'a RawValue>, D::Error> {

@@ -8,6 +8,8 @@
 
 use memchr::memchr;
 
+use serde_json::value::RawValue;
+
 use super::engine::{Completion, EngineError};
 use super::json::{key, member_span, span_in, write_edits, write_replaced, write_str};
 
@@ -17,39 +19,44 @@ pub fn chunk(out: &mut Vec<u8>, data: &str, chunk: &Completion<'_>, model: &[u8]
     if usage_only && !include_usage {
         return;
     }
+    // usage the client did not ask for, on a chunk that carries choices: cut out
+    let cut_usage = !include_usage && !usage_only;
     if memchr(b'\n', data.as_bytes()).is_none() {
         out.extend_from_slice(b"data: ");
-        payload(out, data, chunk, model);
+        payload(out, data, chunk, model, cut_usage);
         out.extend_from_slice(b"\n\n");
     } else {
         let mut bytes = Vec::with_capacity(data.len() + model.len());
-        payload(&mut bytes, data, chunk, model);
+        payload(&mut bytes, data, chunk, model, cut_usage);
         raw_lines(out, &bytes);
     }
 }
 
-/// `data` with `model` replaced and `__verbose` cut out. A `__verbose` key written with escapes
-/// (never the case with llama.cpp) is left in place.
-fn payload(out: &mut Vec<u8>, data: &str, completion: &Completion<'_>, model: &[u8]) {
+/// `data` with `model` replaced, `__verbose` cut out, and with `cut_usage` `usage` too. A key
+/// written with escapes (never the case with llama.cpp) is left in place, and so is a `usage`
+/// whose cut would touch the `__verbose` one (the two members side by side, `usage` first).
+fn payload(out: &mut Vec<u8>, data: &str, completion: &Completion<'_>, model: &[u8], cut_usage: bool) {
     let span = completion.model.and_then(|m| span_in(data, m.get()));
-    let cut = completion
-        .verbose
-        .and_then(|v| span_in(data, v.get()))
-        .and_then(|v| member_span(data, v, "__verbose"));
-    match cut {
-        None => write_replaced(out, data, span, model),
-        Some((start, end)) => {
-            let mut edits = [(start, end, &b""[..]), (0, 0, &b""[..])];
-            let n = match span {
-                Some((a, b)) => {
-                    edits[1] = (a, b, model);
-                    2
-                }
-                None => 1,
-            };
-            write_edits(out, data, &mut edits[..n]);
-        }
+    let cut = |raw: Option<&RawValue>, name: &str| {
+        raw.and_then(|v| span_in(data, v.get())).and_then(|v| member_span(data, v, name))
+    };
+    let verbose = cut(completion.verbose, "__verbose");
+    let usage = if cut_usage { cut(completion.usage.map(|u| u.raw), "usage") } else { None };
+    let usage = usage.filter(|u| verbose.is_none_or(|v| u.1 <= v.0 || v.1 <= u.0));
+    if verbose.is_none() && usage.is_none() {
+        return write_replaced(out, data, span, model);
     }
+    let mut edits: [(usize, usize, &[u8]); 3] = [(0, 0, b""); 3];
+    let mut n = 0;
+    for (start, end) in [verbose, usage].into_iter().flatten() {
+        edits[n] = (start, end, b"");
+        n += 1;
+    }
+    if let Some((a, b)) = span {
+        edits[n] = (a, b, model);
+        n += 1;
+    }
+    write_edits(out, data, &mut edits[..n]);
 }
 
 /// Writes an event whose data could not be read, unchanged.
@@ -96,5 +103,5 @@ pub fn error_event(out: &mut Vec<u8>, err: &EngineError) {
 
 /// A whole body with `model` rewritten and `__verbose` cut out.
 pub fn whole(out: &mut Vec<u8>, body: &str, completion: &Completion<'_>, model: &[u8]) {
-    payload(out, body, completion, model);
+    payload(out, body, completion, model, false);
 }

@@ -161,6 +161,41 @@ data: {\"error\":{\"message\":\"bad key sk-SECRET1 for upstream\",\"type\":\"sk-
     assert_eq!(text(&out), "data: invalid key <redacted>\n\n");
 }
 
+/// llama.cpp's `/v1/completions` stream: `usage` rides on the last chunk with choices.
+const COMPLETION: &[u8] = b"data: {\"choices\":[{\"text\":\"Hi\",\"index\":0,\"finish_reason\":null}],\"model\":\"e\",\"object\":\"text_completion\"}\n\n\
+data: {\"choices\":[{\"text\":\"\",\"index\":0,\"finish_reason\":\"length\"}],\"model\":\"e\",\"usage\":{\"completion_tokens\":2,\"prompt_tokens\":1},\"id\":\"c\"}\n\n\
+data: [DONE]\n\n";
+
+#[test]
+fn usage_nobody_asked_for_is_cut_from_a_chunk_with_choices() {
+    let (out, tr) = run(Dialect::OpenAi, &[COMPLETION]);
+    assert_eq!(
+        text(&out),
+        "data: {\"choices\":[{\"text\":\"Hi\",\"index\":0,\"finish_reason\":null}],\"model\":\"m\",\"object\":\"text_completion\"}\n\n\
+         data: {\"choices\":[{\"text\":\"\",\"index\":0,\"finish_reason\":\"length\"}],\"model\":\"m\",\"id\":\"c\"}\n\n\
+         data: [DONE]\n\n"
+    );
+    let s = tr.summary();
+    assert_eq!(s.usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((1, 2)), "still counted");
+    let mut o = opts(Dialect::OpenAi);
+    o.include_usage = true;
+    let mut tr = Translator::new(o, Some(0));
+    let asked = [tr.feed(COMPLETION, Some(0)).unwrap(), tr.finish(Some(0))].concat();
+    assert!(text(&asked).contains("\"usage\":{\"completion_tokens\":2,\"prompt_tokens\":1}"));
+    // side by side with `__verbose` (cut too), and first: both cuts leave a valid object
+    for chunk in [
+        "{\"choices\":[{\"index\":0,\"text\":\"x\"}],\"usage\":{\"prompt_tokens\":1},\"__verbose\":{\"a\":1},\"model\":\"e\"}",
+        "{\"usage\":{\"prompt_tokens\":1},\"__verbose\":{},\"choices\":[{\"index\":0,\"text\":\"x\"}]}",
+        "{\"usage\":{\"prompt_tokens\":1},\"choices\":[{\"index\":0,\"text\":\"x\"}],\"__verbose\":null}",
+        "{\"choices\":[{\"index\":0,\"text\":\"x\"}],\"usage\":{\"prompt_tokens\":1},\"__verbose\":{}}",
+    ] {
+        let (out, _) = run(Dialect::OpenAi, &[format!("data: {chunk}\n\ndata: [DONE]\n\n").as_bytes()]);
+        let first = text(&out).lines().next().unwrap().strip_prefix("data: ").unwrap().to_owned();
+        let v: serde_json::Value = serde_json::from_str(&first).unwrap();
+        assert!(v.get("__verbose").is_none(), "{first}");
+    }
+}
+
 #[test]
 fn tool_fragments_merge_and_complete_in_order() {
     let stream: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": \"}}]}}]}\n\n\
