@@ -65,6 +65,7 @@ def test_anthropic_any_and_tool(daemon: Daemon) -> None:
             "input_schema": WEATHER["parameters"],
         }
     ]
+    prompt_tokens = []
     for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
         r = c.messages.create(
             model="smollm2",
@@ -77,6 +78,7 @@ def test_anthropic_any_and_tool(daemon: Daemon) -> None:
         assert r.stop_reason == "tool_use"
         [block] = [b for b in r.content if b.type == "tool_use"]
         assert block.name == "get_weather" and isinstance(block.input, dict) and "city" in block.input
+        prompt_tokens.append(r.usage.input_tokens)
     with c.messages.stream(
         model="smollm2",
         max_tokens=200,
@@ -85,8 +87,12 @@ def test_anthropic_any_and_tool(daemon: Daemon) -> None:
         tool_choice={"type": "any"},
         extra_body={"temperature": 0},
     ) as s:
+        events = list(s)
         final = s.get_final_message()
     assert final.stop_reason == "tool_use"
+    # the call is made whole first, so message_start already knows the prompt's size
+    start = next(e for e in events if e.type == "message_start")
+    assert start.type == "message_start" and start.message.usage.input_tokens == prompt_tokens[0] > 0
     [block] = [b for b in final.content if b.type == "tool_use"]
     assert block.name == "get_weather" and "city" in block.input
 

@@ -5,6 +5,7 @@ keeps it awake; an engine stopped while asleep is not woken to save a session ba
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,14 @@ def test_a_keep_alive_longer_than_the_sleep_keeps_the_model_loaded(daemon_factor
     # a request without keep_alive puts the default back, and the engine sleeps again
     generate(d)
     wait_for(lambda: running(d)["asleep"] is True, 15, "the engine to fall asleep")
+
+    # an unload asked for while an earlier request wakes the engine is kept: the latest to arrive wins
+    assert len(d.child_pids()) == 1
+    waking = threading.Thread(target=generate, args=(d,))
+    waking.start()
+    time.sleep(0.05)
+    r = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=60)
+    assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
+    waking.join(60)
+    wait_for(lambda: not d.child_pids(), 15, "the engine to stop once the waking request ended")
+    assert "smollm2:latest woke from its idle sleep" in d.log.read_text()

@@ -197,10 +197,14 @@ async def ask_engine(
     return value
 
 
-def keep(child: Child, canon: CanonicalRequest) -> None:
-    """Apply the request's keep_alive as it starts; the latest request's wins, as in Ollama. 0 unloads the model
-    once its requests in flight have finished (``after``); a value sets its idle limit (negative: forever); none
-    puts back the model's own (its ``idle_timeout_secs``, else the daemon's)."""
+def keep(child: Child, canon: CanonicalRequest, req: Request) -> None:
+    """Apply the request's keep_alive as it starts; the latest request's wins, as in Ollama: latest by arrival, so
+    one that waited (for its engine to start or wake, for a slot) never undoes what a later one asked. 0 unloads
+    the model once its requests in flight have finished (``after``); a value sets its idle limit (negative:
+    forever); none puts back the model's own (its ``idle_timeout_secs``, else the daemon's)."""
+    if req.t0 < child.keep_since:
+        return
+    child.keep_since = req.t0
     if canon.keep_alive == 0:
         child.unload_when_idle = True
         return
@@ -331,7 +335,7 @@ async def _dispatch(
     if slot is not None:
         body["id_slot"] = slot
         body.setdefault("cache_prompt", True)
-    keep(child, canon)
+    keep(child, canon, req)
     try:
         choices = canon.choices()
         if choices > slots and child.lane == "llama-cpp":
@@ -420,8 +424,14 @@ async def _forced_tool_call(
     req.engine_s += time.perf_counter() - t0
     completion = forced_tools.synthetic_completion(data)
     if canon.stream:
+        usage = completion.get("usage")
         tr = StreamTranslator(
-            shape.translator, canon.model, include_usage=canon.include_usage, load_duration_ns=load_ns
+            shape.translator,
+            canon.model,
+            include_usage=canon.include_usage,
+            load_duration_ns=load_ns,
+            # the whole answer is in: Anthropic's message_start can say the prompt's size at once
+            prompt_tokens_hint=int(usage.get("prompt_tokens") or 0) if isinstance(usage, dict) else 0,
         )
         out = tr.feed(forced_tools.as_stream(completion)) + tr.finish()
         req.summary = tr.summary()
@@ -450,7 +460,7 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
 
 async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     child, load_ns = await ready_child(sup, req, canon)
-    keep(child, canon)
+    keep(child, canon, req)
     try:
         if canon.truncate and child.lane == "llama-cpp" and isinstance(canon.input, list):
             canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]

@@ -34,11 +34,11 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> 
     if canon.keep_alive == 0:
         sup.catalog.get(name)  # 404 for a model that is not there
         for child in [c for c in sup.children.values() if c.model == name]:
-            core.keep(child, canon)  # requests in flight finish first, as in Ollama
+            core.keep(child, canon, req)  # requests in flight finish first, as in Ollama
             core.after(sup, child, req)
         return "unload"
     child, _ = await core.ready_child(sup, req, canon)
-    core.keep(child, canon)
+    core.keep(child, canon, req)
     return "load"
 
 
@@ -82,7 +82,7 @@ async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalReques
     core.llama_only(child, "fill-in-the-middle (suffix)", "/infill")
     path, body = render_engine(canon)
     body["stream"] = False
-    core.keep(child, canon)
+    core.keep(child, canon, req)
     try:
         _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
     finally:

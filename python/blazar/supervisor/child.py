@@ -93,6 +93,9 @@ class Child:
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
         self.base_keep_alive: float | None = None  # what a request without keep_alive puts back (per-model)
         self.unload_when_idle = False  # a keep_alive 0 came while requests ran: unload when the last ends
+        self.keep_since = (
+            0.0  # arrival (perf_counter) of the request whose keep_alive applies (gateway.core.keep)
+        )
         self.kept_awake = 0.0  # when a wake-up or keep-awake ping last reset its idle sleep clock (sleep.py)
         self.waking: asyncio.Task[None] | None = None  # the wake-up requests to it share (sleep.py)
         self.hints = CacheHints()  # its prompt cache hit rate and draft acceptance (hints.py)

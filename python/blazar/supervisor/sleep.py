@@ -86,7 +86,15 @@ async def wake(child: Child, timeout: float) -> None:
     await asyncio.shield(child.waking)
 
 
+def _no_slots(child: Child) -> bool:
+    """An engine started with ``--no-slots`` (``extra_args``) answers ``/slots`` with 501: there is no wake-up
+    to ask for (its next request wakes it) and no ping to keep it awake."""
+    return "--no-slots" in child.spec.argv_template
+
+
 async def _wake(child: Child, timeout: float) -> None:
+    if _no_slots(child):
+        return
     t0 = time.monotonic()
     try:
         await _get(child, "/slots", timeout)
@@ -106,7 +114,7 @@ def wants_awake(child: Child) -> bool:
     model's own default) that is negative (forever) or longer than ``idle_sleep_secs``."""
     secs = child.spec.sleep_secs
     kept = child.keep_alive
-    if secs <= 0 or kept is None or kept == child.base_keep_alive:
+    if secs <= 0 or kept is None or kept == child.base_keep_alive or _no_slots(child):
         return False
     return kept < 0 or kept > secs
 
