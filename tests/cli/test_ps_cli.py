@@ -13,6 +13,7 @@ import pytest
 
 from blazar.cli.ps import until
 from tests.conftest import Daemon, blazar_cmd, free_port, make_daemon, pid_alive, wait_for
+from tests.engines.conftest import PLATFORM
 
 pytestmark = pytest.mark.e2e
 
@@ -47,6 +48,28 @@ def test_ps_lists_the_running_engine_and_stop_unloads_it(daemon_factory: object)
 
     r = blazar(d.env, "ps", "--json")
     assert r.returncode == 0 and orjson.loads(r.stdout)["models"][0]["name"] == "smollm2:latest", r.stdout
+    assert orjson.loads(r.stdout)["engine_updates"] == []  # no check has run
+
+    # an engine check that finds a newer llama.cpp (`blazar engine check` here; the daemon runs one every
+    # engine_check_secs): ps says so, with the command that installs it
+    manifest = d.root / "manifest.json"
+    asset = {
+        "platform": PLATFORM,
+        "accel": "cpu",
+        "url": "http://127.0.0.1:9/llama.tar.gz",
+        "sha256": "0" * 64,
+    }
+    lane = {
+        "source": "official",
+        "binary": "llama-server",
+        "releases": [{"version": "b99999", "assets": [asset]}],
+    }
+    manifest.write_text(orjson.dumps({"schema": 1, "lanes": {"llama-cpp": lane}}).decode())
+    env = {**d.env, "BLAZAR_ENGINE_MANIFEST": str(manifest)}
+    assert "update available: b99999" in blazar(env, "engine", "check").stdout
+    lines = blazar(d.env, "ps").stdout.splitlines()
+    assert lines[-2] == "engine updates (`blazar engine update --kind KIND` installs one):", lines
+    assert "update available: b99999: blazar engine install --kind llama-cpp --version b99999" in lines[-1]
 
     r = blazar(d.env, "stop", "smollm2")
     assert (r.returncode, r.stdout) == (0, "stopped smollm2:latest\n"), r.stderr

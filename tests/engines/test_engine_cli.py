@@ -116,3 +116,15 @@ def test_add_records_what_the_binary_says_it_is(cli: CliRunner, tmp_path: Path) 
         good, bad = registry.get(store, "llama-cpp", "local"), registry.get(store, "llama-cpp", "broken")
     assert good is not None and good.version == "b11434"
     assert bad is not None and bad.version is None
+
+
+def test_update_installs_the_newest_and_then_has_nothing_to_do(cli: CliRunner) -> None:
+    out = run(cli, "update", "--kind", "llama-cpp")  # nothing installed: the newest
+    assert "installed llama-cpp b3-cpu" in out and "(active)" in out
+    assert run(cli, "update", "--kind", "llama-cpp") == "llama-cpp b3 (active b3-cpu); up to date (newest b3)"
+    run(cli, "install", "--kind", "llama-cpp", "--version", "b1")  # an older one installed and active
+    out = run(cli, "update", "--kind", "llama-cpp")
+    assert (
+        "installed" not in out and "up to date (newest b3)" in out
+    )  # b3 is installed: use or rollback, not update
+    assert "unknown engine kind 'vllm'" in run(cli, "update", "--kind", "vllm", code=1)

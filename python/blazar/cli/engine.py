@@ -1,4 +1,5 @@
-"""`blazar engine ...`: install, build, register, list, activate, roll back, prune, remove and check engines.
+"""`blazar engine ...`: install, update, build, register, list, activate, roll back, prune, remove and check
+engines.
 
 Thin typer commands over ``blazar.engines``; every domain error is one red line (``handles_errors``).
 """
@@ -24,7 +25,9 @@ from blazar.catalog import Catalog
 from blazar.cli.common import console, handles_errors, is_tty, opened
 from blazar.engines import argv, build, check, gate, installer, registry, removal
 from blazar.engines.download import Progress as DownloadProgress
-from blazar.engines.manifest import MANIFEST_ENV, load_manifest
+from blazar.engines.manifest import MANIFEST_ENV, Manifest, load_manifest
+from blazar.paths import DataDir
+from blazar.store import Store
 
 app = typer.Typer(help="Install, build, register and choose inference engines.", no_args_is_help=True)
 
@@ -209,14 +212,26 @@ def install_cmd(
 ) -> None:
     """Download an official release, verify its sha256, gate it (--version, /health, one generation) and activate it."""
     with opened() as (_cfg, data, store):
-        m = load_manifest(manifest)
-        models = Catalog(store, data).list()
-        bar, on_bytes = _download_progress()
-        with bar if bar is not None else contextlib.nullcontext():
-            result = installer.install(
-                store, data, m, kind, version=version, accel=accel, sha256=sha256, models=models,
-                gate_timeout=gate_timeout, progress=on_bytes,
-            )  # fmt: skip
+        _install(store, data, load_manifest(manifest), kind, version, accel, sha256, gate_timeout)
+
+
+def _install(
+    store: Store,
+    data: DataDir,
+    m: Manifest,
+    kind: str,
+    version: str | None,
+    accel: str | None,
+    sha256: str | None,
+    gate_timeout: float,
+) -> None:
+    models = Catalog(store, data).list()
+    bar, on_bytes = _download_progress()
+    with bar if bar is not None else contextlib.nullcontext():
+        result = installer.install(
+            store, data, m, kind, version=version, accel=accel, sha256=sha256, models=models,
+            gate_timeout=gate_timeout, progress=on_bytes,
+        )  # fmt: skip
     row = result.row
     console.print(f"gate passed: {result.gate.summary()}", highlight=False)
     prev = (
@@ -225,6 +240,31 @@ def install_cmd(
         else ""
     )
     console.print(f"installed {row.kind} {row.tag}: {row.path} (active){prev}", highlight=False)
+
+
+@app.command("update")
+@handles_errors
+def update_cmd(
+    kind: Annotated[str, typer.Option(help="Engine kind to update (llama-cpp, sglang, mlx, ...).")],
+    accel: Annotated[
+        str | None, typer.Option(help="Accelerator build: cpu, cuda, vulkan, metal (default: cpu).")
+    ] = None,
+    manifest: Annotated[str | None, typer.Option(help=MANIFEST_HELP, envvar=MANIFEST_ENV)] = None,
+    gate_timeout: Annotated[
+        float, typer.Option(help="Seconds the regression gate waits for /health.")
+    ] = 120.0,
+) -> None:
+    """Install and activate the manifest's newest release of a kind when it is newer than the installed one (as
+    `engine check` then `engine install` would); up to date, nothing changes. `engine rollback` undoes it."""
+    with opened() as (cfg, data, store):
+        registry.check_kind(kind)
+        m = load_manifest(manifest)
+        [status] = check.check_once(cfg, store, manifest=m, kind=kind)
+        installed = status.installed is not None or status.active_tag is not None
+        if status.newest is None or (installed and not status.update):
+            console.print(status.line(), highlight=False)
+            return
+        _install(store, data, m, kind, status.newest, accel, None, gate_timeout)
 
 
 @app.command("rollback")

@@ -1,5 +1,5 @@
-"""`blazar ps` and `blazar stop MODEL`: the models the running daemon has loaded, and unloading one, as `ollama ps`
-and `ollama stop` do.
+"""`blazar ps` and `blazar stop MODEL`: the models the running daemon has loaded (and the engine updates its
+last check found), and unloading one, as `ollama ps` and `ollama stop` do.
 
 Both speak the daemon's Ollama API: ``GET /api/ps`` lists the running engines; ``stop`` is ``POST /api/generate``
 with ``keep_alive: 0`` and no prompt, the request Ollama's own CLI sends to unload a model, which stops every
@@ -78,8 +78,9 @@ def ps_cmd(
         return
     with client(url, api_key) as c:
         models, held = listing(c, "/api/ps", "models"), listing(c, "/api/breakers", "held")
+        updates = listing(c, "/api/engines/updates", "updates")
     if as_json:
-        out = {"models": models, "held": held}
+        out = {"models": models, "held": held, "engine_updates": updates}
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     if not models:
@@ -98,6 +99,10 @@ def ps_cmd(
                 f" {h.get('retry_in_secs')}s; last: {h.get('last')}",
                 highlight=False,
             )
+    if updates:
+        console.print("engine updates (`blazar engine update --kind KIND` installs one):", highlight=False)
+        for u in updates:
+            console.print(f"  {u.get('line')}", highlight=False)
 
 
 def _shown_name(m: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""Blazar's own management endpoints: API keys (/api/keys, /api/keys/rotate), sessions (/api/session) and the
-engines' crash breakers (/api/breakers, /api/breakers/reset).
+"""Blazar's own management endpoints: API keys (/api/keys, /api/keys/rotate), sessions (/api/session), the
+engines' crash breakers (/api/breakers, /api/breakers/reset) and the engine updates the last check found
+(/api/engines/updates).
 
 Key changes go through the same config round trip as ``blazar keys`` (parse, validate, atomic write, ``.bak``),
 off the event loop, and swap the live key registry (rolled back if the write fails). Only full-access keys
@@ -14,6 +15,7 @@ from typing import Any
 import orjson
 
 from blazar import keys, names
+from blazar.engines.check import read_check
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import visible
 from blazar.supervisor import Supervisor
@@ -127,3 +129,22 @@ async def breakers_reset(sup: Supervisor, req: Request, proto: Any) -> Response:
         JSON_HEADERS,
         orjson.dumps({"reset": sup.breakers.reset(names.normalize(model) if model else None)}),
     )
+
+
+async def engine_updates(sup: Supervisor, req: Request, proto: Any) -> Response:
+    """The engine updates the last check found (``engine_check_secs``, or ``blazar engine check``): each kind with
+    a newer release, and the command that installs it. Never installs anything."""
+    found = await asyncio.to_thread(read_check, sup.data)
+    checked_at, lanes = found if found is not None else (None, [])
+    updates = [
+        {
+            "kind": s.kind,
+            "installed": s.installed,
+            "active": s.active_tag,
+            "newest": s.newest,
+            "line": s.line(),
+        }
+        for s in lanes
+        if s.update
+    ]
+    return 200, JSON_HEADERS, orjson.dumps({"checked_at": checked_at, "updates": updates})

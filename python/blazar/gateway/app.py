@@ -91,6 +91,7 @@ ROUTES: dict[str, Route] = {
     "/api/session": Route(_OPENAI, {"GET": admin.sessions_list, "POST": admin.session_action}),
     "/api/breakers": Route(_OPENAI, {"GET": admin.breakers_list}),
     "/api/breakers/reset": Route(_OPENAI, {"POST": admin.breakers_reset}),
+    "/api/engines/updates": Route(_OPENAI, {"GET": admin.engine_updates}),
 }
 
 _BLAZAR_KIND = {
