@@ -10,16 +10,9 @@ import httpx
 import pytest
 
 from tests.conftest import Daemon, wait_for
+from tests.e2e.test_session_bank import ASK
 
 pytestmark = pytest.mark.e2e
-
-SYSTEM = "You answer in one word. " + "The quick brown fox jumps over the lazy dog. " * 20
-ASK = {
-    "model": "smollm2",
-    "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say hi"}],
-    "max_tokens": 2,
-    "temperature": 0,
-}
 
 
 def running(d: Daemon) -> dict[str, Any]:

@@ -191,6 +191,13 @@ def _download_progress() -> tuple[Progress | None, DownloadProgress]:
     return None, on_chunk
 
 
+Accel = Annotated[
+    str | None, typer.Option(help="Accelerator build: cpu, cuda, vulkan, metal (default: cpu).")
+]
+ManifestPath = Annotated[str | None, typer.Option(help=MANIFEST_HELP, envvar=MANIFEST_ENV)]
+GateTimeout = Annotated[float, typer.Option(help="Seconds the regression gate waits for /health.")]
+
+
 @app.command("install")
 @handles_errors
 def install_cmd(
@@ -198,17 +205,13 @@ def install_cmd(
     version: Annotated[
         str | None, typer.Option(help="Release to install (default: the manifest's newest).")
     ] = None,
-    accel: Annotated[
-        str | None, typer.Option(help="Accelerator build: cpu, cuda, vulkan, metal (default: cpu).")
-    ] = None,
+    accel: Accel = None,
     sha256: Annotated[
         str | None,
         typer.Option(help="Expected sha256 of the release archive, when the manifest does not record it."),
     ] = None,
-    manifest: Annotated[str | None, typer.Option(help=MANIFEST_HELP, envvar=MANIFEST_ENV)] = None,
-    gate_timeout: Annotated[
-        float, typer.Option(help="Seconds the regression gate waits for /health.")
-    ] = 120.0,
+    manifest: ManifestPath = None,
+    gate_timeout: GateTimeout = 120.0,
 ) -> None:
     """Download an official release, verify its sha256, gate it (--version, /health, one generation) and activate it."""
     with opened() as (_cfg, data, store):
@@ -246,13 +249,9 @@ def _install(
 @handles_errors
 def update_cmd(
     kind: Annotated[str, typer.Option(help="Engine kind to update (llama-cpp, sglang, mlx, ...).")],
-    accel: Annotated[
-        str | None, typer.Option(help="Accelerator build: cpu, cuda, vulkan, metal (default: cpu).")
-    ] = None,
-    manifest: Annotated[str | None, typer.Option(help=MANIFEST_HELP, envvar=MANIFEST_ENV)] = None,
-    gate_timeout: Annotated[
-        float, typer.Option(help="Seconds the regression gate waits for /health.")
-    ] = 120.0,
+    accel: Accel = None,
+    manifest: ManifestPath = None,
+    gate_timeout: GateTimeout = 120.0,
 ) -> None:
     """Install and activate the manifest's newest release of a kind when it is newer than the installed one (as
     `engine check` then `engine install` would); up to date, nothing changes. `engine rollback` undoes it."""
