@@ -97,7 +97,28 @@ UPDATE engines SET activated_at = created_at WHERE active = 1;
 """Engines: the lane class and advertised architectures (from the engine manifest) and when each row was last
 made active (``engine rollback`` returns to the most recently active other tag)."""
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2))
+_V3 = """
+CREATE TABLE files (
+    id TEXT PRIMARY KEY,
+    owner TEXT,
+    filename TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE batches (
+    id TEXT PRIMARY KEY,
+    owner TEXT,
+    status TEXT NOT NULL,
+    doc_json TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+"""
+"""The Files and Batches APIs (``batches.py``): uploaded and produced files (their bytes live under
+``<data_dir>/files/``) and batch jobs, each stored as its OpenAI Batch object; ``owner`` is the key name that
+made it (NULL without auth)."""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3))
 """Ordered (version, sql) pairs; append only, never edit a released one. Each runs in its own transaction."""
 
 LATEST_SCHEMA_VERSION = MIGRATIONS[-1][0]

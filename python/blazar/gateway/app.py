@@ -24,7 +24,7 @@ from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects import openai as openai_dialect
 from blazar.dialects.canonical import DialectError
 from blazar.errors import BlazarError
-from blazar.gateway import admin, anthropic, ollama, ollama_admin, openai, pull
+from blazar.gateway import admin, anthropic, batch, ollama, ollama_admin, openai, pull
 from blazar.gateway.http import (
     CLIENT_CLOSED,
     JSON_HEADERS,
@@ -92,6 +92,8 @@ ROUTES: dict[str, Route] = {
     "/api/breakers": Route(_OPENAI, {"GET": admin.breakers_list}),
     "/api/breakers/reset": Route(_OPENAI, {"POST": admin.breakers_reset}),
     "/api/engines/updates": Route(_OPENAI, {"GET": admin.engine_updates}),
+    batch.FILES: Route(_OPENAI, {"GET": batch.files_root, "POST": batch.files_root}),
+    batch.BATCHES: Route(_OPENAI, {"GET": batch.batches_root, "POST": batch.batches_root}),
 }
 
 _BLAZAR_KIND = {
@@ -103,13 +105,35 @@ _BLAZAR_KIND = {
 
 
 _MODEL_ROUTE = Route(_OPENAI, {"GET": openai.retrieve_model})
+_FILE_ROUTE = Route(_OPENAI, {"GET": batch.file_item, "DELETE": batch.file_item})
+_FILE_CONTENT_ROUTE = Route(_OPENAI, {"GET": batch.file_content})
+_BATCH_ROUTE = Route(_OPENAI, {"GET": batch.batch_item})
+_BATCH_CANCEL_ROUTE = Route(_OPENAI, {"POST": batch.batch_cancel})
+
+
+def _id_route(path: str, prefix: str, suffix: str) -> bool:
+    """Whether ``path`` is ``prefix/{id}{suffix}`` with a one-segment id."""
+    if not path.startswith(prefix + "/") or not path.endswith(suffix):
+        return False
+    ident = path[len(prefix) + 1 : len(path) - len(suffix)]
+    return bool(ident) and "/" not in ident
 
 
 def _route(path: str) -> Route | None:
     route = ROUTES.get(path)
-    if route is None and path.startswith(openai.MODELS_PREFIX) and len(path) > len(openai.MODELS_PREFIX):
+    if route is not None:
+        return route
+    if path.startswith(openai.MODELS_PREFIX) and len(path) > len(openai.MODELS_PREFIX):
         return _MODEL_ROUTE
-    return route
+    if path.startswith(batch.FILES):
+        if _id_route(path, batch.FILES, "/content"):
+            return _FILE_CONTENT_ROUTE
+        return _FILE_ROUTE if _id_route(path, batch.FILES, "") else None
+    if path.startswith(batch.BATCHES):
+        if _id_route(path, batch.BATCHES, "/cancel"):
+            return _BATCH_CANCEL_ROUTE
+        return _BATCH_ROUTE if _id_route(path, batch.BATCHES, "") else None
+    return None
 
 
 def _guess_dialect(path: str) -> str:
@@ -127,11 +151,13 @@ class App:
         self.gate = gate
         self.cors = frozenset(sup.cfg.cors_origins)
         self.uploads = Uploads(float(sup.cfg.request_body_timeout_secs))
+        gate.batches = batch.BatchRunner(sup, gate.store, gate.keys)
 
     def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon(self.sup.start_background)
         loop.call_soon(self.gate.start)
         loop.call_soon(self.uploads.start)
+        loop.call_soon(self.gate.batches.start)
         # Everything imported and built so far lives as long as the daemon: move it out of the collector's
         # reach, so a full collection scans only what requests create (measured: a full collection over the
         # unfrozen heap took about 50 ms, a latency spike every few thousand requests).

@@ -72,6 +72,7 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
     stopping = asyncio.Event()
     engines_stopping: list[asyncio.Task[None]] = []
     timers: list[asyncio.TimerHandle] = []
+    runners: list[asyncio.Task[None]] = []
     grace = float(cfg.stop_grace_secs)
 
     def stop_engines(now: bool = False) -> None:
@@ -88,6 +89,10 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
                 grace,
             )
             stopping.set()
+            # batch jobs stop first: a request of theirs cut off by the shutdown is not a failed answer, and
+            # the batch, still in_progress, runs again when the daemon comes back
+            if gate.batches is not None:
+                runners.append(loop.create_task(gate.batches.close()))
             server.stop()  # type: ignore[no-untyped-call]
             timers.append(loop.call_later(grace, stop_engines))
         elif not engines_stopping:
@@ -102,6 +107,8 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
         await server.serve()
     finally:
         checker.cancel()
+        for task in runners:
+            await task
         for timer in timers:
             timer.cancel()
         if engines_stopping:

@@ -13,6 +13,7 @@ import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from blazar_sched import INTERACTIVE, RAWLONG, TOOL, parse_priority
 
@@ -63,6 +64,7 @@ class Gate:
         self.semcache = SemanticCache(cfg) if cfg.semantic_cache else None
         self.otlp = Exporter(cfg.otlp_endpoint) if cfg.otlp_endpoint else None
         self._flusher: asyncio.Task[None] | None = None
+        self.batches: Any = None  # the App's gateway.batch.BatchRunner, which runs batch jobs
 
     # -- envelope ------------------------------------------------------------------------------------------
 
@@ -169,6 +171,8 @@ class Gate:
                 log.exception("writing key usage failed; it stays in memory and is retried")
 
     async def close(self) -> None:
+        if self.batches is not None:
+            await self.batches.close()
         await tasks.stop(self._flusher)
         self._flusher = None
         self.quotas.flush(self.store)

@@ -1,0 +1,379 @@
+"""OpenAI's Files and Batches APIs: upload a JSONL of requests, run them in the background, download the answers.
+
+Routes: ``/v1/files`` (POST multipart upload, GET list), ``/v1/files/{id}`` (GET, DELETE), ``/v1/files/{id}/content``
+(GET), ``/v1/batches`` (POST create, GET list), ``/v1/batches/{id}`` (GET), ``/v1/batches/{id}/cancel`` (POST).
+
+``BatchRunner`` runs one batch at a time, ``PARALLEL`` of its requests in flight. Each request goes through this
+daemon's own HTTP front door, under the key that made the batch and ``x-blazar-priority: low``: the same auth,
+scope, quotas, admission and translation as a client's request, and interactive traffic goes first. Answers
+with a 2xx status go to the output file, others (and requests that got no answer) to the error file. A batch
+left unfinished by a restart runs again from its start; cancelling stops sending its requests, and what was
+answered is kept. Storage is ``blazar.batches``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from email import policy
+from email.parser import BytesParser
+from typing import Any
+from urllib.parse import parse_qs
+
+import aiohttp
+import orjson
+
+from blazar import tasks
+from blazar.batches import (
+    COMPLETION_WINDOW,
+    ENDPOINTS,
+    PURPOSES,
+    BatchError,
+    Batches,
+    Files,
+    Line,
+    new_batch,
+    new_id,
+    read_input,
+)
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.keys import KeyRegistry
+from blazar.store import Store
+from blazar.supervisor import Supervisor
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+log = logging.getLogger("blazar.batch")
+
+FILES, BATCHES = "/v1/files", "/v1/batches"
+PARALLEL = 4
+"""Requests of one batch in flight at once (the model's slots and admission decide what runs)."""
+SAVE_EVERY_SECS = 1.0
+"""How often a running batch's request counts are written."""
+REQUEST_TIMEOUT_SECS = 3600.0
+
+
+def _owner(req: Request) -> str | None:
+    return req.key.name if req.key is not None else None
+
+
+def _runner(req: Request) -> BatchRunner:
+    runner = req.gate.batches
+    assert isinstance(runner, BatchRunner)
+    return runner
+
+
+def _err(e: BatchError) -> HttpError:
+    return HttpError(e.status, e.message, "not_found_error" if e.status == 404 else "invalid_request_error")
+
+
+def _json(value: Any) -> Response:
+    return 200, JSON_HEADERS, orjson.dumps(value)
+
+
+def _page(req: Request, items: list[dict[str, Any]], default_limit: int, max_limit: int) -> Response:
+    """One page of a cursor list, as OpenAI pages: ``after`` (an id), ``limit``; ``has_more``, ``first_id``,
+    ``last_id``."""
+    query = parse_qs(req.query)
+    after = query.get("after", [None])[0]
+    if after is not None:
+        ids = [item["id"] for item in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    try:
+        limit = int(query.get("limit", [str(default_limit)])[0])
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= max_limit:
+        raise HttpError(400, f"'limit' must be an integer from 1 to {max_limit}")
+    page = items[:limit]
+    return _json({
+        "object": "list", "data": page, "has_more": len(items) > limit,
+        "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None,
+    })  # fmt: skip
+
+
+def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """The fields of a ``multipart/form-data`` body: name -> (filename, bytes)."""
+    if (
+        not content_type
+        or not content_type.lower().startswith("multipart/form-data")
+        or "boundary=" not in content_type
+    ):
+        raise HttpError(400, "upload the file as multipart/form-data with the fields 'file' and 'purpose'")
+    head = b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n"
+    msg = BytesParser(policy=policy.HTTP).parsebytes(head + body)
+    if not msg.is_multipart():
+        raise HttpError(
+            400, "the multipart/form-data body could not be read; send the fields 'file' and 'purpose'"
+        )
+    fields: dict[str, tuple[str | None, bytes]] = {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if isinstance(name, str) and name not in fields:
+            payload = part.get_payload(decode=True)
+            fields[name] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
+    return fields
+
+
+# ---- files ----------------------------------------------------------------------------------------------
+
+
+async def files_root(sup: Supervisor, req: Request, proto: Any) -> Response:
+    files = _runner(req).files
+    if req.method == "GET":
+        purpose = parse_qs(req.query).get("purpose", [None])[0]
+        return _page(req, [f.object() for f in files.listing(_owner(req), purpose)], 10_000, 10_000)
+    fields = parse_multipart(req.headers.get("content-type"), req.body)
+    purpose = fields.get("purpose", (None, b""))[1].decode("utf-8", "replace").strip()
+    if purpose not in PURPOSES:
+        raise HttpError(400, f"'purpose' must be one of {', '.join(PURPOSES)}; got '{purpose[:40]}'")
+    if "file" not in fields:
+        raise HttpError(400, "the multipart/form-data body has no 'file' field")
+    filename, data = fields["file"]
+    row = await asyncio.to_thread(files.add, _owner(req), filename or "upload.jsonl", purpose, data)
+    return _json(row.object())
+
+
+def _file_id(req: Request, suffix: str = "") -> str:
+    return req.path[len(FILES) + 1 : len(req.path) - len(suffix)]
+
+
+async def file_item(sup: Supervisor, req: Request, proto: Any) -> Response:
+    files = _runner(req).files
+    try:
+        row = files.get(_file_id(req), _owner(req))
+        if req.method == "DELETE":
+            await asyncio.to_thread(files.delete, row)
+            return _json({"id": row.id, "object": "file", "deleted": True})
+        return _json(row.object())
+    except BatchError as e:
+        raise _err(e) from None
+
+
+async def file_content(sup: Supervisor, req: Request, proto: Any) -> Response:
+    files = _runner(req).files
+    try:
+        row = files.get(_file_id(req, "/content"), _owner(req))
+        data = await asyncio.to_thread(files.read, row)
+    except BatchError as e:
+        raise _err(e) from None
+    return 200, [("content-type", "application/octet-stream")], data
+
+
+# ---- batches --------------------------------------------------------------------------------------------
+
+
+async def batches_root(sup: Supervisor, req: Request, proto: Any) -> Response:
+    runner = _runner(req)
+    if req.method == "GET":
+        return _page(req, runner.batches.listing(_owner(req)), 20, 100)
+    body = req.json_object()
+    endpoint, input_file_id = body.get("endpoint"), body.get("input_file_id")
+    if endpoint not in ENDPOINTS:
+        raise HttpError(400, f"'endpoint' must be one of {', '.join(ENDPOINTS)}")
+    if body.get("completion_window") != COMPLETION_WINDOW:
+        raise HttpError(400, f"'completion_window' must be \"{COMPLETION_WINDOW}\"")
+    metadata = body.get("metadata")
+    if metadata is not None and not (
+        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
+    ):
+        raise HttpError(400, "'metadata' must be an object of strings")
+    if not isinstance(input_file_id, str):
+        raise HttpError(400, "'input_file_id' is required: the id of a file uploaded with purpose \"batch\"")
+    try:
+        row = runner.files.get(input_file_id, _owner(req))
+    except BatchError as e:
+        raise _err(e) from None
+    if row.purpose != "batch":
+        raise HttpError(
+            400, f"file '{row.id}' was uploaded with purpose '{row.purpose}'; a batch needs \"batch\""
+        )
+    doc = new_batch(row.id, endpoint, metadata)
+    runner.batches.add(_owner(req), doc)
+    runner.submit(doc["id"])
+    return _json(doc)
+
+
+def _batch_id(req: Request, suffix: str = "") -> str:
+    return req.path[len(BATCHES) + 1 : len(req.path) - len(suffix)]
+
+
+async def batch_item(sup: Supervisor, req: Request, proto: Any) -> Response:
+    try:
+        return _json(_runner(req).batches.get(_batch_id(req), _owner(req))[1])
+    except BatchError as e:
+        raise _err(e) from None
+
+
+async def batch_cancel(sup: Supervisor, req: Request, proto: Any) -> Response:
+    runner = _runner(req)
+    try:
+        _, doc = runner.batches.get(_batch_id(req, "/cancel"), _owner(req))
+    except BatchError as e:
+        raise _err(e) from None
+    if doc["status"] not in ("validating", "in_progress", "cancelling"):
+        raise HttpError(
+            409, f"batch '{doc['id']}' is {doc['status']}; only a batch still running can be cancelled"
+        )
+    if doc["status"] != "cancelling":
+        doc.update(status="cancelling", cancelling_at=int(time.time()))
+        runner.batches.save(doc)
+        runner.cancelling.add(doc["id"])
+    return _json(doc)
+
+
+# ---- the runner -----------------------------------------------------------------------------------------
+
+
+class BatchRunner:
+    """Runs batches one at a time in the background (see the module docstring)."""
+
+    def __init__(self, sup: Supervisor, store: Store, keys: KeyRegistry) -> None:
+        self.sup = sup
+        self.keys = keys
+        self.files = Files(store, sup.data.root / "files")
+        self.batches = Batches(store)
+        self.cancelling: set[str] = set()
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        for batch_id in self.batches.active():  # left unfinished by the last run: again from the start
+            self.submit(batch_id)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def close(self) -> None:
+        await tasks.stop(self._task)
+        self._task = None
+
+    def submit(self, batch_id: str) -> None:
+        self._queue.put_nowait(batch_id)
+
+    async def _loop(self) -> None:
+        while True:
+            batch_id = await self._queue.get()
+            try:
+                await self._run(batch_id)
+            except Exception:
+                log.exception("batch %s failed in Blazar", batch_id)
+
+    def _base_url(self) -> str:
+        host = self.sup.cfg.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.sup.cfg.port}"
+
+    def _secret(self, owner: str | None) -> str | None:
+        """The secret of the key a batch runs under (None: no such key, or auth is off)."""
+        return next((k.secret for k in self.keys.config.keys if k.name == owner), None)
+
+    async def _run(self, batch_id: str) -> None:
+        owner, doc = self.batches.get(batch_id, None)
+        now = int(time.time())
+        if doc["status"] == "cancelling":
+            doc.update(status="cancelled", cancelled_at=now)
+            return self.batches.save(doc)
+        if now > doc["expires_at"]:
+            doc.update(status="expired", expired_at=now)
+            return self.batches.save(doc)
+        try:
+            data = self.files.read(self.files.get(doc["input_file_id"], None))
+        except BatchError as e:
+            return self._fail(doc, "missing_file", e.message)
+        lines, errors = read_input(data, doc["endpoint"])
+        if errors:
+            doc["errors"] = {"object": "list", "data": errors}
+            return self._fail(doc, None, None)
+        secret = self._secret(owner)
+        if owner is not None and secret is None:
+            return self._fail(doc, "key_removed", f"the key '{owner}' that made this batch no longer exists")
+        doc.update(status="in_progress", in_progress_at=int(time.time()))
+        doc["request_counts"] = {"total": len(lines), "completed": 0, "failed": 0}
+        self.batches.save(doc)
+        out: list[bytes] = []
+        errs: list[bytes] = []
+        saved = time.monotonic()
+        gate = asyncio.Semaphore(PARALLEL)
+
+        async def one(line: Line) -> None:
+            nonlocal saved
+            async with gate:
+                if batch_id in self.cancelling:
+                    return
+                ok, record = await self._send(line, secret)
+            (out if ok else errs).append(orjson.dumps(record))
+            doc["request_counts"]["completed" if ok else "failed"] += 1
+            if time.monotonic() - saved > SAVE_EVERY_SECS and batch_id not in self.cancelling:
+                saved = time.monotonic()
+                self.batches.save(doc)
+
+        await asyncio.gather(*(one(line) for line in lines))
+        cancelled = batch_id in self.cancelling
+        self.cancelling.discard(batch_id)
+        _, latest = self.batches.get(batch_id, None)  # a cancel may have been saved meanwhile
+        doc.update(status="finalizing", finalizing_at=int(time.time()))
+        doc["cancelling_at"] = latest.get("cancelling_at")
+        self.batches.save(doc)
+        for records, key in ((out, "output_file_id"), (errs, "error_file_id")):
+            if records:
+                row = await asyncio.to_thread(
+                    self.files.add,
+                    owner,
+                    f"{batch_id}_{key[:-8]}.jsonl",
+                    "batch_output",
+                    b"\n".join(records) + b"\n",
+                )
+                doc[key] = row.id
+        done = int(time.time())
+        doc.update(status="cancelled", cancelled_at=done) if cancelled else doc.update(
+            status="completed", completed_at=done
+        )
+        self.batches.save(doc)
+        log.info("batch %s %s: %s", batch_id, doc["status"], doc["request_counts"])
+
+    def _fail(self, doc: dict[str, Any], code: str | None, message: str | None) -> None:
+        if code is not None:
+            doc["errors"] = {
+                "object": "list",
+                "data": [{"code": code, "message": message, "param": None, "line": None}],
+            }
+        doc.update(status="failed", failed_at=int(time.time()))
+        self.batches.save(doc)
+
+    async def _send(self, line: Line, secret: str | None) -> tuple[bool, dict[str, Any]]:
+        """One request through the front door: (answered 2xx, the output or error file's record)."""
+        headers = {"content-type": "application/json", "x-blazar-priority": "low"}
+        if secret is not None:
+            headers["authorization"] = f"Bearer {secret}"
+        record: dict[str, Any] = {
+            "id": new_id("batch_req"),
+            "custom_id": line.custom_id,
+            "response": None,
+            "error": None,
+        }
+        try:
+            async with self.sup.http.post(
+                self._base_url() + line.url,
+                data=orjson.dumps(line.body),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECS),
+            ) as r:
+                raw = await r.read()
+                body: Any = raw.decode("utf-8", "replace")
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    body = orjson.loads(raw)
+                record["response"] = {
+                    "status_code": r.status,
+                    "request_id": r.headers.get("x-blazar-trace-id", ""),
+                    "body": body,
+                }
+                return 200 <= r.status < 300, record
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            record["error"] = {
+                "code": "server_error",
+                "message": f"the request got no answer: {e or type(e).__name__}",
+            }
+            return False, record

@@ -1,0 +1,166 @@
+"""End to end: OpenAI's Files and Batches APIs with the official ``openai`` client against ``blazar serve`` and the
+real engine. A batch's requests run through the daemon's own front door under the key that made it; the answers
+come back as files; another key sees none of it; a bad input fails the batch before anything runs; a cancel
+keeps what was answered; a batch cut off by a restart runs again."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import Daemon, closing
+
+pytestmark = pytest.mark.e2e
+
+FULL = "sk-batch-full-0123456789abcdef0123456789ab"
+OTHER = "sk-batch-other-0123456789abcdef0123456789a"
+KEYS = f"""
+[[keys]]
+name = "full"
+secret = "{FULL}"
+
+[[keys]]
+name = "other"
+secret = "{OTHER}"
+"""
+DONE = ("completed", "failed", "cancelled", "expired")
+
+
+def client(d: Daemon, key: str = FULL) -> openai.OpenAI:
+    return closing(openai.OpenAI(base_url=d.url + "/v1", api_key=key, max_retries=0, timeout=60))
+
+
+def chat_line(custom_id: str, content: str, model: str = "smollm2", max_tokens: int = 4) -> dict[str, Any]:
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+            "temperature": 0}  # fmt: skip
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+def finished(c: openai.OpenAI, batch_id: str, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        b = c.batches.retrieve(batch_id)
+        if b.status in DONE:
+            return b
+        assert time.monotonic() < deadline, f"batch {batch_id} still {b.status}"
+        time.sleep(0.2)
+
+
+def records(c: openai.OpenAI, file_id: str) -> dict[str, dict[str, Any]]:
+    return {r["custom_id"]: r for r in map(json.loads, c.files.content(file_id).text.splitlines())}
+
+
+def test_a_batch_runs_under_its_key_and_its_answers_come_back_as_files(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(KEYS)
+    c = client(d)
+    data = jsonl([chat_line("sky", "The sky is"), chat_line("sea", "The sea is", max_tokens=3),
+                  chat_line("nope", "Hi", model="no-such-model")])  # fmt: skip
+    f = c.files.create(file=("requests.jsonl", data), purpose="batch")
+    assert (f.purpose, f.bytes, f.filename, f.object) == ("batch", len(data), "requests.jsonl", "file")
+    b = c.batches.create(
+        input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"job": "t1"}
+    )
+    assert b.status == "validating" and b.metadata == {"job": "t1"}
+    b = finished(c, b.id)
+    assert b.status == "completed", b
+    assert (b.request_counts.total, b.request_counts.completed, b.request_counts.failed) == (3, 2, 1)
+    assert b.in_progress_at and b.completed_at and b.output_file_id and b.error_file_id
+
+    out = records(c, b.output_file_id)
+    assert sorted(out) == ["sea", "sky"]
+    direct = c.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "The sky is"}],
+                                       max_tokens=4, temperature=0)  # fmt: skip
+    sky = out["sky"]["response"]
+    assert sky["status_code"] == 200 and sky["request_id"].startswith("plm-")
+    assert sky["body"]["choices"][0]["message"]["content"] == direct.choices[0].message.content
+    assert out["sea"]["response"]["body"]["usage"]["completion_tokens"] == 3
+    [nope] = records(c, b.error_file_id).values()
+    assert nope["custom_id"] == "nope" and nope["response"]["status_code"] == 404
+    assert "no-such-model" in nope["response"]["body"]["error"]["message"]
+
+    assert b.id in [x.id for x in c.batches.list()]
+    assert b.output_file_id in [x.id for x in c.files.list(purpose="batch_output")]
+    # another key sees none of it
+    other = client(d, OTHER)
+    for call in (lambda: other.batches.retrieve(b.id), lambda: other.files.content(f.id),
+                 lambda: other.files.delete(f.id)):  # fmt: skip
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert b.id not in [x.id for x in other.batches.list()]
+    assert c.files.delete(f.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        c.files.retrieve(f.id)
+    with pytest.raises(openai.AuthenticationError):
+        client(d, "sk-wrong-0123456789abcdef0123456789abcdef").files.list()
+
+
+def test_a_bad_input_fails_the_batch_before_anything_runs(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    c = client(d)
+    good = chat_line("a", "Hi")
+    lines = [good, {**good, "custom_id": "a"}, {**good, "custom_id": "b", "url": "/v1/embeddings"},
+             {**chat_line("c", "Hi"), "body": {**good["body"], "stream": True}}]  # fmt: skip
+    data = jsonl(lines) + b"{not json\n"
+    f = c.files.create(file=("bad.jsonl", data), purpose="batch")
+    b = finished(c, c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
+                                     completion_window="24h").id)  # fmt: skip
+    assert b.status == "failed" and b.failed_at and b.output_file_id is None
+    assert b.errors is not None
+    assert [(e.line, e.code) for e in b.errors.data] == [
+        (2, "duplicate_custom_id"), (3, "mismatched_url"), (4, "invalid_request"), (5, "invalid_json_line"),
+    ]  # fmt: skip
+    assert b.request_counts is not None and b.request_counts.total == 0  # nothing was sent
+
+    # wrong requests are refused at once, in OpenAI's words
+    with pytest.raises(openai.BadRequestError, match="purpose"):
+        c.batches.create(
+            input_file_id=c.files.create(file=("x.jsonl", data), purpose="user_data").id,
+            endpoint="/v1/chat/completions", completion_window="24h",
+        )  # fmt: skip
+    with pytest.raises(openai.BadRequestError, match="endpoint"):
+        c.batches.create(input_file_id=f.id, endpoint="/v1/responses", completion_window="24h")  # type: ignore[arg-type]
+    with pytest.raises(openai.NotFoundError):
+        c.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(openai.BadRequestError, match="multipart"):
+        c.post("/files", body={"purpose": "batch"}, cast_to=object)
+    with pytest.raises(openai.ConflictError):
+        c.batches.cancel(b.id)
+
+
+def test_a_cancel_keeps_what_was_answered_and_a_restart_runs_a_batch_again(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    c = client(d)
+    lines = [chat_line(f"r{i}", f"Count to {i + 3}.", max_tokens=24) for i in range(12)]
+    f = c.files.create(file=("many.jsonl", jsonl(lines)), purpose="batch")
+    b = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 60
+    while c.batches.retrieve(b.id).request_counts.completed < 1:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert c.batches.cancel(b.id).status == "cancelling"
+    b = finished(c, b.id)
+    assert b.status == "cancelled" and b.cancelled_at and b.cancelling_at
+    answered = records(c, b.output_file_id) if b.output_file_id else {}
+    assert 1 <= len(answered) < 12 and b.request_counts.completed == len(answered), b.request_counts
+
+    # a batch still running when the daemon stops runs again, from its start, when it comes back
+    b2 = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    while c.batches.retrieve(b2.id).status != "in_progress":
+        time.sleep(0.05)
+    assert d.stop() == 0
+    d.start()
+    c = client(d)
+    b2 = finished(c, b2.id, timeout=300)
+    assert b2.status == "completed" and b2.request_counts.completed == 12, b2
+    assert sorted(records(c, b2.output_file_id)) == sorted(line["custom_id"] for line in lines)

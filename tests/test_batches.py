@@ -1,0 +1,91 @@
+"""The Batch API's pieces that need no daemon: reading a batch input, a multipart upload, file and batch rows
+with their owners, and the id routes (the whole flow runs in tests/e2e/test_batches.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from blazar.batches import MAX_LINES, BatchError, Batches, Files, new_batch, read_input
+from blazar.gateway.app import _route
+from blazar.gateway.batch import batch_cancel, batch_item, file_content, file_item, parse_multipart
+from blazar.gateway.http import HttpError
+from blazar.store import Store
+
+EP = "/v1/chat/completions"
+
+
+def line(custom_id: object = "a", **over: object) -> bytes:
+    obj = {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": EP,
+        "body": {"model": "m", "messages": []},
+        **over,
+    }
+    return orjson.dumps(obj)
+
+
+def test_read_input_takes_good_lines_and_names_each_bad_one() -> None:
+    data = b"\n".join([line("a"), b"", line("b"), b"[1]", b"{oops", line("a"), line("c", method="GET"),
+                       line("d", url="/v1/embeddings"), line("e", body=[1]), line(""), line("f", body={"stream": True})])  # fmt: skip
+    lines, errors = read_input(data, EP)
+    assert [x.custom_id for x in lines] == ["a", "b"] and lines[0].body == {"model": "m", "messages": []}
+    assert [(e["line"], e["code"]) for e in errors] == [
+        (4, "invalid_request"), (5, "invalid_json_line"), (6, "duplicate_custom_id"), (7, "invalid_method"),
+        (8, "mismatched_url"), (9, "invalid_request"), (10, "missing_required_parameter"), (11, "invalid_request"),
+    ]  # fmt: skip
+    assert read_input(b"\n\n", EP) == ([], [{"code": "empty_file", "message": "the input file holds no request",
+                                             "param": None, "line": 0}])  # fmt: skip
+    many = b"\n".join(line(str(i)) for i in range(MAX_LINES + 1))
+    assert read_input(many, EP)[1][0]["code"] == "too_many_requests"
+
+
+def test_a_multipart_upload_as_clients_send_it() -> None:
+    req = httpx.Request("POST", "http://x/v1/files", files={"file": ("in.jsonl", b'{"a": 1}\r\n{"b": 2}\n')},
+                        data={"purpose": "batch"})  # fmt: skip
+    fields = parse_multipart(req.headers["content-type"], req.read())
+    assert fields["file"] == ("in.jsonl", b'{"a": 1}\r\n{"b": 2}\n')  # the bytes exactly, line ends included
+    assert fields["purpose"] == (None, b"batch")
+    for content_type, body in (("application/json", b"{}"), (None, b""), ("multipart/form-data", b"x")):
+        with pytest.raises(HttpError, match="multipart/form-data"):
+            parse_multipart(content_type, body)
+
+
+def test_files_and_batches_belong_to_the_key_that_made_them(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "blazar.db") as store:
+        files = Files(store, tmp_path / "files")
+        row = files.add("k1", "in.jsonl", "batch", b"data")
+        assert (files.root / row.id).stat().st_mode & 0o777 == 0o600
+        assert files.get(row.id, "k1") == row == files.get(row.id, None)  # no auth: every file is visible
+        with pytest.raises(BatchError, match="no file"):
+            files.get(row.id, "k2")
+        assert [f.id for f in files.listing("k1", "batch")] == [row.id] and files.listing("k2", None) == []
+        batches = Batches(store)
+        doc = new_batch(row.id, EP, None)
+        batches.add("k1", doc)
+        assert batches.get(doc["id"], "k1") == ("k1", doc) and batches.active() == [doc["id"]]
+        with pytest.raises(BatchError, match="no batch"):
+            batches.get(doc["id"], "k2")
+        batches.save({**doc, "status": "completed"})
+        assert batches.active() == [] and batches.listing("k2") == []
+        files.delete(row)
+        assert not (files.root / row.id).exists()
+
+
+def test_id_routes() -> None:
+    for path, handler in (("/v1/files/file-1", file_item), ("/v1/files/file-1/content", file_content),
+                          ("/v1/batches/b-1", batch_item), ("/v1/batches/b-1/cancel", batch_cancel)):  # fmt: skip
+        route = _route(path)
+        assert route is not None and handler in route.methods.values(), path
+    for path in (
+        "/v1/files/",
+        "/v1/files/a/b",
+        "/v1/batches//cancel",
+        "/v1/filesx",
+        "/v1/batches/a/b/cancel",
+    ):
+        assert _route(path) is None, path
