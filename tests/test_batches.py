@@ -4,15 +4,27 @@ with their owners, and the id routes (the whole flow runs in tests/e2e/test_batc
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import orjson
 import pytest
 
 from blazar.batches import MAX_LINES, BatchError, Batches, Files, new_batch, read_input
+from blazar.config import Config, load_config_text
 from blazar.gateway.app import _route
-from blazar.gateway.batch import batch_cancel, batch_item, file_content, file_item, parse_multipart
+from blazar.gateway.batch import (
+    BatchRunner,
+    _pause,
+    batch_cancel,
+    batch_item,
+    file_content,
+    file_item,
+    parse_multipart,
+)
 from blazar.gateway.http import HttpError
+from blazar.keys import KeyRegistry
+from blazar.paths import DataDir
 from blazar.store import Store
 
 EP = "/v1/chat/completions"
@@ -53,6 +65,18 @@ def test_a_multipart_upload_as_clients_send_it() -> None:
     for content_type, body in (("application/json", b"{}"), (None, b""), ("multipart/form-data", b"x")):
         with pytest.raises(HttpError, match="multipart/form-data"):
             parse_multipart(content_type, body)
+    whole = req.read()
+    with pytest.raises(HttpError, match="is it complete"):  # cut off before its closing boundary
+        parse_multipart(req.headers["content-type"], whole[: whole.rindex(b"--")])
+    nested = (b'--B\r\nContent-Disposition: form-data; name="file"\r\nContent-Type: multipart/mixed; boundary=C\r\n\r\n'
+              b"--C\r\n\r\nx\r\n--C--\r\n--B--\r\n")  # fmt: skip
+    with pytest.raises(HttpError, match="must hold a file"):
+        parse_multipart("multipart/form-data; boundary=B", nested)
+
+
+def test_a_busy_answer_is_retried_after_its_retry_after_or_a_growing_pause() -> None:
+    assert [_pause(None, n) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert (_pause("3", 0), _pause("0", 5), _pause("9999", 0), _pause("soon", 2)) == (3.0, 0.5, 30.0, 4.0)
 
 
 def test_files_and_batches_belong_to_the_key_that_made_them(tmp_path: Path) -> None:
@@ -89,3 +113,16 @@ def test_id_routes() -> None:
         "/v1/batches/a/b/cancel",
     ):
         assert _route(path) is None, path
+
+
+def test_a_batch_runs_only_under_a_key_that_exists_now(tmp_path: Path) -> None:
+    secret = "sk-batch-unit-0123456789abcdef0123456789ab"
+    cfg = load_config_text(f'[[keys]]\nname = "a"\nsecret = "{secret}"\n', tmp_path / "config.toml", env={})
+    keys = KeyRegistry(cfg)
+    with Store.open(tmp_path / "blazar.db") as store:
+        runner = BatchRunner(SimpleNamespace(data=DataDir(tmp_path)), store, keys)  # type: ignore[arg-type]
+        assert runner._unrunnable("a") is None and runner._secret("a") == secret
+        assert "the key 'gone' that made this batch no longer exists" in str(runner._unrunnable("gone"))
+        assert "made while auth was off" in str(runner._unrunnable(None))  # and keys exist now
+        keys.apply(Config(data_dir=tmp_path))  # auth off again
+        assert runner._unrunnable(None) is None and runner._secret(None) is None

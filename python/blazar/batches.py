@@ -73,9 +73,10 @@ def _owner_of(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _visible(owner: str | None, asker: str | None) -> bool:
-    """A key sees what it made; without auth (``asker`` None) everything is visible."""
-    return asker is None or owner == asker
+def _visible(owner: str | None, asker: str | None, full: bool) -> bool:
+    """A key sees what it made; a full-access key also what was made without auth; without auth (``asker``
+    None) everything is visible."""
+    return asker is None or owner == asker or (owner is None and full)
 
 
 class Files:
@@ -103,23 +104,23 @@ class Files:
             )
         return row
 
-    def get(self, file_id: str, asker: str | None) -> FileRow:
+    def get(self, file_id: str, asker: str | None, full: bool = False) -> FileRow:
         """The file, or a 404 (also for another key's file: its existence is not disclosed)."""
         found = self.store.conn.execute(
             "SELECT id, owner, filename, purpose, bytes, created_at FROM files WHERE id = ?", (file_id,)
         ).fetchone()
-        if found is None or not _visible(_owner_of(found[1]), asker):
-            raise BatchError(404, f"no file with id '{file_id}'")
+        if found is None or not _visible(_owner_of(found[1]), asker, full):
+            raise BatchError(404, f"no file with id '{file_id[:64]}'")
         return _file_row(found)
 
-    def listing(self, asker: str | None, purpose: str | None) -> list[FileRow]:
+    def listing(self, asker: str | None, purpose: str | None, full: bool = False) -> list[FileRow]:
         rows = self.store.conn.execute(
             "SELECT id, owner, filename, purpose, bytes, created_at FROM files ORDER BY created_at DESC, id"
         ).fetchall()
         return [
             _file_row(r)
             for r in rows
-            if _visible(_owner_of(r[1]), asker) and (purpose is None or r[3] == purpose)
+            if _visible(_owner_of(r[1]), asker, full) and (purpose is None or r[3] == purpose)
         ]
 
     def read(self, row: FileRow) -> bytes:
@@ -218,21 +219,21 @@ class Batches:
                 (doc["status"], orjson.dumps(doc).decode(), doc["id"]),
             )
 
-    def get(self, batch_id: str, asker: str | None) -> tuple[str | None, dict[str, Any]]:
+    def get(self, batch_id: str, asker: str | None, full: bool = False) -> tuple[str | None, dict[str, Any]]:
         """(owner, the batch object), or a 404 (also for another key's batch)."""
         found = self.store.conn.execute(
             "SELECT owner, doc_json FROM batches WHERE id = ?", (batch_id,)
         ).fetchone()
-        if found is None or not _visible(_owner_of(found[0]), asker):
-            raise BatchError(404, f"no batch with id '{batch_id}'")
+        if found is None or not _visible(_owner_of(found[0]), asker, full):
+            raise BatchError(404, f"no batch with id '{batch_id[:64]}'")
         doc: dict[str, Any] = orjson.loads(str(found[1]))
         return _owner_of(found[0]), doc
 
-    def listing(self, asker: str | None) -> list[dict[str, Any]]:
+    def listing(self, asker: str | None, full: bool = False) -> list[dict[str, Any]]:
         rows = self.store.conn.execute(
             "SELECT owner, doc_json FROM batches ORDER BY created_at DESC, id DESC"
         ).fetchall()
-        return [orjson.loads(str(doc)) for owner, doc in rows if _visible(_owner_of(owner), asker)]
+        return [orjson.loads(str(doc)) for owner, doc in rows if _visible(_owner_of(owner), asker, full)]
 
     def active(self) -> list[str]:
         """Ids of the batches with work left, oldest first."""

@@ -135,6 +135,13 @@ def test_a_bad_input_fails_the_batch_before_anything_runs(daemon_factory: object
         c.post("/files", body={"purpose": "batch"}, cast_to=object)
     with pytest.raises(openai.ConflictError):
         c.batches.cancel(b.id)
+    with pytest.raises(openai.BadRequestError, match="metadata"):
+        c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h",
+                         metadata={f"k{i}": "v" for i in range(17)})  # fmt: skip
+    with pytest.raises(openai.BadRequestError, match="empty"):
+        c.files.create(file=("e.jsonl", b""), purpose="batch")
+    with pytest.raises(openai.BadRequestError, match="purpose"):
+        c.files.create(file=("o.jsonl", data), purpose="batch_output")  # type: ignore[arg-type]
 
 
 def test_a_cancel_keeps_what_was_answered_and_a_restart_runs_a_batch_again(daemon_factory: object) -> None:
@@ -148,9 +155,12 @@ def test_a_cancel_keeps_what_was_answered_and_a_restart_runs_a_batch_again(daemo
     while c.batches.retrieve(b.id).request_counts.completed < 1:  # type: ignore[union-attr]
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    queued = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert c.batches.cancel(queued.id).status == "cancelled"  # it waited its turn: nothing of it ran
     assert c.batches.cancel(b.id).status == "cancelling"
     b = finished(c, b.id)
     assert b.status == "cancelled" and b.cancelled_at and b.cancelling_at
+    assert c.batches.retrieve(queued.id).request_counts.total == 0  # type: ignore[union-attr]
     answered = records(c, b.output_file_id) if b.output_file_id else {}
     assert 1 <= len(answered) < 12 and b.request_counts.completed == len(answered), b.request_counts
 

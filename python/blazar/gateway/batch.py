@@ -4,11 +4,14 @@ Routes: ``/v1/files`` (POST multipart upload, GET list), ``/v1/files/{id}`` (GET
 (GET), ``/v1/batches`` (POST create, GET list), ``/v1/batches/{id}`` (GET), ``/v1/batches/{id}/cancel`` (POST).
 
 ``BatchRunner`` runs one batch at a time, ``PARALLEL`` of its requests in flight. Each request goes through this
-daemon's own HTTP front door, under the key that made the batch and ``x-blazar-priority: low``: the same auth,
-scope, quotas, admission and translation as a client's request, and interactive traffic goes first. Answers
+daemon's own HTTP front door, under the key that made the batch (its secret looked up per request, so a rotation
+is followed) and ``x-blazar-priority: low``: the same auth, scope, quotas, admission and translation as a
+client's request, and interactive traffic goes first. A busy answer (429, 503) is retried after a pause. Answers
 with a 2xx status go to the output file, others (and requests that got no answer) to the error file. A batch
-left unfinished by a restart runs again from its start; cancelling stops sending its requests, and what was
-answered is kept. Storage is ``blazar.batches``.
+whose key is gone, or that was made while auth was off and meets keys now, fails saying so. A batch left
+unfinished by a restart runs again from its start; cancelling stops sending its requests, and what was answered
+is kept; a batch still queued is cancelled at once. Uploads and inputs are read off the event loop. Storage is
+``blazar.batches``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import orjson
 
 from blazar import tasks
 from blazar.batches import (
+    ACTIVE,
     COMPLETION_WINDOW,
     ENDPOINTS,
     PURPOSES,
@@ -53,10 +57,18 @@ PARALLEL = 4
 SAVE_EVERY_SECS = 1.0
 """How often a running batch's request counts are written."""
 REQUEST_TIMEOUT_SECS = 3600.0
+RETRIES = 20
+"""How often one request answered 429 or 503 (busy) is sent again before its answer stands."""
+RETRY_MAX_SECS = 30.0
 
 
 def _owner(req: Request) -> str | None:
     return req.key.name if req.key is not None else None
+
+
+def _full(req: Request) -> bool:
+    """A full-access key also sees what was made while auth was off."""
+    return req.key is not None and req.key.full_access
 
 
 def _runner(req: Request) -> BatchRunner:
@@ -104,17 +116,26 @@ def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[st
         raise HttpError(400, "upload the file as multipart/form-data with the fields 'file' and 'purpose'")
     head = b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n"
     msg = BytesParser(policy=policy.HTTP).parsebytes(head + body)
-    if not msg.is_multipart():
+    if not msg.is_multipart() or msg.defects:  # e.g. cut off before its closing boundary
         raise HttpError(
-            400, "the multipart/form-data body could not be read; send the fields 'file' and 'purpose'"
+            400,
+            "the multipart/form-data body could not be read (is it complete?); send the fields 'file' and 'purpose'",
         )
     fields: dict[str, tuple[str | None, bytes]] = {}
     for part in msg.iter_parts():
         name = part.get_param("name", header="content-disposition")
         if isinstance(name, str) and name not in fields:
+            if part.is_multipart():
+                raise HttpError(400, f"the multipart field '{name[:40]}' must hold a file, not more parts")
             payload = part.get_payload(decode=True)
             fields[name] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
     return fields
+
+
+UPLOAD_PURPOSES = tuple(p for p in PURPOSES if p != "batch_output")
+"""``batch_output`` names the files Blazar writes; an upload may not claim it (as in OpenAI)."""
+METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
+"""OpenAI's bounds on a batch's metadata."""
 
 
 # ---- files ----------------------------------------------------------------------------------------------
@@ -124,14 +145,19 @@ async def files_root(sup: Supervisor, req: Request, proto: Any) -> Response:
     files = _runner(req).files
     if req.method == "GET":
         purpose = parse_qs(req.query).get("purpose", [None])[0]
-        return _page(req, [f.object() for f in files.listing(_owner(req), purpose)], 10_000, 10_000)
-    fields = parse_multipart(req.headers.get("content-type"), req.body)
+        return _page(
+            req, [f.object() for f in files.listing(_owner(req), purpose, _full(req))], 10_000, 10_000
+        )
+    # a big body takes a while to read: not on the event loop
+    fields = await asyncio.to_thread(parse_multipart, req.headers.get("content-type"), req.body)
     purpose = fields.get("purpose", (None, b""))[1].decode("utf-8", "replace").strip()
-    if purpose not in PURPOSES:
-        raise HttpError(400, f"'purpose' must be one of {', '.join(PURPOSES)}; got '{purpose[:40]}'")
+    if purpose not in UPLOAD_PURPOSES:
+        raise HttpError(400, f"'purpose' must be one of {', '.join(UPLOAD_PURPOSES)}; got '{purpose[:40]}'")
     if "file" not in fields:
         raise HttpError(400, "the multipart/form-data body has no 'file' field")
     filename, data = fields["file"]
+    if not data:
+        raise HttpError(400, "the uploaded file is empty")
     row = await asyncio.to_thread(files.add, _owner(req), filename or "upload.jsonl", purpose, data)
     return _json(row.object())
 
@@ -143,7 +169,7 @@ def _file_id(req: Request, suffix: str = "") -> str:
 async def file_item(sup: Supervisor, req: Request, proto: Any) -> Response:
     files = _runner(req).files
     try:
-        row = files.get(_file_id(req), _owner(req))
+        row = files.get(_file_id(req), _owner(req), _full(req))
         if req.method == "DELETE":
             await asyncio.to_thread(files.delete, row)
             return _json({"id": row.id, "object": "file", "deleted": True})
@@ -155,7 +181,7 @@ async def file_item(sup: Supervisor, req: Request, proto: Any) -> Response:
 async def file_content(sup: Supervisor, req: Request, proto: Any) -> Response:
     files = _runner(req).files
     try:
-        row = files.get(_file_id(req, "/content"), _owner(req))
+        row = files.get(_file_id(req, "/content"), _owner(req), _full(req))
         data = await asyncio.to_thread(files.read, row)
     except BatchError as e:
         raise _err(e) from None
@@ -168,7 +194,7 @@ async def file_content(sup: Supervisor, req: Request, proto: Any) -> Response:
 async def batches_root(sup: Supervisor, req: Request, proto: Any) -> Response:
     runner = _runner(req)
     if req.method == "GET":
-        return _page(req, runner.batches.listing(_owner(req)), 20, 100)
+        return _page(req, runner.batches.listing(_owner(req), _full(req)), 20, 100)
     body = req.json_object()
     endpoint, input_file_id = body.get("endpoint"), body.get("input_file_id")
     if endpoint not in ENDPOINTS:
@@ -177,13 +203,22 @@ async def batches_root(sup: Supervisor, req: Request, proto: Any) -> Response:
         raise HttpError(400, f"'completion_window' must be \"{COMPLETION_WINDOW}\"")
     metadata = body.get("metadata")
     if metadata is not None and not (
-        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
+        isinstance(metadata, dict)
+        and len(metadata) <= METADATA_PAIRS
+        and all(
+            len(k) <= METADATA_KEY and isinstance(v, str) and len(v) <= METADATA_VALUE
+            for k, v in metadata.items()
+        )
     ):
-        raise HttpError(400, "'metadata' must be an object of strings")
+        raise HttpError(
+            400,
+            f"'metadata' must be an object of at most {METADATA_PAIRS} strings, keys up to {METADATA_KEY}"
+            f" characters and values up to {METADATA_VALUE}",
+        )
     if not isinstance(input_file_id, str):
         raise HttpError(400, "'input_file_id' is required: the id of a file uploaded with purpose \"batch\"")
     try:
-        row = runner.files.get(input_file_id, _owner(req))
+        row = runner.files.get(input_file_id, _owner(req), _full(req))
     except BatchError as e:
         raise _err(e) from None
     if row.purpose != "batch":
@@ -202,7 +237,7 @@ def _batch_id(req: Request, suffix: str = "") -> str:
 
 async def batch_item(sup: Supervisor, req: Request, proto: Any) -> Response:
     try:
-        return _json(_runner(req).batches.get(_batch_id(req), _owner(req))[1])
+        return _json(_runner(req).batches.get(_batch_id(req), _owner(req), _full(req))[1])
     except BatchError as e:
         raise _err(e) from None
 
@@ -210,14 +245,18 @@ async def batch_item(sup: Supervisor, req: Request, proto: Any) -> Response:
 async def batch_cancel(sup: Supervisor, req: Request, proto: Any) -> Response:
     runner = _runner(req)
     try:
-        _, doc = runner.batches.get(_batch_id(req, "/cancel"), _owner(req))
+        _, doc = runner.batches.get(_batch_id(req, "/cancel"), _owner(req), _full(req))
     except BatchError as e:
         raise _err(e) from None
     if doc["status"] not in ("validating", "in_progress", "cancelling"):
         raise HttpError(
             409, f"batch '{doc['id']}' is {doc['status']}; only a batch still running can be cancelled"
         )
-    if doc["status"] != "cancelling":
+    if doc["status"] == "validating" and runner.current != doc["id"]:  # still queued: nothing of it runs
+        now = int(time.time())
+        doc.update(status="cancelled", cancelling_at=now, cancelled_at=now)
+        runner.batches.save(doc)
+    elif doc["status"] != "cancelling":
         doc.update(status="cancelling", cancelling_at=int(time.time()))
         runner.batches.save(doc)
         runner.cancelling.add(doc["id"])
@@ -236,6 +275,7 @@ class BatchRunner:
         self.files = Files(store, sup.data.root / "files")
         self.batches = Batches(store)
         self.cancelling: set[str] = set()
+        self.current: str | None = None  # the batch running now
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
@@ -255,10 +295,13 @@ class BatchRunner:
     async def _loop(self) -> None:
         while True:
             batch_id = await self._queue.get()
+            self.current = batch_id
             try:
                 await self._run(batch_id)
             except Exception:
                 log.exception("batch %s failed in Blazar", batch_id)
+            finally:
+                self.current = None
 
     def _base_url(self) -> str:
         host = self.sup.cfg.host
@@ -267,12 +310,23 @@ class BatchRunner:
         return f"http://{f'[{host}]' if ':' in host else host}:{self.sup.cfg.port}"
 
     def _secret(self, owner: str | None) -> str | None:
-        """The secret of the key a batch runs under (None: no such key, or auth is off)."""
+        """The current secret of the key a batch runs under (asked per request: a rotation mid-batch is
+        followed); None when there is no such key, or auth is off."""
         return next((k.secret for k in self.keys.config.keys if k.name == owner), None)
+
+    def _unrunnable(self, owner: str | None) -> str | None:
+        """Why a batch of ``owner`` cannot run now, or None."""
+        if owner is not None and self._secret(owner) is None:
+            return f"the key '{owner}' that made this batch no longer exists"
+        if owner is None and self.keys.auth_active:
+            return "this batch was made while auth was off, and [[keys]] are configured now; create it again"
+        return None
 
     async def _run(self, batch_id: str) -> None:
         owner, doc = self.batches.get(batch_id, None)
         now = int(time.time())
+        if doc["status"] not in ACTIVE:  # cancelled while it waited its turn
+            return None
         if doc["status"] == "cancelling":
             doc.update(status="cancelled", cancelled_at=now)
             return self.batches.save(doc)
@@ -280,16 +334,16 @@ class BatchRunner:
             doc.update(status="expired", expired_at=now)
             return self.batches.save(doc)
         try:
-            data = self.files.read(self.files.get(doc["input_file_id"], None))
+            data = await asyncio.to_thread(self.files.read, self.files.get(doc["input_file_id"], None))
         except BatchError as e:
             return self._fail(doc, "missing_file", e.message)
-        lines, errors = read_input(data, doc["endpoint"])
+        lines, errors = await asyncio.to_thread(read_input, data, doc["endpoint"])
         if errors:
             doc["errors"] = {"object": "list", "data": errors}
             return self._fail(doc, None, None)
-        secret = self._secret(owner)
-        if owner is not None and secret is None:
-            return self._fail(doc, "key_removed", f"the key '{owner}' that made this batch no longer exists")
+        why = self._unrunnable(owner)
+        if why is not None:
+            return self._fail(doc, "key_removed", why)
         doc.update(status="in_progress", in_progress_at=int(time.time()))
         doc["request_counts"] = {"total": len(lines), "completed": 0, "failed": 0}
         self.batches.save(doc)
@@ -303,7 +357,7 @@ class BatchRunner:
             async with gate:
                 if batch_id in self.cancelling:
                     return
-                ok, record = await self._send(line, secret)
+                ok, record = await self._send(line, owner, batch_id)
             (out if ok else errs).append(orjson.dumps(record))
             doc["request_counts"]["completed" if ok else "failed"] += 1
             if time.monotonic() - saved > SAVE_EVERY_SECS and batch_id not in self.cancelling:
@@ -343,37 +397,53 @@ class BatchRunner:
         doc.update(status="failed", failed_at=int(time.time()))
         self.batches.save(doc)
 
-    async def _send(self, line: Line, secret: str | None) -> tuple[bool, dict[str, Any]]:
-        """One request through the front door: (answered 2xx, the output or error file's record)."""
-        headers = {"content-type": "application/json", "x-blazar-priority": "low"}
-        if secret is not None:
-            headers["authorization"] = f"Bearer {secret}"
-        record: dict[str, Any] = {
-            "id": new_id("batch_req"),
-            "custom_id": line.custom_id,
-            "response": None,
-            "error": None,
-        }
-        try:
-            async with self.sup.http.post(
-                self._base_url() + line.url,
-                data=orjson.dumps(line.body),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECS),
-            ) as r:
-                raw = await r.read()
-                body: Any = raw.decode("utf-8", "replace")
-                with contextlib.suppress(orjson.JSONDecodeError):
-                    body = orjson.loads(raw)
-                record["response"] = {
-                    "status_code": r.status,
-                    "request_id": r.headers.get("x-blazar-trace-id", ""),
-                    "body": body,
+    async def _send(self, line: Line, owner: str | None, batch_id: str) -> tuple[bool, dict[str, Any]]:
+        """One request through the front door: (answered 2xx, the output or error file's record). A busy answer
+        (429, 503: the model's slots stayed taken, a rate limit) is retried after a pause, up to ``RETRIES``
+        times, while the batch is not cancelled: a batch waits for capacity rather than failing for it."""
+        record: dict[str, Any] = {"id": new_id("batch_req"), "custom_id": line.custom_id, "response": None,
+                                  "error": None}  # fmt: skip
+        for attempt in range(RETRIES + 1):
+            why = self._unrunnable(owner)
+            if why is not None:
+                record["error"] = {"code": "key_removed", "message": why}
+                return False, record
+            headers = {"content-type": "application/json", "x-blazar-priority": "low"}
+            secret = self._secret(owner)
+            if secret is not None:
+                headers["authorization"] = f"Bearer {secret}"
+            try:
+                async with self.sup.http.post(
+                    self._base_url() + line.url,
+                    data=orjson.dumps(line.body),
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECS),
+                ) as r:
+                    raw = await r.read()
+                    status, trace, retry_after = (
+                        r.status,
+                        r.headers.get("x-blazar-trace-id", ""),
+                        r.headers.get("retry-after"),
+                    )
+            except (aiohttp.ClientError, OSError, TimeoutError) as e:
+                record["error"] = {
+                    "code": "server_error",
+                    "message": f"the request got no answer: {e or type(e).__name__}",
                 }
-                return 200 <= r.status < 300, record
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            record["error"] = {
-                "code": "server_error",
-                "message": f"the request got no answer: {e or type(e).__name__}",
-            }
-            return False, record
+                return False, record
+            if status in (429, 503) and attempt < RETRIES and batch_id not in self.cancelling:
+                await asyncio.sleep(_pause(retry_after, attempt))
+                continue
+            break
+        body: Any = raw.decode("utf-8", "replace")
+        with contextlib.suppress(orjson.JSONDecodeError):
+            body = orjson.loads(raw)
+        record["response"] = {"status_code": status, "request_id": trace, "body": body}
+        return 200 <= status < 300, record
+
+
+def _pause(retry_after: str | None, attempt: int) -> float:
+    """Seconds before retrying a busy answer: its ``Retry-After`` when it gives one, else 1, 2, 4 ... 30."""
+    with contextlib.suppress(TypeError, ValueError):
+        return min(max(float(retry_after), 0.5), RETRY_MAX_SECS)  # type: ignore[arg-type]
+    return float(min(2**attempt, RETRY_MAX_SECS))
