@@ -62,6 +62,11 @@ def test_a_multipart_upload_as_clients_send_it() -> None:
     fields = parse_multipart(req.headers["content-type"], req.read())
     assert fields["file"] == ("in.jsonl", b'{"a": 1}\r\n{"b": 2}\n')  # the bytes exactly, line ends included
     assert fields["purpose"] == (None, b"batch")
+    big = b'{"custom_id": "x"}\r\n--\r\n' * 1_500_000  # 30 MB, dashes and line ends inside
+    req_big = httpx.Request(
+        "POST", "http://x/v1/files", files={"file": ("big.jsonl", big)}, data={"purpose": "batch"}
+    )
+    assert parse_multipart(req_big.headers["content-type"], req_big.read())["file"] == ("big.jsonl", big)
     for content_type, body in (("application/json", b"{}"), (None, b""), ("multipart/form-data", b"x")):
         with pytest.raises(HttpError, match="multipart/form-data"):
             parse_multipart(content_type, body)

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from email import policy
-from email.parser import BytesParser
+from email.parser import BytesHeaderParser
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -106,30 +106,51 @@ def _page(req: Request, items: list[dict[str, Any]], default_limit: int, max_lim
     })  # fmt: skip
 
 
-def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:
-    """The fields of a ``multipart/form-data`` body: name -> (filename, bytes)."""
-    if (
-        not content_type
-        or not content_type.lower().startswith("multipart/form-data")
-        or "boundary=" not in content_type
-    ):
+def _boundary(content_type: str | None) -> bytes:
+    if not content_type or not content_type.lower().startswith("multipart/form-data"):
         raise HttpError(400, "upload the file as multipart/form-data with the fields 'file' and 'purpose'")
-    head = b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n"
-    msg = BytesParser(policy=policy.HTTP).parsebytes(head + body)
-    if not msg.is_multipart() or msg.defects:  # e.g. cut off before its closing boundary
-        raise HttpError(
-            400,
-            "the multipart/form-data body could not be read (is it complete?); send the fields 'file' and 'purpose'",
-        )
+    msg = BytesHeaderParser(policy=policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1", "replace")
+    )
+    boundary = msg.get_param("boundary")
+    if not isinstance(boundary, str) or not boundary or len(boundary) > 200:
+        raise HttpError(400, "upload the file as multipart/form-data with the fields 'file' and 'purpose'")
+    return boundary.encode("latin-1", "replace")
+
+
+def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """The fields of a ``multipart/form-data`` body: name -> (filename, bytes), each part's bytes exactly as
+    sent. Parts are found with ``bytes.find`` (a 50 MiB upload in milliseconds); a body cut off before its
+    closing boundary, or a part that is itself multipart, is refused."""
+    delim = b"--" + _boundary(content_type)
+    unreadable = HttpError(
+        400,
+        "the multipart/form-data body could not be read (is it complete?); send the fields 'file' and 'purpose'",
+    )
+    at = body.find(delim)
+    if at < 0 or (at > 0 and body[at - 2 : at] != b"\r\n"):
+        raise unreadable
     fields: dict[str, tuple[str | None, bytes]] = {}
-    for part in msg.iter_parts():
+    pos = at + len(delim)
+    while True:
+        if body[pos : pos + 2] == b"--":
+            return fields
+        if body[pos : pos + 2] != b"\r\n":
+            raise unreadable
+        head_end = body.find(b"\r\n\r\n", pos + 2)
+        if head_end < 0:
+            raise unreadable
+        start = head_end + 4
+        end = body.find(b"\r\n" + delim, start)
+        if end < 0:
+            raise unreadable
+        part = BytesHeaderParser(policy=policy.HTTP).parsebytes(body[pos + 2 : head_end + 2])
         name = part.get_param("name", header="content-disposition")
         if isinstance(name, str) and name not in fields:
-            if part.is_multipart():
+            if part.get_content_maintype() == "multipart":
                 raise HttpError(400, f"the multipart field '{name[:40]}' must hold a file, not more parts")
-            payload = part.get_payload(decode=True)
-            fields[name] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
-    return fields
+            fields[name] = (part.get_filename(), body[start:end])
+        pos = end + 2 + len(delim)
 
 
 UPLOAD_PURPOSES = tuple(p for p in PURPOSES if p != "batch_output")
