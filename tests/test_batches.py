@@ -125,9 +125,11 @@ def test_a_batch_runs_only_under_a_key_that_exists_now(tmp_path: Path) -> None:
     cfg = load_config_text(f'[[keys]]\nname = "a"\nsecret = "{secret}"\n', tmp_path / "config.toml", env={})
     keys = KeyRegistry(cfg)
     with Store.open(tmp_path / "blazar.db") as store:
-        runner = BatchRunner(SimpleNamespace(data=DataDir(tmp_path)), store, keys)  # type: ignore[arg-type]
-        assert runner._unrunnable("a") is None and runner._secret("a") == secret
-        assert "the key 'gone' that made this batch no longer exists" in str(runner._unrunnable("gone"))
-        assert "made while auth was off" in str(runner._unrunnable(None))  # and keys exist now
+        runner = BatchRunner(SimpleNamespace(data=DataDir(tmp_path), cfg=cfg), store, keys)  # type: ignore[arg-type]
+        assert runner.base_url == f"http://127.0.0.1:{cfg.port}"
+        assert runner._unrunnable("a", runner._secret("a")) is None and runner._secret("a") == secret
+        gone = runner._unrunnable("gone", runner._secret("gone"))
+        assert "the key 'gone' that made this batch no longer exists" in str(gone)
+        assert "made while auth was off" in str(runner._unrunnable(None, None))  # and keys exist now
         keys.apply(Config(data_dir=tmp_path))  # auth off again
-        assert runner._unrunnable(None) is None and runner._secret(None) is None
+        assert runner._unrunnable(None, None) is None and runner._secret(None) is None

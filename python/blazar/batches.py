@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from blazar.errors import BlazarError
 from blazar.store import Store
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
@@ -30,13 +31,13 @@ ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
 """A batch in these states has work left (a daemon restart picks it up again)."""
 
 
-class BatchError(Exception):
-    """A request about files or batches that cannot be done; ``status`` is the HTTP status to answer with."""
+class BatchError(BlazarError):
+    """A request about files or batches that cannot be done; ``status`` is the HTTP status the gateway answers
+    with (404 for a file or batch the asker cannot see)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.message = message
 
 
 def new_id(prefix: str) -> str:
@@ -66,7 +67,7 @@ class FileRow:
 
 
 def _file_row(r: Any) -> FileRow:
-    return FileRow(str(r[0]), None if r[1] is None else str(r[1]), str(r[2]), str(r[3]), int(r[4]), int(r[5]))
+    return FileRow(str(r[0]), _owner_of(r[1]), str(r[2]), str(r[3]), int(r[4]), int(r[5]))
 
 
 def _owner_of(value: Any) -> str | None:
@@ -75,8 +76,11 @@ def _owner_of(value: Any) -> str | None:
 
 def _visible(owner: str | None, asker: str | None, full: bool) -> bool:
     """A key sees what it made; a full-access key also what was made without auth; without auth (``asker``
-    None) everything is visible."""
+    None) everything is visible. ``_VISIBLE_SQL`` is the same rule for a listing's query."""
     return asker is None or owner == asker or (owner is None and full)
+
+
+_VISIBLE_SQL = "(:asker IS NULL OR owner = :asker OR (owner IS NULL AND :full))"
 
 
 class Files:
@@ -115,13 +119,11 @@ class Files:
 
     def listing(self, asker: str | None, purpose: str | None, full: bool = False) -> list[FileRow]:
         rows = self.store.conn.execute(
-            "SELECT id, owner, filename, purpose, bytes, created_at FROM files ORDER BY created_at DESC, id"
+            "SELECT id, owner, filename, purpose, bytes, created_at FROM files"
+            f" WHERE {_VISIBLE_SQL} AND (:purpose IS NULL OR purpose = :purpose) ORDER BY created_at DESC, id",
+            {"asker": asker, "full": full, "purpose": purpose},
         ).fetchall()
-        return [
-            _file_row(r)
-            for r in rows
-            if _visible(_owner_of(r[1]), asker, full) and (purpose is None or r[3] == purpose)
-        ]
+        return [_file_row(r) for r in rows]
 
     def read(self, row: FileRow) -> bytes:
         try:
@@ -231,9 +233,10 @@ class Batches:
 
     def listing(self, asker: str | None, full: bool = False) -> list[dict[str, Any]]:
         rows = self.store.conn.execute(
-            "SELECT owner, doc_json FROM batches ORDER BY created_at DESC, id DESC"
+            f"SELECT doc_json FROM batches WHERE {_VISIBLE_SQL} ORDER BY created_at DESC, id DESC",
+            {"asker": asker, "full": full},
         ).fetchall()
-        return [orjson.loads(str(doc)) for owner, doc in rows if _visible(_owner_of(owner), asker, full)]
+        return [orjson.loads(str(r[0])) for r in rows]
 
     def active(self) -> list[str]:
         """Ids of the batches with work left, oldest first."""

@@ -77,10 +77,6 @@ def _runner(req: Request) -> BatchRunner:
     return runner
 
 
-def _err(e: BatchError) -> HttpError:
-    return HttpError(e.status, e.message, "not_found_error" if e.status == 404 else "invalid_request_error")
-
-
 def _json(value: Any) -> Response:
     return 200, JSON_HEADERS, orjson.dumps(value)
 
@@ -189,23 +185,16 @@ def _file_id(req: Request, suffix: str = "") -> str:
 
 async def file_item(sup: Supervisor, req: Request, proto: Any) -> Response:
     files = _runner(req).files
-    try:
-        row = files.get(_file_id(req), _owner(req), _full(req))
-        if req.method == "DELETE":
-            await asyncio.to_thread(files.delete, row)
-            return _json({"id": row.id, "object": "file", "deleted": True})
-        return _json(row.object())
-    except BatchError as e:
-        raise _err(e) from None
+    row = files.get(_file_id(req), _owner(req), _full(req))  # BatchError: the gateway's 404
+    if req.method == "DELETE":
+        await asyncio.to_thread(files.delete, row)
+        return _json({"id": row.id, "object": "file", "deleted": True})
+    return _json(row.object())
 
 
 async def file_content(sup: Supervisor, req: Request, proto: Any) -> Response:
     files = _runner(req).files
-    try:
-        row = files.get(_file_id(req, "/content"), _owner(req), _full(req))
-        data = await asyncio.to_thread(files.read, row)
-    except BatchError as e:
-        raise _err(e) from None
+    data = await asyncio.to_thread(files.read, files.get(_file_id(req, "/content"), _owner(req), _full(req)))
     return 200, [("content-type", "application/octet-stream")], data
 
 
@@ -238,10 +227,7 @@ async def batches_root(sup: Supervisor, req: Request, proto: Any) -> Response:
         )
     if not isinstance(input_file_id, str):
         raise HttpError(400, "'input_file_id' is required: the id of a file uploaded with purpose \"batch\"")
-    try:
-        row = runner.files.get(input_file_id, _owner(req), _full(req))
-    except BatchError as e:
-        raise _err(e) from None
+    row = runner.files.get(input_file_id, _owner(req), _full(req))
     if row.purpose != "batch":
         raise HttpError(
             400, f"file '{row.id}' was uploaded with purpose '{row.purpose}'; a batch needs \"batch\""
@@ -257,18 +243,12 @@ def _batch_id(req: Request, suffix: str = "") -> str:
 
 
 async def batch_item(sup: Supervisor, req: Request, proto: Any) -> Response:
-    try:
-        return _json(_runner(req).batches.get(_batch_id(req), _owner(req), _full(req))[1])
-    except BatchError as e:
-        raise _err(e) from None
+    return _json(_runner(req).batches.get(_batch_id(req), _owner(req), _full(req))[1])
 
 
 async def batch_cancel(sup: Supervisor, req: Request, proto: Any) -> Response:
     runner = _runner(req)
-    try:
-        _, doc = runner.batches.get(_batch_id(req, "/cancel"), _owner(req), _full(req))
-    except BatchError as e:
-        raise _err(e) from None
+    _, doc = runner.batches.get(_batch_id(req, "/cancel"), _owner(req), _full(req))
     if doc["status"] not in ("validating", "in_progress", "cancelling"):
         raise HttpError(
             409, f"batch '{doc['id']}' is {doc['status']}; only a batch still running can be cancelled"
@@ -299,6 +279,10 @@ class BatchRunner:
         self.current: str | None = None  # the batch running now
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        host = sup.cfg.host if sup.cfg.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        self.base_url = (
+            f"http://{f'[{host}]' if ':' in host else host}:{sup.cfg.port}"  # this daemon's front door
+        )
 
     def start(self) -> None:
         for batch_id in self.batches.active():  # left unfinished by the last run: again from the start
@@ -324,20 +308,14 @@ class BatchRunner:
             finally:
                 self.current = None
 
-    def _base_url(self) -> str:
-        host = self.sup.cfg.host
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.sup.cfg.port}"
-
     def _secret(self, owner: str | None) -> str | None:
         """The current secret of the key a batch runs under (asked per request: a rotation mid-batch is
         followed); None when there is no such key, or auth is off."""
         return next((k.secret for k in self.keys.config.keys if k.name == owner), None)
 
-    def _unrunnable(self, owner: str | None) -> str | None:
-        """Why a batch of ``owner`` cannot run now, or None."""
-        if owner is not None and self._secret(owner) is None:
+    def _unrunnable(self, owner: str | None, secret: str | None) -> str | None:
+        """Why a batch of ``owner`` (whose key's secret is ``secret`` now) cannot run now, or None."""
+        if owner is not None and secret is None:
             return f"the key '{owner}' that made this batch no longer exists"
         if owner is None and self.keys.auth_active:
             return "this batch was made while auth was off, and [[keys]] are configured now; create it again"
@@ -357,12 +335,12 @@ class BatchRunner:
         try:
             data = await asyncio.to_thread(self.files.read, self.files.get(doc["input_file_id"], None))
         except BatchError as e:
-            return self._fail(doc, "missing_file", e.message)
+            return self._fail(doc, "missing_file", str(e))
         lines, errors = await asyncio.to_thread(read_input, data, doc["endpoint"])
         if errors:
             doc["errors"] = {"object": "list", "data": errors}
             return self._fail(doc, None, None)
-        why = self._unrunnable(owner)
+        why = self._unrunnable(owner, self._secret(owner))
         if why is not None:
             return self._fail(doc, "key_removed", why)
         doc.update(status="in_progress", in_progress_at=int(time.time()))
@@ -403,9 +381,10 @@ class BatchRunner:
                 )
                 doc[key] = row.id
         done = int(time.time())
-        doc.update(status="cancelled", cancelled_at=done) if cancelled else doc.update(
-            status="completed", completed_at=done
-        )
+        if cancelled:
+            doc.update(status="cancelled", cancelled_at=done)
+        else:
+            doc.update(status="completed", completed_at=done)
         self.batches.save(doc)
         log.info("batch %s %s: %s", batch_id, doc["status"], doc["request_counts"])
 
@@ -425,17 +404,17 @@ class BatchRunner:
         record: dict[str, Any] = {"id": new_id("batch_req"), "custom_id": line.custom_id, "response": None,
                                   "error": None}  # fmt: skip
         for attempt in range(RETRIES + 1):
-            why = self._unrunnable(owner)
+            secret = self._secret(owner)
+            why = self._unrunnable(owner, secret)
             if why is not None:
                 record["error"] = {"code": "key_removed", "message": why}
                 return False, record
             headers = {"content-type": "application/json", "x-blazar-priority": "low"}
-            secret = self._secret(owner)
             if secret is not None:
                 headers["authorization"] = f"Bearer {secret}"
             try:
                 async with self.sup.http.post(
-                    self._base_url() + line.url,
+                    self.base_url + line.url,
                     data=orjson.dumps(line.body),
                     headers=headers,
                     timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECS),
