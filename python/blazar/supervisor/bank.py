@@ -64,30 +64,15 @@ def _name(child: Child, slot: int) -> str:
     return f"_auto-{child.spec.ctx_per_slot}-{_shape(child)}-{slot}.bin"
 
 
-async def _ask(child: Child, path: str, body: dict[str, str] | None = None) -> Any:
-    """The engine's JSON answer to a GET (or, with ``body``, a POST) of ``path``; its error answers raised."""
-    http = child.http
-    if http is None or http.closed:
-        raise aiohttp.ClientError("the engine's connection is closed")
-    method = "GET" if body is None else "POST"
-    async with http.request(method, child.base_url + path, json=body, headers=child.request_headers) as r:
-        answer = await r.json(content_type=None)
-        if r.status != 200:
-            err = answer.get("error") if isinstance(answer, dict) else None
-            message = err.get("message") if isinstance(err, dict) else None
-            raise aiohttp.ClientError(f"{method} {path} answered HTTP {r.status}: {message or answer}")
-        return answer
-
-
 async def _slot_action(child: Child, slot: int, action: str, filename: str) -> dict[str, Any]:
-    body = await _ask(child, f"/slots/{slot}?action={action}", {"filename": filename})
+    body = await child.ask(f"/slots/{slot}?action={action}", {"filename": filename})
     return body if isinstance(body, dict) else {}
 
 
 async def _idle_slots(child: Child) -> list[int]:
     """The slots not generating now (llama-server would hold a save of a busy one until its answer ends, and a
     stop must not wait for that)."""
-    slots = await _ask(child, "/slots")
+    slots = await child.ask("/slots")
     return [
         s["id"]
         for s in slots

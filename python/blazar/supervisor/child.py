@@ -18,6 +18,7 @@ import socket
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -118,6 +119,28 @@ class Child:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    async def ask(self, path: str, body: dict[str, str] | None = None, timeout: float | None = None) -> Any:
+        """The engine's JSON answer to a GET (or, with ``body``, a POST) of ``path``, for the supervisor's own
+        calls (the session bank, waking a sleeping engine); an error answer is raised as ``aiohttp.ClientError``
+        with the engine's message."""
+        http = self.http
+        if http is None or http.closed:
+            raise aiohttp.ClientError("the engine's connection is closed")
+        method = "GET" if body is None else "POST"
+        async with http.request(
+            method,
+            self.base_url + path,
+            json=body,
+            headers=self.request_headers,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as r:
+            answer = await r.json(content_type=None)
+            if r.status != 200:
+                err = answer.get("error") if isinstance(answer, dict) else None
+                message = err.get("message") if isinstance(err, dict) else None
+                raise aiohttp.ClientError(f"{method} {path} answered HTTP {r.status}: {message or answer}")
+            return answer
 
     def alive(self) -> bool:
         """True while the process runs; peeks at an unreaped exit (WNOWAIT) so a death the loop has not yet

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -48,25 +48,13 @@ def may_be_asleep(child: Child, now: float) -> bool:
     return secs > 0 and child.inflight == 0 and idle_secs(child, now) >= secs - MARGIN_SECS
 
 
-async def _get(child: Child, path: str, timeout: float) -> Any:
-    http = child.http
-    if http is None or http.closed:
-        raise aiohttp.ClientError("the engine's connection is closed")
-    async with http.get(
-        child.base_url + path, headers=child.request_headers, timeout=aiohttp.ClientTimeout(total=timeout)
-    ) as r:
-        if r.status != 200:
-            raise aiohttp.ClientError(f"GET {path} answered HTTP {r.status}")
-        return await r.json(content_type=None)
-
-
 async def asleep(child: Child) -> bool:
     """Whether ``child`` is asleep now (llama-server's ``/props`` ``is_sleeping``; asking does not wake it). An
     engine that cannot say is taken as awake."""
     if not may_be_asleep(child, time.monotonic()):
         return False
     try:
-        props = await _get(child, "/props", ASK_TIMEOUT_SECS)
+        props = await child.ask("/props", timeout=ASK_TIMEOUT_SECS)
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
         return False
     return isinstance(props, dict) and props.get("is_sleeping") is True
@@ -97,7 +85,7 @@ async def _wake(child: Child, timeout: float) -> None:
         return
     t0 = time.monotonic()
     try:
-        await _get(child, "/slots", timeout)
+        await child.ask("/slots", timeout=timeout)
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
         log.warning(
             "waking %s failed (%s); the request goes to it as it is", child.key, e or type(e).__name__
@@ -126,7 +114,7 @@ async def keep_awake(child: Child) -> None:
     if not wants_awake(child) or child.inflight > 0 or idle_secs(child, now) < child.spec.sleep_secs / 2:
         return
     try:
-        await _get(child, "/slots", ASK_TIMEOUT_SECS)
+        await child.ask("/slots", timeout=ASK_TIMEOUT_SECS)
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
         log.warning("keeping %s awake failed: %s", child.key, e or type(e).__name__)
         return
