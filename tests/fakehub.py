@@ -261,7 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 # -- synthetic GGUF -------------------------------------------------------------------------------------
 
-_U16, _U32, _I32, _STR = 2, 4, 5, 8
+_U16, _U32, _I32, _F32, _STR = 2, 4, 5, 6, 8
 
 
 def _s(text: str) -> bytes:
@@ -274,7 +274,7 @@ def _kv(key: str, value: object) -> bytes:
         return _s(key) + struct.pack("<I", _STR) + _s(value)
     if isinstance(value, tuple):
         kind, v = value
-        fmt = {_U16: "<H", _U32: "<I", _I32: "<i"}[kind]
+        fmt = {_U16: "<H", _U32: "<I", _I32: "<i", _F32: "<f"}[kind]
         return _s(key) + struct.pack("<I", kind) + struct.pack(fmt, v)
     assert isinstance(value, int)
     return _s(key) + struct.pack("<I", _U32) + struct.pack("<I", value)
@@ -290,6 +290,46 @@ def gguf_bytes(meta: dict[str, object], tensors: Sequence[tuple[str, int]], seed
         offset += (n * 4 + 31) // 32 * 32
     head += b"\0" * (-len(head) % 32)
     return head + random.Random(seed).randbytes(offset)
+
+
+def lora_gguf(
+    arch: str,
+    layers: int,
+    n_embd: int,
+    targets: dict[str, int],
+    rank: int = 8,
+    spread: float = 0.1,
+    seed: int = 0,
+) -> bytes:
+    """A LoRA adapter GGUF as llama.cpp's convert_lora_to_gguf.py writes one (``general.type`` adapter,
+    ``adapter.type`` lora, ``adapter.lora.alpha``), with random F32 ``lora_a`` (ne = [n_embd, rank]) and
+    ``lora_b`` (ne = [rank, out]) for ``blk.N.<target>.weight`` in every layer; ``targets`` maps a target to
+    its output size. Its values are uniform in +-``spread``: strong enough to change what a model says."""
+    meta: dict[str, object] = {
+        "general.architecture": arch,
+        "general.type": "adapter",
+        "adapter.type": "lora",
+        "general.name": "test adapter",
+        "adapter.lora.alpha": (_F32, float(rank)),
+    }
+    shapes = []
+    for layer in range(layers):
+        for target, out in targets.items():
+            shapes.append((f"blk.{layer}.{target}.weight.lora_a", (n_embd, rank)))
+            shapes.append((f"blk.{layer}.{target}.weight.lora_b", (rank, out)))
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(shapes), len(meta))
+    head += b"".join(_kv(k, v) for k, v in meta.items())
+    offset, data = 0, bytearray()
+    rng = random.Random(seed)
+    for name, (ne0, ne1) in shapes:
+        head += _s(name) + struct.pack("<IQQIQ", 2, ne0, ne1, 0, offset)
+        values = [rng.uniform(-spread, spread) for _ in range(ne0 * ne1)]
+        chunk = struct.pack(f"<{len(values)}f", *values)
+        chunk += b"\0" * (-len(chunk) % 32)
+        data += chunk
+        offset += len(chunk)
+    head += b"\0" * (-len(head) % 32)
+    return head + bytes(data)
 
 
 def split_gguf(prefix: str, shards: int, floats_per_shard: int) -> dict[str, bytes]:

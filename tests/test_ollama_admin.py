@@ -20,6 +20,7 @@ from blazar.config import Config
 from blazar.dialects.canonical import DialectError
 from blazar.gateway import ollama_admin
 from blazar.gateway.http import Request
+from blazar.loras import Loras
 from blazar.paths import DataDir
 from blazar.profile import LaunchSpec
 from blazar.store import Store
@@ -31,7 +32,12 @@ from tests.test_catalog import older_database
 
 def _sup(cat: Catalog) -> Any:
     return SimpleNamespace(
-        catalog=cat, cfg=Config(), children={}, remotes=Remotes(()), remote_for=lambda _m: None
+        catalog=cat,
+        loras=Loras(cat),
+        cfg=Config(),
+        children={},
+        remotes=Remotes(()),
+        remote_for=lambda _m: None,
     )
 
 

@@ -14,7 +14,17 @@ import pytest
 from blazar.errors import BlazarError, StoreError
 from blazar.store import LATEST_SCHEMA_VERSION, MIGRATIONS, Store, utc_now_iso
 
-TABLES = {"schema_version", "engines", "models", "profiles", "key_usage", "bench_history", "files", "batches"}
+TABLES = {
+    "schema_version",
+    "engines",
+    "models",
+    "profiles",
+    "key_usage",
+    "bench_history",
+    "files",
+    "batches",
+    "loras",
+}
 
 
 def db_path(tmp_path: Path) -> Path:

@@ -195,6 +195,10 @@ class Catalog:
             raise CatalogError(
                 f"model '{full}' already exists; remove it first (blazar rm {full}) or pick another name (--name)"
             )
+        for _ in self.store.conn.execute("SELECT 1 FROM loras WHERE name = ?", (full,)):
+            raise CatalogError(  # one namespace with the LoRA adapters (``loras``), which are served by name too
+                f"'{full}' names a LoRA adapter; remove it first (blazar lora rm {full}) or pick another name"
+            )
         self._check_free(full)
 
     def import_file(
@@ -421,9 +425,7 @@ class Catalog:
         if shards is not None:
             return self._add_split(shards, dest_name, src.sha256, compute=False)
         full = names.normalize(dest_name)
-        if self.find(full) is not None:
-            raise CatalogError(f"model '{full}' already exists")
-        self._check_free(full)
+        self._check_new(full)
         dest = self.files.file_for(full)
         link_or_copy(src.path, dest, None)
         try:
@@ -441,6 +443,14 @@ class Catalog:
             raise ModelNotFound(
                 f"model '{names.normalize(name)}' not found; nothing to remove"
                 + (f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)")
+            )
+        adapters = [
+            str(n) for (n,) in self.store.conn.execute("SELECT name FROM loras WHERE base = ?", (row.name,))
+        ]
+        if adapters:
+            raise CatalogError(
+                f"model '{row.name}' has LoRA adapters ({', '.join(adapters)}), which are served on it; remove them"
+                " first (blazar lora rm NAME)"
             )
         with self.store.transaction():
             self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))

@@ -54,6 +54,7 @@ class LaunchSpec:
     ``checks_api_key`` is False for engines that cannot check a key (mlx-lm, mistral.rs): the supervisor still
     writes one, but such a child is protected only by listening on 127.0.0.1. ``sleep_secs``: the idle seconds
     after which the engine frees its model itself (llama-server's ``--sleep-idle-seconds``; 0: never).
+    ``loras``: the LoRA adapter files it loads unapplied, in their engine ids' order (``supervisor.adapters``).
     """
 
     argv_template: tuple[str, ...]
@@ -68,6 +69,7 @@ class LaunchSpec:
     engine_model: str | None = None
     checks_api_key: bool = True
     sleep_secs: int = 0
+    loras: tuple[Path, ...] = ()
 
     @property
     def ctx_per_slot(self) -> int:

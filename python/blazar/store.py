@@ -118,7 +118,23 @@ CREATE TABLE batches (
 ``<data_dir>/files/``) and batch jobs, each stored as its OpenAI Batch object; ``owner`` is the key name that
 made it (NULL without auth)."""
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3))
+_V4 = """
+CREATE TABLE loras (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    base TEXT NOT NULL,
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    scale REAL NOT NULL DEFAULT 1.0,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX loras_by_base ON loras (base);
+"""
+"""LoRA adapters (``loras.py``): each served by name on top of the catalog model ``base``; ``id`` order is the
+order its engine loads them."""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3), (4, _V4))
 """Ordered (version, sql) pairs; append only, never edit a released one. Each runs in its own transaction."""
 
 LATEST_SCHEMA_VERSION = MIGRATIONS[-1][0]

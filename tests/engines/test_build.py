@@ -56,9 +56,32 @@ def test_build_from_sdist_shaped_tarball(tmp_path: Path) -> None:
     assert "built llama-cpp b77-cpu" in r.stdout
     binary = tmp_path / "data" / "engines" / "llama-cpp" / "b77-cpu" / "llama-server"
     assert binary.is_file()
+    assert not binary.with_name(
+        "llama-quantize"
+    ).exists()  # this tree has no quantizer target: a server still
     ls = blazar_cmd("engine", "ls", env=env).stdout
     assert "* llama-cpp" in ls and "b77-cpu" in ls and "build" in ls
     assert not any((tmp_path / "data" / "engines" / ".build").iterdir()), "build tree left behind"
+
+
+def test_the_quantizer_is_built_and_installed_beside_the_server(tmp_path: Path) -> None:
+    src = fake_tree(tmp_path / "src")
+    cmake = src / "tools" / "server" / "CMakeLists.txt"
+    cmake.write_text(cmake.read_text() + "add_executable(llama-quantize other.c)\n")
+    blazar_cmd(
+        "engine",
+        "build",
+        "--kind",
+        "llama-cpp",
+        "--source",
+        str(src),
+        "--version",
+        "9",
+        env=env_for(tmp_path),
+    )
+    tag_dir = tmp_path / "data" / "engines" / "llama-cpp" / "b9-cpu"
+    assert (tag_dir / "llama-server").is_file() and os.access(tag_dir / "llama-quantize", os.X_OK)
+    assert sorted(p.name for p in tag_dir.iterdir()) == ["llama-quantize", "llama-server"]
 
 
 def test_build_failure_is_one_line_with_log(tmp_path: Path) -> None:

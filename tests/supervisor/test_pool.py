@@ -90,13 +90,13 @@ def test_a_busy_child_is_not_cut_off_for_a_restart() -> None:
     c = child("m:latest", 0, inflight=1)
     owner = SimpleNamespace(cfg=SimpleNamespace(queue_wait_secs=0))
     with pytest.raises(LaneError) as exc:
-        asyncio.run(Supervisor._drain(owner, c, 1024))  # type: ignore[arg-type]
+        asyncio.run(Supervisor._drain(owner, c, "for num_ctx 1024 (it ran with 512 per slot)"))  # type: ignore[arg-type]
     assert exc.value.status == 503 and "could not restart for num_ctx 1024" in str(exc.value)
 
     async def finishes_soon() -> None:
         asyncio.get_running_loop().call_later(0.05, setattr, c, "inflight", 0)
         owner.cfg.queue_wait_secs = 5
-        await Supervisor._drain(owner, c, 1024)  # type: ignore[arg-type]
+        await Supervisor._drain(owner, c, "for num_ctx 1024")  # type: ignore[arg-type]
 
     asyncio.run(finishes_soon())
     assert c.inflight == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from blazar.cli import bench, config, doctor, engine, keys, models, ps, pull, run, serve
+from blazar.cli import bench, config, doctor, engine, keys, lora, models, ps, pull, quantize, run, serve
 
 app = typer.Typer(
     help="Blazar: one local endpoint for every inference engine.",
@@ -15,6 +15,7 @@ app = typer.Typer(
 app.add_typer(engine.app, name="engine")
 app.add_typer(keys.app, name="keys")
 app.add_typer(config.app, name="config")
+app.add_typer(lora.app, name="lora")
 app.command("serve")(serve.serve_cmd)
 app.command("import")(models.import_cmd)
 app.command("ls")(models.ls_cmd)
@@ -26,6 +27,7 @@ app.command("ps")(ps.ps_cmd)
 app.command("stop")(ps.stop_cmd)
 app.command("doctor")(doctor.doctor_cmd)
 app.command("pull")(pull.pull_cmd)
+app.command("quantize")(quantize.quantize_cmd)
 app.command("bench")(bench.bench_cmd)
 
 

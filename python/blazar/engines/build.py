@@ -1,11 +1,14 @@
 """The build lane: compile llama.cpp's ``llama-server`` from a source tree or tarball with cmake.
 
 It owns locating the source, the cmake invocation and progress, and installing the binary under
-``<data_dir>/engines/llama-cpp/<tag>/``; recording the row is ``registry.add``. It never downloads anything.
+``<data_dir>/engines/llama-cpp/<tag>/``, with ``llama-quantize`` from the same tree beside it (``blazar
+quantize`` finds it there, as it does in an official release's archive); recording the row is
+``registry.add``. It never downloads anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -31,6 +34,9 @@ CMAKE_FLAGS: tuple[str, ...] = (
     "-DLLAMA_BUILD_UI=OFF",
 )
 """Static, server-only, and nothing fetched from the network at build time."""
+
+QUANTIZER = "llama-quantize"
+"""llama.cpp's quantization tool, built and installed beside ``llama-server``."""
 
 _NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
 _MAKE_PCT = re.compile(rb"^\[\s*(\d+)%\]")
@@ -164,12 +170,18 @@ def build_llama_server(
         built = build_dir / "bin" / "llama-server"
         if not built.is_file():
             raise EngineError(f"the build finished but {built} is missing; see {log}")
+        # the quantizer links the libraries the server just built: one more source file; a tree too old to
+        # have the target still gives a server (``blazar quantize`` then says what is missing)
+        with contextlib.suppress(EngineError):
+            _run_logged([cmake, "--build", str(build_dir), "--target", QUANTIZER, "-j", str(n)], log, None)
         dest_dir = engines_dir / "llama-cpp" / tag
         dest_dir.mkdir(parents=True, exist_ok=True)
+        for binary in (built, build_dir / "bin" / QUANTIZER):
+            if binary.is_file():
+                tmp_dest = dest_dir / f".{binary.name}.tmp"
+                shutil.copy2(binary, tmp_dest)
+                os.replace(tmp_dest, dest_dir / binary.name)
         dest = dest_dir / "llama-server"
-        tmp_dest = dest_dir / ".llama-server.tmp"
-        shutil.copy2(built, tmp_dest)
-        os.replace(tmp_dest, dest)
     check = subprocess.run([str(dest), "--version"], capture_output=True, timeout=60)
     if check.returncode != 0:
         raise EngineError(f"the built {dest} does not run: {check.stderr.decode(errors='replace')[-500:]}")

@@ -24,7 +24,7 @@ from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects import openai as openai_dialect
 from blazar.dialects.canonical import DialectError
 from blazar.errors import BlazarError
-from blazar.gateway import admin, anthropic, batch, ollama, ollama_admin, openai, pull
+from blazar.gateway import admin, anthropic, batch, create, ollama, ollama_admin, openai, pull
 from blazar.gateway.http import (
     CLIENT_CLOSED,
     JSON_HEADERS,
@@ -86,6 +86,7 @@ ROUTES: dict[str, Route] = {
     "/api/embed": Route(_OLLAMA, {"POST": ollama.embed}),
     "/api/embeddings": Route(_OLLAMA, {"POST": ollama.embeddings_legacy}),
     "/api/pull": Route(_OLLAMA, {"POST": pull.pull}),
+    "/api/create": Route(_OLLAMA, {"POST": create.create}),
     "/api/keys": Route(_OPENAI, {"GET": admin.list_keys, "POST": admin.add_key, "DELETE": admin.remove_key}),
     "/api/keys/rotate": Route(_OPENAI, {"POST": admin.rotate_key}),
     "/api/session": Route(_OPENAI, {"GET": admin.sessions_list, "POST": admin.session_action}),

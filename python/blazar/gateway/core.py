@@ -27,7 +27,7 @@ from blazar.gateway import forced_tools, proxy, remote, semcache, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
-from blazar.supervisor import Child, Supervisor
+from blazar.supervisor import Child, Supervisor, adapters
 from blazar.supervisor.remotes import Remote
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -328,6 +328,7 @@ async def _dispatch(
     path, body = render_engine(canon)
     if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
         body["model"] = child.spec.engine_model
+    adapters.apply(child, canon.model, body)  # an engine with LoRA adapters: which one applies, if any
     if canon.stream and shape.translator == "anthropic" and child.lane == "llama-cpp":
         # the prompt's size before its first token, for message_start's input_tokens
         body["return_progress"] = True

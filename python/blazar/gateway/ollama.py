@@ -16,7 +16,7 @@ from blazar.dialects import ollama as dialect
 from blazar.dialects.canonical import CanonicalRequest, render_engine
 from blazar.gateway import core, proxy, watch
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
-from blazar.supervisor import Supervisor
+from blazar.supervisor import Supervisor, adapters
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -82,6 +82,7 @@ async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalReques
     core.llama_only(child, "fill-in-the-middle (suffix)", "/infill")
     path, body = render_engine(canon)
     body["stream"] = False
+    adapters.apply(child, canon.model, body)
     core.keep(child, canon, req)
     try:
         _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)

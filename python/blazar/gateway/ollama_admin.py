@@ -20,6 +20,7 @@ from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
 from blazar.gguf_info import human_params
+from blazar.loras import LoraRow
 from blazar.model_dir import chat_template, read_config, small_config
 from blazar.profile import model_settings
 from blazar.supervisor import State, Supervisor, sleep
@@ -68,10 +69,30 @@ async def version(sup: Supervisor, req: Request, proto: Any) -> Response:
     return _json({"version": OLLAMA_COMPAT_VERSION})
 
 
+def _adapter_entry(a: LoraRow, base: ModelRow | None) -> dict[str, Any]:
+    """A LoRA adapter as Ollama lists a model made with ``ADAPTER``: its base's details, the base as parent."""
+    details = _details(base) if base is not None else {"format": "gguf"}
+    return {
+        "name": a.name,
+        "model": a.name,
+        "modified_at": a.created_at,
+        "size": a.size_bytes + (base.size_bytes if base is not None else 0),
+        "digest": a.sha256,
+        "details": {**details, "parent_model": a.base},
+    }
+
+
 async def tags(sup: Supervisor, req: Request, proto: Any) -> Response:
     # One at a time: an older catalog's first listing hashes its files in turn, not all at once on the disk.
     models = [m for m in sup.catalog.list() if visible(req, m.name)]
     out = [_entry(m, await sup.catalog.digest(m)) for m in models]
+    by_name = {m.name: m for m in models}
+    out += [
+        _adapter_entry(a, by_name.get(a.base) or sup.catalog.find(a.base))
+        for a in sup.loras.list()
+        if visible(req, a.name)
+    ]
+    out.sort(key=lambda e: e["name"])
     if sup.remotes.by_name and not req.headers.get(remote.LISTING):
         out += [_remote_entry(m["id"]) for m in await remote.listed(sup, req)]
     return _json({"models": out})
@@ -146,7 +167,8 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
     require_visible(req, name)
     if sup.remote_for(name) is not None:
         raise remote.not_here(name, "/api/show (the model's file and template)")
-    m = sup.catalog.get(name)
+    adapter = sup.loras.find(name) if sup.catalog.find(name) is None else None
+    m = sup.catalog.get(name if adapter is None else adapter.base)
     digest = await sup.catalog.digest(m)
     if m.path.is_dir():  # safetensors / MLX: what config.json and the tokenizer files say
         md: dict[str, Any] = {}
@@ -168,13 +190,17 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
     caps = ["completion"]
     if isinstance(template, str) and "tools" in template:
         caps.append("tools")
+    modelfile, details = _modelfile(m, digest), _details(m)
+    if adapter is not None:  # as Ollama shows a model made with ADAPTER
+        modelfile += f"ADAPTER {adapter.path}\n"
+        details["parent_model"] = adapter.base
     return _json(
         {
             "license": md.get("general.license", ""),
-            "modelfile": _modelfile(m, digest),
+            "modelfile": modelfile,
             "parameters": "\n".join(params),
             "template": template if isinstance(template, str) else "",
-            "details": _details(m),
+            "details": details,
             "model_info": model_info,
             "capabilities": caps,
             "modified_at": m.created_at,
@@ -182,7 +208,7 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
     )
 
 
-def _full_access(req: Request, what: str) -> None:
+def full_access(req: Request, what: str) -> None:
     """Changing the catalog is for full-access keys: a key limited to some models may not add or drop any."""
     if req.key is not None and not req.key.full_access:
         raise HttpError(
@@ -191,7 +217,7 @@ def _full_access(req: Request, what: str) -> None:
 
 
 async def copy(sup: Supervisor, req: Request, proto: Any) -> Response:
-    _full_access(req, "copying models")
+    full_access(req, "copying models")
     body = req.json_object()
     src, dst = body.get("source"), body.get("destination")
     if not isinstance(src, str) or not isinstance(dst, str) or not src or not dst:
@@ -201,9 +227,12 @@ async def copy(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def delete(sup: Supervisor, req: Request, proto: Any) -> Response:
-    _full_access(req, "deleting models")
+    full_access(req, "deleting models")
     body = req.json_object()
     name = names.normalize(_model_name(body))
+    if sup.catalog.find(name) is None and sup.loras.find(name) is not None:
+        sup.loras.remove(name)  # an engine that loaded it keeps it, unapplied, until it restarts
+        return 200, [], b""
     for key in [k for k, c in sup.children.items() if c.model == name]:
         await sup.evict(key, "model deleted")
     sup.catalog.remove(name)

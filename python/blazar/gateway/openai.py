@@ -18,6 +18,7 @@ from blazar.dialects import openai as dialect
 from blazar.gateway import core, remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
+from blazar.loras import LoraRow
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -26,13 +27,14 @@ Response = tuple[int, list[tuple[str, str]], bytes]
 MODELS_PREFIX = "/v1/models/"
 
 
-def _model_object(m: ModelRow) -> dict[str, Any]:
+def _model_object(m: ModelRow | LoraRow) -> dict[str, Any]:
     created = int(time.mktime(time.strptime(m.created_at[:19], "%Y-%m-%dT%H:%M:%S")))
     return {"id": m.name, "object": "model", "created": created, "owned_by": "blazar"}
 
 
 async def list_models(sup: Supervisor, req: Request, proto: Any) -> Response:
-    data = [_model_object(m) for m in sup.catalog.list() if visible(req, m.name)]
+    rows: list[ModelRow | LoraRow] = [*sup.catalog.list(), *sup.loras.list()]
+    data = [_model_object(m) for m in sorted(rows, key=lambda r: r.name) if visible(req, m.name)]
     if sup.remotes.by_name and not req.headers.get(remote.LISTING):
         data += await remote.listed(sup, req)
     return 200, JSON_HEADERS, orjson.dumps({"object": "list", "data": data})
@@ -46,7 +48,7 @@ async def retrieve_model(sup: Supervisor, req: Request, proto: Any) -> Response:
         return 200, JSON_HEADERS, orjson.dumps(found)
     full = names.normalize(asked)  # an invalid name: CatalogError, a 400
     require_visible(req, full)
-    m = sup.catalog.find(full)
+    m = sup.catalog.find(full) or sup.loras.find(full)
     if m is None:
         raise HttpError(
             404,

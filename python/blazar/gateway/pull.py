@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
@@ -41,6 +42,23 @@ async def pull(sup: Supervisor, req: Request, proto: Any) -> Response | None:
             await events.aclose()
         return 200, JSON_HEADERS, orjson.dumps({"status": "success"})
     first = await anext(events)  # a bad name raises here, as an HTTP error in Ollama's shape
+    await stream_events(
+        req, proto, first, events, f"pull of {model}", "the download is cancelled and resumable"
+    )
+    return None
+
+
+async def stream_events(
+    req: Request,
+    proto: Any,
+    first: pulling.Event,
+    events: AsyncGenerator[pulling.Event, None],
+    what: str,
+    on_leave: str,
+) -> None:
+    """Ollama's progress stream (pull, create): ``first`` and then each of ``events`` as an NDJSON line, a failure
+    as a last ``{"error": ...}`` line. A client that goes away closes ``events`` (which stops the work);
+    ``on_leave`` says in the log what that meant."""
     req.mark_overhead()
     transport = proto.response_stream(200, [*req.extra_headers, ("content-type", "application/x-ndjson")])
     line = orjson.dumps(first.as_ollama()) + b"\n"
@@ -49,22 +67,22 @@ async def pull(sup: Supervisor, req: Request, proto: Any) -> Response | None:
             try:
                 await transport.send_bytes(line)
             except Exception as e:  # granian raises when the client has gone
-                log.info("pull client went away (%s); the download is cancelled and resumable", e)
-                return None
+                log.info("%s: the client went away (%s); %s", what, e, on_leave)
+                return
             try:
                 event = await anext(events)
             except StopAsyncIteration:
-                return None
+                return
             except Exception as e:
                 if not isinstance(e, BlazarError):
-                    log.exception("pull of %s failed (trace %s)", model, req.trace_id)
+                    log.exception("%s failed (trace %s)", what, req.trace_id)
                 with contextlib.suppress(Exception):
                     await transport.send_bytes(orjson.dumps({"error": str(e)}) + b"\n")
-                return None
+                return
             line = orjson.dumps(event.as_ollama()) + b"\n"
     finally:
         # Granian ends the response when the transport is freed. A failure's traceback holds this frame (and the
-        # pull's future holds that exception, in a cycle only a full collection frees), so the frame must not
+        # work's future holds that exception, in a cycle only a full collection frees), so the frame must not
         # keep the transport: else the client waits forever after the error line.
         del transport
         await events.aclose()

@@ -115,6 +115,7 @@ class Child:
         self.lane = "llama-cpp"  # the engine kind serving it (set by the pool from the routed engine)
         self.num_ctx: int | None = None  # the Ollama num_ctx it was started for (None: the config's context)
         self.catalog_checked = 0.0  # monotonic time the catalog last confirmed this child's model
+        self.adapters: dict[str, tuple[int, float]] = {}  # LoRA name -> (engine id, scale) (adapters.py)
 
     @property
     def pid(self) -> int | None:

@@ -22,10 +22,11 @@ from blazar.engines.lanes import classify_unknown_arch, reroute_once, serving_la
 from blazar.engines.manifest import Manifest, load_manifest
 from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
+from blazar.loras import LoraRow, Loras
 from blazar.paths import DataDir, child_key
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
-from blazar.supervisor import bank, hints, sleep
+from blazar.supervisor import adapters, bank, hints, sleep
 from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
@@ -85,6 +86,7 @@ class Supervisor:
         self.data = data
         self.store = store
         self.catalog = Catalog(store, data)
+        self.loras = Loras(self.catalog)
         self.children: dict[str, Child] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._http: aiohttp.ClientSession | None = None
@@ -163,9 +165,25 @@ class Supervisor:
             await sleep.wake(child, float(self.cfg.child_start_timeout_secs))
         return child.state is State.READY and self.children.get(child.key) is child
 
+    def _resolve(self, model_name: str, embeddings: bool) -> tuple[ModelRow, LoraRow | None]:
+        """The catalog model that serves ``model_name``: the model itself, or a LoRA adapter's base model and the
+        adapter (one namespace: an adapter is served by its own name)."""
+        try:
+            return self.catalog.get(model_name), None
+        except ModelNotFound:
+            adapter = self.loras.find(model_name)
+            if adapter is None:
+                raise
+        if embeddings:
+            raise CatalogError(
+                f"'{adapter.name}' is a LoRA adapter, which changes what a model generates; embed with its base model"
+                f" '{adapter.base}'"
+            )
+        return self.catalog.get(adapter.base), adapter
+
     async def _ensure_ready(self, model_name: str, embeddings: bool, num_ctx: int | None) -> Child:
         try:
-            model = self.catalog.get(model_name)
+            model, adapter = self._resolve(model_name, embeddings)
         except ModelNotFound:
             await self._evict_model(model_name, "model removed from the catalog")
             raise
@@ -177,15 +195,21 @@ class Supervisor:
         async with lock:
             child = self.children.get(key)
             if child is not None and child.state is State.READY and child.alive():
-                if not wants_restart(child, num_ctx):
-                    return child
-                await self._drain(child, num_ctx)
-                log.info("restarting %s for num_ctx %d (it ran with %d per slot)",
-                         key, num_ctx, child.spec.ctx_per_slot)  # fmt: skip
+                if adapter is not None:
+                    adapters.check_lane(child, adapter)
+                if wants_restart(child, num_ctx):
+                    why = f"for num_ctx {num_ctx} (it ran with {child.spec.ctx_per_slot} per slot)"
+                elif adapters.lacks(child, adapter):
+                    assert adapter is not None
+                    why = f"to load LoRA adapter '{adapter.name}'"
+                else:
+                    return adapters.serve(child, adapter)
+                await self._drain(child, why)
+                log.info("restarting %s %s", key, why)
                 # Out of every path that hands children out before the bank save yields: a request that
                 # arrives meanwhile waits on this lock for the new one instead of leasing a child being stopped.
                 self.children.pop(key, None)
-                child.stopped_for = f"it restarts for num_ctx {num_ctx}"
+                child.stopped_for = f"it restarts {why}"
                 await self._retire(child, self.cfg.stop_grace_secs, save=True)
                 child.state = State.EVICTED
             elif child is not None:
@@ -227,7 +251,13 @@ class Supervisor:
                 child.pid,
                 child.load_seconds,
             )
-            return child
+            if adapter is not None:
+                adapters.check_lane(child, adapter)
+                if adapters.lacks(child, adapter):  # removed and added again while this engine started
+                    raise ModelNotFound(
+                        f"LoRA adapter '{adapter.name}' changed while its engine started; retry"
+                    )
+            return adapters.serve(child, adapter)
 
     async def _evict_model(self, model_name: str, reason: str) -> None:
         """Stop every child of ``model_name`` (chat and embedding), e.g. once the catalog no longer has it."""
@@ -238,17 +268,20 @@ class Supervisor:
         for key in [k for k, c in self.children.items() if c.model == full]:
             await self.evict(key, reason)
 
-    async def _drain(self, child: Child, num_ctx: int | None) -> None:
-        """Wait (at most ``queue_wait_secs``) until ``child`` has no request in flight, so a restart for another
-        context never cuts a response off; 503 when it stays busy."""
+    async def _drain(self, child: Child, why: str) -> None:
+        """Wait (at most ``queue_wait_secs``) until ``child`` has no request in flight, so a restart (``why``: for
+        another context, to load an adapter) never cuts a response off; 503 when it stays busy."""
         deadline = time.monotonic() + float(self.cfg.queue_wait_secs)
         while child.inflight > 0:
             if time.monotonic() >= deadline:
+                fix = (
+                    "set ctx_size for this model in config.toml so every request gets the context it needs"
+                    if why.startswith("for num_ctx")
+                    else "adapters added before the model's engine starts are loaded with it"
+                )
                 raise LaneError(
-                    f"model '{child.model}' runs with a {child.spec.ctx_per_slot}-token context per request and "
-                    f"stayed busy for {self.cfg.queue_wait_secs} s, so it could not restart for num_ctx {num_ctx};"
-                    " retry when its requests finish, or set ctx_size for this model in config.toml so every"
-                    " request gets the context it needs"
+                    f"model '{child.model}' stayed busy for {self.cfg.queue_wait_secs} s, so it could not restart"
+                    f" {why}; retry when its requests finish, or {fix}"
                 )
             await asyncio.sleep(DRAIN_POLL_SECS)
 
@@ -261,6 +294,8 @@ class Supervisor:
         spec = await asyncio.to_thread(
             compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total
         )
+        if not embeddings and engine.kind == "llama-cpp":
+            spec = adapters.with_adapters(spec, self.loras.for_base(model.name))
         child = Child(key, model.name, spec, self.data)
         child.weights = weights_id(model.path)
         child.lane = engine.kind

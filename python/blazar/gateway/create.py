@@ -1,0 +1,107 @@
+"""Ollama's ``POST /api/create``: a new catalog model made from another, quantized (``quantize``) or not.
+
+Blazar takes the request shape of Ollama's current API: ``model`` (the new name), ``from`` (a catalog model),
+``quantize`` (a type for ``llama-quantize``, any case) and ``stream``; plus ``allow_requantize`` to quantize a
+model that is quantized already (Ollama refuses those). What Ollama builds from Modelfiles and uploaded blobs
+(``files``, ``adapters``, ``template``, ``system``, ``parameters``, ``messages``, ``license``, ``modelfile``) is
+refused with a 400 that says so: nothing is silently dropped. The stream is Ollama's: ``quantizing F16 model
+to Q4_K_M`` (with ``total``/``completed`` tensors), ``writing manifest``, ``success``; a failure after it
+started is a last ``{"error": ...}`` line, and a client that leaves stops the tool and leaves nothing. The
+work is ``blazar.quantize``'s; this module only speaks HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import orjson
+
+from blazar import quantize
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.gateway.ollama_admin import full_access
+from blazar.gateway.pull import stream_events
+from blazar.pull import Event
+from blazar.supervisor import Supervisor
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+_NOT_TAKEN = (
+    "files",
+    "adapters",
+    "template",
+    "system",
+    "parameters",
+    "messages",
+    "license",
+    "modelfile",
+    "path",
+)
+"""Ollama's create fields that need Modelfiles or uploaded blobs, which Blazar does not build from."""
+
+
+def _string(body: dict[str, Any], field: str, what: str) -> str:
+    value = body.get(field)
+    if not isinstance(value, str) or not value.strip():
+        raise HttpError(400, f"'{field}' is required: {what}")
+    return value
+
+
+async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
+    full_access(req, "creating models")
+    body = req.json_object()
+    if "model" not in body and "name" in body:  # the older field name
+        body["model"] = body["name"]
+    name = _string(body, "model", "the new model's name[:tag]")
+    given = [f for f in _NOT_TAKEN if body.get(f) not in (None, "", [], {})]
+    if given:
+        raise HttpError(
+            400,
+            f"Blazar's /api/create makes a model from a catalog model ('from', optionally with 'quantize');"
+            f" {', '.join(repr(f) for f in given)} {'is' if len(given) == 1 else 'are'} not supported: import a"
+            " GGUF file with `blazar import`, and send system prompts and options with each request",
+        )
+    source = _string(body, "from", "the catalog model to create the new one from")
+    qtype = body.get("quantize")
+    if qtype is not None and not isinstance(qtype, str):
+        raise HttpError(
+            400, f"'quantize' must be a string such as \"q4_K_M\": one of {', '.join(quantize.TYPES)}"
+        )
+    allow = body.get("allow_requantize", False)
+    if not isinstance(allow, bool):
+        raise HttpError(400, "'allow_requantize' must be true or false")
+    if qtype is None or not qtype.strip():
+        row = sup.catalog.copy(source, name)
+        events = _copied(row.sha256)
+    else:
+        job = quantize.plan(sup.catalog, sup.store, source, qtype, name, allow_requantize=allow)
+        events = _quantized(sup, job)
+    if body.get("stream", True) is False:
+        try:
+            async for _ in events:
+                pass
+        finally:
+            await events.aclose()
+        return 200, JSON_HEADERS, orjson.dumps({"status": "success"})
+    first = await anext(events)
+    await stream_events(req, proto, first, events, f"create of {name}", "the new model is not made")
+    return None
+
+
+async def _copied(digest: str | None) -> AsyncGenerator[Event, None]:
+    if digest is not None:
+        yield Event(f"using existing layer sha256:{digest}")
+    yield Event("writing manifest")
+    yield Event("success")
+
+
+async def _quantized(sup: Supervisor, job: quantize.Job) -> AsyncGenerator[Event, None]:
+    yield Event(job.status)
+    steps = quantize.run_async(sup.catalog, job)
+    try:
+        async for done, total in steps:
+            yield Event(job.status, total=total, completed=done)
+    finally:
+        await steps.aclose()
+    yield Event("writing manifest")
+    yield Event("success")

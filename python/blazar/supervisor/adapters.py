@@ -1,0 +1,62 @@
+"""LoRA adapters on an engine: which adapters a base model's llama-server loads, whether a request for one
+needs the engine restarted, and what the request body says to apply it.
+
+The base model's engine loads every adapter registered for that base (``loras.Loras.for_base``), unapplied
+at start-up (``--lora-init-without-apply``), and every request to it says which applies: ``"lora": [{"id": N,
+"scale": S}]`` for an adapter, scale 0 for the base model itself; llama-server applies that to that request
+alone (one engine, one copy of the weights, every adapter). An engine started before
+an adapter was added restarts once its requests in flight finish, as it does for a larger ``num_ctx``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from blazar import names
+from blazar.errors import LaneError
+from blazar.loras import LoraRow
+from blazar.profile import LaunchSpec
+from blazar.supervisor.child import Child
+
+
+def with_adapters(spec: LaunchSpec, adapters: list[LoraRow]) -> LaunchSpec:
+    """``spec`` loading ``adapters`` unapplied (their engine ids are their positions here)."""
+    if not adapters:
+        return spec
+    argv = [*spec.argv_template, "--lora-init-without-apply"]
+    for a in adapters:
+        argv += ["--lora", str(a.path)]  # one flag per file: a comma in a path would split a single list
+    return dataclasses.replace(spec, argv_template=tuple(argv), loras=tuple(a.path for a in adapters))
+
+
+def check_lane(child: Child, adapter: LoraRow) -> None:
+    """Adapters are served by llama-server only."""
+    if child.lane != "llama-cpp":
+        raise LaneError(
+            f"LoRA adapter '{adapter.name}' is served on llama-server, but its base model '{adapter.base}' runs on"
+            f' the {child.lane} lane; serve the base with llama-cpp (engine = "llama-cpp" under'
+            f' [models."{adapter.base}"] in config.toml) to use it'
+        )
+
+
+def lacks(child: Child, adapter: LoraRow | None) -> bool:
+    """Whether ``child`` must restart to serve ``adapter`` (it was started before the adapter was added)."""
+    return adapter is not None and adapter.path not in child.spec.loras
+
+
+def serve(child: Child, adapter: LoraRow | None) -> Child:
+    """Record ``adapter``'s engine id and current scale on ``child`` for the gateway (``apply``)."""
+    if adapter is not None:
+        child.adapters[adapter.name] = (child.spec.loras.index(adapter.path), adapter.scale)
+    return child
+
+
+def apply(child: Child, model: str, body: dict[str, Any]) -> None:
+    """Say in an engine request ``body`` for client model name ``model`` which adapter applies: on an engine
+    that loaded adapters every request names one, its base model's requests with scale 0 (llama-server applies
+    its adapters at their load scale to a request that names none, ``--lora-init-without-apply`` or not)."""
+    if not child.spec.loras:
+        return
+    hit = child.adapters.get(names.normalize(model))
+    body["lora"] = [{"id": hit[0], "scale": hit[1]}] if hit is not None else [{"id": 0, "scale": 0.0}]

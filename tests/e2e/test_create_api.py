@@ -1,0 +1,120 @@
+"""End to end: a model quantized by the real `llama-quantize` (built beside the test llama-server), through
+Ollama's `POST /api/create` driven by the official `ollama` client and raw HTTP, and through `blazar quantize`;
+the new model then answers on the real engine."""
+
+from __future__ import annotations
+
+import httpx
+import ollama
+import orjson
+import psutil
+import pytest
+
+from tests.conftest import Daemon, closing, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _lines(resp: httpx.Response) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in resp.text.splitlines() if line.strip()]
+
+
+def _quantizers() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "llama-quantize"]
+
+
+def test_create_quantizes_with_the_official_client_and_the_model_answers(daemon: Daemon) -> None:
+    client = closing(ollama.Client(host=daemon.url))
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.create(model="smol8", from_="smollm2", quantize="q8_0")
+    assert refused.value.status_code == 400
+    assert "already quantized (Q4_1)" in refused.value.error and "allow_requantize" in refused.value.error
+
+    with httpx.stream(
+        "POST",
+        daemon.url + "/api/create",
+        json={"model": "smol8", "from": "smollm2", "quantize": "q8_0", "allow_requantize": True},
+        timeout=120,
+    ) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"] == "application/x-ndjson"
+        resp.read()
+    lines = _lines(resp)
+    assert lines[0] == {"status": "quantizing Q4_1 model to Q8_0"}
+    progress = [ln for ln in lines if "total" in ln]
+    assert progress and progress[-1]["completed"] == progress[-1]["total"]
+    assert lines[-2:] == [{"status": "writing manifest"}, {"status": "success"}]
+
+    tags = {m.model: m for m in client.list().models}
+    assert (
+        tags["smol8:latest"].details is not None and tags["smol8:latest"].details.quantization_level == "Q8_0"
+    )
+    answer = client.chat(
+        model="smol8", messages=[{"role": "user", "content": "Say hello."}], options={"num_predict": 8}
+    )
+    assert answer.message.content and answer.done_reason in ("stop", "length")
+
+    # the official client's stream, and a copy when nothing is to be quantized
+    steps = list(client.create(model="smol-copy", from_="smol8", stream=True))
+    assert steps[-1].status == "success" and steps[0].status.startswith("using existing layer sha256:")
+    assert "smol-copy:latest" in {m.model for m in client.list().models}
+
+
+def test_create_refuses_what_it_cannot_build_in_ollamas_shape(daemon: Daemon) -> None:
+    def post(body: object) -> httpx.Response:
+        return httpx.post(daemon.url + "/api/create", json=body, timeout=30)
+
+    r = post({"model": "x", "from": "smollm2", "system": "You are terse."})
+    assert r.status_code == 400 and "'system' is not supported" in r.json()["error"]
+    r = post({"model": "x", "files": {"m.gguf": "sha256:00"}})
+    assert r.status_code == 400 and "'files' is not supported" in r.json()["error"]
+    r = post({"model": "x"})
+    assert r.status_code == 400 and r.json()["error"].startswith("'from' is required")
+    r = post({"from": "smollm2"})
+    assert r.status_code == 400 and r.json()["error"].startswith("'model' is required")
+    r = post({"model": "x", "from": "nope", "quantize": "q8_0"})
+    assert r.status_code == 404
+    r = post({"model": "x", "from": "smollm2", "quantize": "q9"})
+    assert r.status_code == 400 and "unknown quantization type 'q9': use one of Q4_0" in r.json()["error"]
+    r = post({"model": "x", "from": "smollm2", "quantize": 8})
+    assert r.status_code == 400 and "'quantize' must be a string" in r.json()["error"]
+    r = post({"model": "x", "from": "smollm2", "quantize": "q8_0", "allow_requantize": "yes"})
+    assert r.status_code == 400
+    r = post({"model": "smollm2", "from": "smollm2", "quantize": "q8_0", "allow_requantize": True})
+    assert r.status_code == 400 and "already exists" in r.json()["error"]
+    r = httpx.post(daemon.url + "/api/create", content=b"{bad", timeout=30)
+    assert r.status_code == 400
+    names = {m["name"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
+    assert "x:latest" not in names
+
+
+def test_a_client_that_leaves_stops_the_tool_and_leaves_nothing(daemon: Daemon) -> None:
+    with httpx.stream(
+        "POST",
+        daemon.url + "/api/create",
+        json={"model": "smol-gone", "from": "smollm2", "quantize": "q6_k", "allow_requantize": True},
+        timeout=60,
+    ) as resp:
+        lines = resp.iter_lines()
+        assert orjson.loads(next(lines)) == {"status": "quantizing Q4_1 model to Q6_K"}
+    wait_for(lambda: not _quantizers(), 15, "llama-quantize to be stopped")
+    staged = daemon.data_dir / "models" / ".importing"
+    wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), 10, "the partial file to be removed")
+    names = {m["name"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
+    assert "smol-gone:latest" not in names
+
+
+def test_blazar_quantize_cli(daemon: Daemon) -> None:
+    refused = daemon.cli("quantize", "smollm2", "--type", "q5_1", check=False)
+    assert refused.returncode == 1
+    assert "already quantized (Q4_1)" in refused.stderr + refused.stdout
+    done = daemon.cli("quantize", "smollm2", "--type", "q5_1", "--allow-requantize", "--name", "smol5")
+    assert "quantized smollm2:latest -> smol5:latest" in done.stdout and "Q5_1" in done.stdout
+    assert "smol5:latest" in daemon.cli("ls").stdout
+    # the running daemon serves the model the CLI added
+    r = httpx.post(
+        daemon.url + "/api/generate",
+        json={"model": "smol5", "prompt": "Hello", "stream": False, "options": {"num_predict": 4}},
+        timeout=120,
+    )
+    assert r.status_code == 200 and r.json()["done"] is True
