@@ -58,18 +58,23 @@ _ROUTES_MAX = 1024
 
 
 def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, int]:
-    """Once per request: the catalog name, the child key (embeddings run in their own ``@embed`` child) and the
-    model's slot count N for admission. Memoised per client-given name in ``sup.routes``: the supervisor's config is
-    immutable, so the answer never changes for its lifetime."""
+    """Once per request: the catalog name, the child key (embeddings run in their own ``@embed`` child; a LoRA
+    adapter runs on its base model's) and the model's slot count N for admission. Memoised per client-given name
+    in ``sup.routes`` once the name is known: the supervisor's config is immutable, so the answer never changes
+    for its lifetime."""
     embedding = canon.kind == "embedding"
     routes = sup.routes
     hit = routes.get((canon.model, embedding))
     if hit is not None:
         return hit
     name = names.normalize(canon.model)
-    ov = sup.cfg.model_override(name)
+    adapter = sup.loras.find(name)
+    base = adapter.base if adapter is not None else name  # a LoRA adapter queues for its base model's engine
+    ov = sup.cfg.model_override(base)
     slots = ov.parallel if ov.parallel is not None else sup.cfg.parallel
-    target = name, child_key(name, embedding), slots
+    target = name, child_key(base, embedding), slots
+    if adapter is None and sup.catalog.find(name) is None:
+        return target  # not remembered: an unknown name (a 404 to come) may be added later, as a model or adapter
     if len(routes) >= _ROUTES_MAX:
         routes.clear()
     routes[(canon.model, embedding)] = target
