@@ -221,22 +221,35 @@ class Batches:
                 (doc["status"], orjson.dumps(doc).decode(), doc["id"]),
             )
 
-    def get(self, batch_id: str, asker: str | None, full: bool = False) -> tuple[str | None, dict[str, Any]]:
-        """(owner, the batch object), or a 404 (also for another key's batch)."""
+    def get(
+        self, batch_id: str, asker: str | None, full: bool = False, kind: str | None = None
+    ) -> tuple[str | None, dict[str, Any]]:
+        """(owner, the batch object), or a 404 (also for another key's batch, and with ``kind`` for one of the
+        other API: OpenAI's ids start ``batch-``, Anthropic's ``msgbatch-``)."""
         found = self.store.conn.execute(
             "SELECT owner, doc_json FROM batches WHERE id = ?", (batch_id,)
         ).fetchone()
-        if found is None or not _visible(_owner_of(found[0]), asker, full):
+        if (
+            found is None
+            or not _visible(_owner_of(found[0]), asker, full)
+            or (kind is not None and not batch_id.startswith(kind + "-"))
+        ):
             raise BatchError(404, f"no batch with id '{batch_id[:64]}'")
         doc: dict[str, Any] = orjson.loads(str(found[1]))
         return _owner_of(found[0]), doc
 
-    def listing(self, asker: str | None, full: bool = False) -> list[dict[str, Any]]:
+    def listing(self, asker: str | None, full: bool = False, kind: str = "batch") -> list[dict[str, Any]]:
+        """The batches of one API (``kind``, the ids' prefix) the asker may see, newest first."""
         rows = self.store.conn.execute(
-            f"SELECT doc_json FROM batches WHERE {_VISIBLE_SQL} ORDER BY created_at DESC, id DESC",
-            {"asker": asker, "full": full},
+            f"SELECT doc_json FROM batches WHERE {_VISIBLE_SQL} AND substr(id, 1, :n) = :prefix"
+            " ORDER BY created_at DESC, id DESC",
+            {"asker": asker, "full": full, "n": len(kind) + 1, "prefix": kind + "-"},
         ).fetchall()
         return [orjson.loads(str(r[0])) for r in rows]
+
+    def delete(self, batch_id: str) -> None:
+        with self.store.transaction() as conn:
+            conn.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
 
     def active(self) -> list[str]:
         """Ids of the batches with work left, oldest first."""
@@ -247,11 +260,14 @@ class Batches:
         return [str(r[0]) for r in rows]
 
 
-def new_batch(input_file_id: str, endpoint: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-    """A fresh OpenAI Batch object, ``validating``."""
+def new_batch(
+    input_file_id: str, endpoint: str, metadata: dict[str, str] | None, kind: str = "batch"
+) -> dict[str, Any]:
+    """A fresh OpenAI Batch object, ``validating`` (Anthropic's Message Batches are stored as one too, with
+    ``kind`` ``msgbatch``)."""
     now = int(time.time())
     return {
-        "id": new_id("batch"),
+        "id": new_id(kind),
         "object": "batch",
         "endpoint": endpoint,
         "errors": None,

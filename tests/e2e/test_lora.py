@@ -37,7 +37,9 @@ def _text(r: httpx.Response) -> str:
     return text
 
 
-def test_an_adapter_is_served_by_name_on_its_base_models_engine(daemon_factory: object, tmp_path: Path) -> None:
+def test_an_adapter_is_served_by_name_on_its_base_models_engine(
+    daemon_factory: object, tmp_path: Path
+) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(CONFIG)
     base_before = _text(_ask(d, "smollm2"))
@@ -89,7 +91,10 @@ def test_an_adapter_is_served_by_name_on_its_base_models_engine(daemon_factory: 
     )
     assert gen.status_code == 200 and gen.json()["model"] == "pirate"
     emb = httpx.post(d.url + "/v1/embeddings", json={"model": "pirate", "input": "x"}, timeout=60)
-    assert emb.status_code == 400 and "embed with its base model 'smollm2:latest'" in emb.json()["error"]["message"]
+    assert (
+        emb.status_code == 400
+        and "embed with its base model 'smollm2:latest'" in emb.json()["error"]["message"]
+    )
     refused = d.cli("rm", "smollm2", check=False)
     assert refused.returncode == 1 and "has LoRA adapters (pirate:latest)" in refused.stderr
 

@@ -24,7 +24,17 @@ from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects import openai as openai_dialect
 from blazar.dialects.canonical import DialectError
 from blazar.errors import BlazarError
-from blazar.gateway import admin, anthropic, batch, create, ollama, ollama_admin, openai, pull
+from blazar.gateway import (
+    admin,
+    anthropic,
+    anthropic_batch,
+    batch,
+    create,
+    ollama,
+    ollama_admin,
+    openai,
+    pull,
+)
 from blazar.gateway.http import (
     CLIENT_CLOSED,
     JSON_HEADERS,
@@ -95,6 +105,9 @@ ROUTES: dict[str, Route] = {
     "/api/engines/updates": Route(_OPENAI, {"GET": admin.engine_updates}),
     batch.FILES: Route(_OPENAI, {"GET": batch.files_root, "POST": batch.files_root}),
     batch.BATCHES: Route(_OPENAI, {"GET": batch.batches_root, "POST": batch.batches_root}),
+    anthropic_batch.MESSAGE_BATCHES: Route(
+        _ANTHROPIC, {"GET": anthropic_batch.batches_root, "POST": anthropic_batch.batches_root}
+    ),
 }
 
 _BLAZAR_KIND = {
@@ -110,6 +123,11 @@ _FILE_ROUTE = Route(_OPENAI, {"GET": batch.file_item, "DELETE": batch.file_item}
 _FILE_CONTENT_ROUTE = Route(_OPENAI, {"GET": batch.file_content})
 _BATCH_ROUTE = Route(_OPENAI, {"GET": batch.batch_item})
 _BATCH_CANCEL_ROUTE = Route(_OPENAI, {"POST": batch.batch_cancel})
+_MESSAGE_BATCH_ROUTE = Route(
+    _ANTHROPIC, {"GET": anthropic_batch.batch_item, "DELETE": anthropic_batch.batch_item}
+)
+_MESSAGE_BATCH_CANCEL_ROUTE = Route(_ANTHROPIC, {"POST": anthropic_batch.batch_cancel})
+_MESSAGE_BATCH_RESULTS_ROUTE = Route(_ANTHROPIC, {"GET": anthropic_batch.batch_results})
 
 
 def _id_route(path: str, prefix: str, suffix: str) -> bool:
@@ -134,6 +152,12 @@ def _route(path: str) -> Route | None:
         if _id_route(path, batch.BATCHES, "/cancel"):
             return _BATCH_CANCEL_ROUTE
         return _BATCH_ROUTE if _id_route(path, batch.BATCHES, "") else None
+    if path.startswith(anthropic_batch.MESSAGE_BATCHES):
+        if _id_route(path, anthropic_batch.MESSAGE_BATCHES, "/cancel"):
+            return _MESSAGE_BATCH_CANCEL_ROUTE
+        if _id_route(path, anthropic_batch.MESSAGE_BATCHES, "/results"):
+            return _MESSAGE_BATCH_RESULTS_ROUTE
+        return _MESSAGE_BATCH_ROUTE if _id_route(path, anthropic_batch.MESSAGE_BATCHES, "") else None
     return None
 
 

@@ -52,6 +52,8 @@ Response = tuple[int, list[tuple[str, str]], bytes]
 log = logging.getLogger("blazar.batch")
 
 FILES, BATCHES = "/v1/files", "/v1/batches"
+KIND = "batch"
+"""The prefix of OpenAI batch ids (``batches.new_id``); Anthropic's Message Batches are ``msgbatch``."""
 PARALLEL = 4
 """Requests of one batch in flight at once (the model's slots and admission decide what runs)."""
 SAVE_EVERY_SECS = 1.0
@@ -62,16 +64,17 @@ RETRIES = 20
 RETRY_MAX_SECS = 30.0
 
 
-def _owner(req: Request) -> str | None:
+def key_name(req: Request) -> str | None:
+    """Who owns what this request makes: its key's name (None without auth)."""
     return req.key.name if req.key is not None else None
 
 
-def _full(req: Request) -> bool:
+def sees_unowned(req: Request) -> bool:
     """A full-access key also sees what was made while auth was off."""
     return req.key is not None and req.key.full_access
 
 
-def _runner(req: Request) -> BatchRunner:
+def runner_of(req: Request) -> BatchRunner:
     runner = req.gate.batches
     assert isinstance(runner, BatchRunner)
     return runner
@@ -159,11 +162,14 @@ METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
 
 
 async def files_root(sup: Supervisor, req: Request, proto: Any) -> Response:
-    files = _runner(req).files
+    files = runner_of(req).files
     if req.method == "GET":
         purpose = parse_qs(req.query).get("purpose", [None])[0]
         return _page(
-            req, [f.object() for f in files.listing(_owner(req), purpose, _full(req))], 10_000, 10_000
+            req,
+            [f.object() for f in files.listing(key_name(req), purpose, sees_unowned(req))],
+            10_000,
+            10_000,
         )
     # a big body takes a while to read: not on the event loop
     fields = await asyncio.to_thread(parse_multipart, req.headers.get("content-type"), req.body)
@@ -175,7 +181,7 @@ async def files_root(sup: Supervisor, req: Request, proto: Any) -> Response:
     filename, data = fields["file"]
     if not data:
         raise HttpError(400, "the uploaded file is empty")
-    row = await asyncio.to_thread(files.add, _owner(req), filename or "upload.jsonl", purpose, data)
+    row = await asyncio.to_thread(files.add, key_name(req), filename or "upload.jsonl", purpose, data)
     return _json(row.object())
 
 
@@ -184,8 +190,8 @@ def _file_id(req: Request, suffix: str = "") -> str:
 
 
 async def file_item(sup: Supervisor, req: Request, proto: Any) -> Response:
-    files = _runner(req).files
-    row = files.get(_file_id(req), _owner(req), _full(req))  # BatchError: the gateway's 404
+    files = runner_of(req).files
+    row = files.get(_file_id(req), key_name(req), sees_unowned(req))  # BatchError: the gateway's 404
     if req.method == "DELETE":
         await asyncio.to_thread(files.delete, row)
         return _json({"id": row.id, "object": "file", "deleted": True})
@@ -193,8 +199,10 @@ async def file_item(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def file_content(sup: Supervisor, req: Request, proto: Any) -> Response:
-    files = _runner(req).files
-    data = await asyncio.to_thread(files.read, files.get(_file_id(req, "/content"), _owner(req), _full(req)))
+    files = runner_of(req).files
+    data = await asyncio.to_thread(
+        files.read, files.get(_file_id(req, "/content"), key_name(req), sees_unowned(req))
+    )
     return 200, [("content-type", "application/octet-stream")], data
 
 
@@ -202,9 +210,9 @@ async def file_content(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def batches_root(sup: Supervisor, req: Request, proto: Any) -> Response:
-    runner = _runner(req)
+    runner = runner_of(req)
     if req.method == "GET":
-        return _page(req, runner.batches.listing(_owner(req), _full(req)), 20, 100)
+        return _page(req, runner.batches.listing(key_name(req), sees_unowned(req), KIND), 20, 100)
     body = req.json_object()
     endpoint, input_file_id = body.get("endpoint"), body.get("input_file_id")
     if endpoint not in ENDPOINTS:
@@ -227,13 +235,13 @@ async def batches_root(sup: Supervisor, req: Request, proto: Any) -> Response:
         )
     if not isinstance(input_file_id, str):
         raise HttpError(400, "'input_file_id' is required: the id of a file uploaded with purpose \"batch\"")
-    row = runner.files.get(input_file_id, _owner(req), _full(req))
+    row = runner.files.get(input_file_id, key_name(req), sees_unowned(req))
     if row.purpose != "batch":
         raise HttpError(
             400, f"file '{row.id}' was uploaded with purpose '{row.purpose}'; a batch needs \"batch\""
         )
     doc = new_batch(row.id, endpoint, metadata)
-    runner.batches.add(_owner(req), doc)
+    runner.batches.add(key_name(req), doc)
     runner.submit(doc["id"])
     return _json(doc)
 
@@ -243,25 +251,13 @@ def _batch_id(req: Request, suffix: str = "") -> str:
 
 
 async def batch_item(sup: Supervisor, req: Request, proto: Any) -> Response:
-    return _json(_runner(req).batches.get(_batch_id(req), _owner(req), _full(req))[1])
+    return _json(runner_of(req).batches.get(_batch_id(req), key_name(req), sees_unowned(req), KIND)[1])
 
 
 async def batch_cancel(sup: Supervisor, req: Request, proto: Any) -> Response:
-    runner = _runner(req)
-    _, doc = runner.batches.get(_batch_id(req, "/cancel"), _owner(req), _full(req))
-    if doc["status"] not in ("validating", "in_progress", "cancelling"):
-        raise HttpError(
-            409, f"batch '{doc['id']}' is {doc['status']}; only a batch still running can be cancelled"
-        )
-    if doc["status"] == "validating" and runner.current != doc["id"]:  # still queued: nothing of it runs
-        now = int(time.time())
-        doc.update(status="cancelled", cancelling_at=now, cancelled_at=now)
-        runner.batches.save(doc)
-    elif doc["status"] != "cancelling":
-        doc.update(status="cancelling", cancelling_at=int(time.time()))
-        runner.batches.save(doc)
-        runner.cancelling.add(doc["id"])
-    return _json(doc)
+    runner = runner_of(req)
+    _, doc = runner.batches.get(_batch_id(req, "/cancel"), key_name(req), sees_unowned(req), KIND)
+    return _json(runner.cancel(doc))
 
 
 # ---- the runner -----------------------------------------------------------------------------------------
@@ -296,6 +292,23 @@ class BatchRunner:
 
     def submit(self, batch_id: str) -> None:
         self._queue.put_nowait(batch_id)
+
+    def cancel(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Cancel a batch still running (409 otherwise): one still queued at once, else its requests not yet
+        sent are not sent (what was answered is kept). Returns the batch object as saved."""
+        if doc["status"] not in ("validating", "in_progress", "cancelling"):
+            raise HttpError(
+                409, f"batch '{doc['id']}' is {doc['status']}; only a batch still running can be cancelled"
+            )
+        if doc["status"] == "validating" and self.current != doc["id"]:  # still queued: nothing of it runs
+            now = int(time.time())
+            doc.update(status="cancelled", cancelling_at=now, cancelled_at=now)
+            self.batches.save(doc)
+        elif doc["status"] != "cancelling":
+            doc.update(status="cancelling", cancelling_at=int(time.time()))
+            self.batches.save(doc)
+            self.cancelling.add(doc["id"])
+        return doc
 
     async def _loop(self) -> None:
         while True:

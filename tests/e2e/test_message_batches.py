@@ -1,0 +1,144 @@
+"""End to end: Anthropic's Message Batches API with the official ``anthropic`` client against ``blazar serve`` and
+the real engine: a batch's requests run under the key that made it and come back as results (a failing request
+is that request's ``errored`` result), another key and the OpenAI Batch API see none of it, a cancel keeps what
+was answered, and an ended batch can be deleted."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.conftest import Daemon, closing
+
+pytestmark = pytest.mark.e2e
+
+FULL = "sk-mbatch-full-0123456789abcdef0123456789a"
+OTHER = "sk-mbatch-other-0123456789abcdef012345678"
+KEYS = f"""
+[[keys]]
+name = "full"
+secret = "{FULL}"
+
+[[keys]]
+name = "other"
+secret = "{OTHER}"
+"""
+
+
+def client(d: Daemon, key: str = FULL) -> anthropic.Anthropic:
+    return closing(anthropic.Anthropic(base_url=d.url, api_key=key, max_retries=0, timeout=60))
+
+
+def request(custom_id: str, content: str, model: str = "smollm2", max_tokens: int = 4) -> dict[str, Any]:
+    params = {"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": content}]}
+    return {"custom_id": custom_id, "params": params}
+
+
+def ended(c: anthropic.Anthropic, batch_id: str, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        b = c.messages.batches.retrieve(batch_id)
+        if b.processing_status == "ended":
+            return b
+        assert time.monotonic() < deadline, f"message batch {batch_id} still {b.processing_status}"
+        time.sleep(0.2)
+
+
+def test_a_message_batch_runs_and_its_results_come_back(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(KEYS)
+    c = client(d)
+    made = c.messages.batches.create(
+        requests=[
+            request("hello", "Say hello."),
+            request("nope", "Hi", model="no-such-model"),
+            request("short", "Count to three.", max_tokens=2),
+        ]
+    )
+    assert made.type == "message_batch" and made.processing_status == "in_progress"
+    assert made.request_counts.processing == 3 and made.results_url is None
+    done = ended(c, made.id)
+    counts = done.request_counts
+    assert (counts.succeeded, counts.errored, counts.processing, counts.canceled) == (2, 1, 0, 0)
+    assert done.ended_at is not None and done.results_url == f"/v1/messages/batches/{made.id}/results"
+
+    results = {r.custom_id: r.result for r in c.messages.batches.results(made.id)}
+    assert list(results) == ["hello", "nope", "short"]
+    hello = results["hello"]
+    assert hello.type == "succeeded" and hello.message.type == "message" and hello.message.content
+    assert hello.message.model == "smollm2" and hello.message.usage.output_tokens >= 1
+    assert results["short"].type == "succeeded" and results["short"].message.stop_reason == "max_tokens"
+    nope = results["nope"]
+    assert nope.type == "errored" and nope.error.error.type == "not_found_error"
+    assert "no-such-model" in nope.error.error.message
+
+    # the key's own listing; another key and OpenAI's Batch API see none of it
+    assert [b.id for b in c.messages.batches.list()] == [made.id]
+    other = client(d, OTHER)
+    assert list(other.messages.batches.list()) == []
+    with pytest.raises(anthropic.NotFoundError):
+        other.messages.batches.retrieve(made.id)
+    oa = closing(openai.OpenAI(base_url=d.url + "/v1", api_key=FULL, max_retries=0))
+    assert list(oa.batches.list()) == []
+    with pytest.raises(openai.NotFoundError):
+        oa.batches.retrieve(made.id)
+
+    deleted = c.messages.batches.delete(made.id)
+    assert deleted.id == made.id and deleted.type == "message_batch_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        c.messages.batches.retrieve(made.id)
+    assert [f for f in oa.files.list() if f.filename.startswith(made.id)] == []
+
+
+def test_bad_creates_are_refused_in_anthropics_shape(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(KEYS, start=True)
+
+    def post(body: object) -> httpx.Response:
+        return httpx.post(d.url + "/v1/messages/batches", json=body, headers={"x-api-key": FULL}, timeout=30)
+
+    for body, says in [
+        ({}, "'requests' must be a non-empty array"),
+        ({"requests": []}, "'requests' must be a non-empty array"),
+        ({"requests": [{"custom_id": "a b", "params": {}}]}, "requests[0].custom_id must be 1 to 64"),
+        (
+            {"requests": [request("a", "x"), request("a", "y")]},
+            "requests[1].custom_id 'a' is used by an earlier",
+        ),
+        ({"requests": [{"custom_id": "a", "params": 3}]}, "requests[0].params must be an object"),
+        ({"requests": [{"custom_id": "a", "params": {"stream": True}}]}, "params.stream must not be true"),
+    ]:
+        r = post(body)
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["type"] == "error" and says in r.json()["error"]["message"]
+    r = httpx.get(d.url + "/v1/messages/batches/msgbatch-nope/results", headers={"x-api-key": FULL})
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    assert httpx.post(d.url + "/v1/messages/batches", json={"requests": []}).status_code == 401
+
+
+def test_a_cancel_keeps_what_was_answered(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(KEYS)
+    c = client(d)
+    made = c.messages.batches.create(
+        requests=[request(f"r{i}", f"Say {i}.", max_tokens=24) for i in range(24)]
+    )
+    deadline = time.monotonic() + 120
+    while c.messages.batches.retrieve(made.id).request_counts.succeeded < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    canceling = c.messages.batches.cancel(made.id)
+    assert canceling.processing_status in ("canceling", "ended") and canceling.cancel_initiated_at is not None
+    done = ended(c, made.id)
+    counts = done.request_counts
+    assert counts.succeeded >= 1 and counts.canceled >= 1 and counts.succeeded + counts.canceled == 24
+    results = list(c.messages.batches.results(made.id))
+    kinds = [r.result.type for r in results]
+    assert len(results) == 24 and kinds.count("canceled") == counts.canceled
+    r = httpx.delete(d.url + f"/v1/messages/batches/{made.id}", headers={"x-api-key": FULL})
+    assert r.status_code == 200
