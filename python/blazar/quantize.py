@@ -184,8 +184,10 @@ def run(catalog: Catalog, job: Job, progress: Progress | None = None) -> ModelRo
     out = catalog.files.staging() / OUT
     try:
         job.log.parent.mkdir(parents=True, exist_ok=True)
-        with job.log.open("wb") as log:
-            proc = subprocess.Popen(job.argv(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        with (
+            job.log.open("wb") as log,
+            subprocess.Popen(job.argv(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc,
+        ):
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
