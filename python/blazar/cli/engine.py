@@ -39,8 +39,12 @@ MANIFEST_HELP = "Engine manifest file or URL to use instead of the packaged one.
 @app.command("build")
 @handles_errors
 def build_cmd(
-    kind: Annotated[str, typer.Option(help="Engine kind to build; only llama-cpp has a build lane.")],
-    source: Annotated[Path, typer.Option(help="llama.cpp source directory or tarball (.tar.gz).")],
+    kind: Annotated[
+        str, typer.Option(help="Engine kind to build: llama-cpp (llama-server) or whisper (whisper-server).")
+    ],
+    source: Annotated[
+        Path, typer.Option(help="llama.cpp (or whisper.cpp) source directory or tarball (.tar.gz).")
+    ],
     cuda: Annotated[bool, typer.Option(help="Build with CUDA (needs the CUDA toolkit).")] = False,
     version: Annotated[
         str | None, typer.Option(help="Build number to record; detected when omitted.")
@@ -49,14 +53,18 @@ def build_cmd(
     fork: Annotated[bool, typer.Option(help=FORK_HELP)] = False,
     arch: Annotated[list[str] | None, typer.Option(help=ARCH_HELP)] = None,
 ) -> None:
-    """Compile llama-server from source into the data dir, record it and make it active."""
+    """Compile llama-server (whisper-server for --kind whisper) from source into the data dir, record it and make
+    it active."""
     registry.check_kind(kind)
-    if kind != "llama-cpp":
-        raise typer.BadParameter(f"only llama-cpp has a build lane, not {kind}", param_hint="--kind")
+    if kind not in BUILD_LANES:
+        raise typer.BadParameter(
+            f"only {' and '.join(BUILD_LANES)} have a build lane, not {kind}", param_hint="--kind"
+        )
+    builder, what = BUILD_LANES[kind]
     with opened() as (_cfg, data, store):
         if is_tty():
             with Progress(
-                TextColumn("building llama-server"),
+                TextColumn(f"building {what}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -67,7 +75,7 @@ def build_cmd(
                 def on_step(done: int, total: int, _line: str) -> None:
                     bar.update(task, completed=done, total=total or None)
 
-                result = build.build_llama_server(
+                result = builder(
                     source, data.engines, cuda=cuda, version=version, jobs=jobs, progress=on_step
                 )
         else:
@@ -77,11 +85,9 @@ def build_cmd(
                 pct = done * 100 // total if total else 0
                 if pct // 10 != last[0]:
                     last[0] = pct // 10
-                    print(f"building llama-server: {done}/{total} steps ({pct}%)", flush=True)
+                    print(f"building {what}: {done}/{total} steps ({pct}%)", flush=True)
 
-            result = build.build_llama_server(
-                source, data.engines, cuda=cuda, version=version, jobs=jobs, progress=on_line
-            )
+            result = builder(source, data.engines, cuda=cuda, version=version, jobs=jobs, progress=on_line)
         row = registry.add(
             store,
             kind=kind,
@@ -94,6 +100,13 @@ def build_cmd(
             architectures=tuple(arch) if arch else None,
         )
     console.print(f"built {row.kind} {row.tag}: {row.path} (active)", highlight=False)
+
+
+BUILD_LANES = {
+    "llama-cpp": (build.build_llama_server, "llama-server"),
+    "whisper": (build.build_whisper_server, "whisper-server"),
+}
+"""The kinds ``engine build`` compiles from source, and the binary each gives."""
 
 
 @app.command("add")

@@ -33,6 +33,7 @@ from blazar.config.model import (
     DEFAULT_SESSION_KEEP_SECS,
     DEFAULT_STOP_GRACE_SECS,
     DEFAULT_THREADS,
+    DEFAULT_WHISPER_IDLE_SECS,
 )
 
 _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
@@ -53,6 +54,11 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         "engine_metrics_secs",
         DEFAULT_ENGINE_METRICS_SECS,
         "How often each llama-server's /metrics is read for the prompt cache hit rate `blazar ps` shows; 0 = off.",
+    ),
+    (
+        "whisper_idle_secs",
+        DEFAULT_WHISPER_IDLE_SECS,
+        "Stop an idle whisper-server (audio transcriptions) after this many seconds; 0 = keep it until blazar stops.",
     ),
     (
         "child_start_timeout_secs",

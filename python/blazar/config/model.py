@@ -20,6 +20,7 @@ DEFAULT_PORT = 11435
 DEFAULT_IDLE_TIMEOUT_SECS = 1800
 DEFAULT_IDLE_SLEEP_SECS = 300
 DEFAULT_ENGINE_METRICS_SECS = 60
+DEFAULT_WHISPER_IDLE_SECS = 900
 DEFAULT_CHILD_START_TIMEOUT_SECS = 120
 DEFAULT_CHILD_HEADER_TIMEOUT_SECS = 120
 DEFAULT_QUEUE_WAIT_SECS = 30
@@ -244,7 +245,9 @@ class Config:
 
     ``idle_timeout_secs == 0`` never evicts; ``idle_sleep_secs`` (0 = never) lets an idle llama-server drop its
     weights and KV cache while its process stays (it reloads them on the next request); ``engine_metrics_secs``
-    (0 = off) is how often each llama-server's ``/metrics`` is read for the cache hints ``/api/ps`` shows; ``ctx_size == 0`` uses the model's trained context;
+    (0 = off) is how often each llama-server's ``/metrics`` is read for the cache hints ``/api/ps`` shows;
+    ``whisper_idle_secs`` (0 = until the daemon stops) is how long an idle whisper-server is kept, in place of
+    ``idle_timeout_secs``; ``ctx_size == 0`` uses the model's trained context;
     ``threads == 0`` and ``gpu_layers == -1`` leave the choice to the engine; ``engine_check_secs == 0`` turns
     the background engine update check off. ``cache_type_k``/``cache_type_v``/``flash_attn``/``swa_full`` go to
     the engine as they are; ``lookup_cache`` turns on llama-server's n-gram lookup decoding with a per-model
@@ -265,6 +268,7 @@ class Config:
     idle_timeout_secs: int = DEFAULT_IDLE_TIMEOUT_SECS
     idle_sleep_secs: int = DEFAULT_IDLE_SLEEP_SECS
     engine_metrics_secs: int = DEFAULT_ENGINE_METRICS_SECS
+    whisper_idle_secs: int = DEFAULT_WHISPER_IDLE_SECS
     child_start_timeout_secs: int = DEFAULT_CHILD_START_TIMEOUT_SECS
     child_header_timeout_secs: int = DEFAULT_CHILD_HEADER_TIMEOUT_SECS
     stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS

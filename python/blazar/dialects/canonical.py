@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
-Kind = Literal["chat", "completion", "embedding"]
+Kind = Literal["chat", "completion", "embedding", "audio"]
 
 ENGINE_CHAT = "/v1/chat/completions"
 ENGINE_COMPLETION = "/v1/completions"

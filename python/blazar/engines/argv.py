@@ -192,3 +192,16 @@ def mistralrs(
     if chat_template_file is not None:
         argv += ["--chat-template", str(chat_template_file)]
     return argv
+
+
+WHISPER_PATH = "/inference"
+"""Where whisper-server answers a transcription (its ``--inference-path`` default, kept)."""
+
+
+def whisper(binary: Path, model: Path, *, port: int | str, threads: int = 0) -> list[str]:
+    """whisper.cpp's ``whisper-server`` (examples/server: ``-m``, ``--host``, ``--port``, ``-t``); it checks no API
+    key and answers one transcription at a time."""
+    argv = [str(binary), "-m", str(model), "--host", HOST, "--port", str(port)]
+    if threads > 0:
+        argv += ["-t", str(threads)]
+    return argv

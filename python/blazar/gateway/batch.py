@@ -105,26 +105,27 @@ def _page(req: Request, items: list[dict[str, Any]], default_limit: int, max_lim
     })  # fmt: skip
 
 
-def _boundary(content_type: str | None) -> bytes:
+def _boundary(content_type: str | None, expect: str) -> bytes:
     if not content_type or not content_type.lower().startswith("multipart/form-data"):
-        raise HttpError(400, "upload the file as multipart/form-data with the fields 'file' and 'purpose'")
+        raise HttpError(400, f"upload the file as multipart/form-data with {expect}")
     msg = BytesHeaderParser(policy=policy.HTTP).parsebytes(
         b"Content-Type: " + content_type.encode("latin-1", "replace")
     )
     boundary = msg.get_param("boundary")
     if not isinstance(boundary, str) or not boundary or len(boundary) > 200:
-        raise HttpError(400, "upload the file as multipart/form-data with the fields 'file' and 'purpose'")
+        raise HttpError(400, f"upload the file as multipart/form-data with {expect}")
     return boundary.encode("latin-1", "replace")
 
 
-def parse_multipart(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:
+def parse_multipart(
+    content_type: str | None, body: bytes, expect: str = "the fields 'file' and 'purpose'"
+) -> dict[str, tuple[str | None, bytes]]:
     """The fields of a ``multipart/form-data`` body: name -> (filename, bytes), each part's bytes exactly as
     sent. Parts are found with ``bytes.find`` (a 50 MiB upload in milliseconds); a body cut off before its
-    closing boundary, or a part that is itself multipart, is refused."""
-    delim = b"--" + _boundary(content_type)
+    closing boundary, or a part that is itself multipart, is refused (``expect``: what to send instead)."""
+    delim = b"--" + _boundary(content_type, expect)
     unreadable = HttpError(
-        400,
-        "the multipart/form-data body could not be read (is it complete?); send the fields 'file' and 'purpose'",
+        400, f"the multipart/form-data body could not be read (is it complete?); send {expect}"
     )
     at = body.find(delim)
     if at < 0 or (at > 0 and body[at - 2 : at] != b"\r\n"):

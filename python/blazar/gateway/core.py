@@ -152,6 +152,11 @@ async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) ->
     )
     waited = time.perf_counter() - t0
     req.engine_s += waited
+    if child.lane == "whisper" and canon.kind != "audio":
+        raise HttpError(
+            400,
+            f"model '{child.model}' is a whisper.cpp speech model: send its audio to POST /v1/audio/transcriptions",
+        )
     load_ns = int(waited * 1e9)
     return child, load_ns if load_ns > LOAD_REPORT_NS else 0
 

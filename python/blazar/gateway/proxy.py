@@ -257,13 +257,33 @@ async def unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
 
 async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, bytes, str]:
     """A GET to the child (``/props`` and the like): (status, body, content-type); non-2xx is an HttpError."""
+    return await _through_aiohttp(sup, child, "GET", path, None, None)
+
+
+async def post_form(
+    sup: Supervisor, child: Child, path: str, body: bytes, content_type: str
+) -> tuple[int, bytes, str]:
+    """A POST of a body that is not JSON (a whisper-server transcription's multipart form): (status, body,
+    content-type); non-2xx is an HttpError."""
+    with sup.lease(child):
+        return await _through_aiohttp(sup, child, "POST", path, body, content_type)
+
+
+async def _through_aiohttp(
+    sup: Supervisor, child: Child, method: str, path: str, body: bytes | None, content_type: str | None
+) -> tuple[int, bytes, str]:
     http = child.http or sup.http
     if http.closed:  # the child was stopped (reaped, evicted) since this request got it
         raise await _engine_failed(sup, child, ConnectionError("its connection was closed")) from None
+    headers = {"authorization": f"Bearer {child.api_key}"}
+    if content_type is not None:
+        headers["content-type"] = content_type
     try:
-        async with http.get(
+        async with http.request(
+            method,
             child.base_url + path,
-            headers={"authorization": f"Bearer {child.api_key}"},
+            data=body,
+            headers=headers,
             timeout=aiohttp.ClientTimeout(total=float(sup.cfg.child_header_timeout_secs)),
         ) as resp:
             data = await resp.read()

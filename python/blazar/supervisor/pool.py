@@ -301,6 +301,11 @@ class Supervisor:
         child.lane = engine.kind
         child.num_ctx = num_ctx
         ov = self.cfg.model_override(model.name)
+        if (
+            engine.kind == "whisper"
+        ):  # whisper_idle_secs, not idle_timeout_secs; 0: kept until the daemon stops
+            secs = self.cfg.whisper_idle_secs
+            child.keep_alive = child.base_keep_alive = float(secs) if secs else -1.0
         if ov.idle_timeout_secs is not None:  # 0: never evicted, as the top-level key's 0 is
             child.keep_alive = child.base_keep_alive = (
                 float(ov.idle_timeout_secs) if ov.idle_timeout_secs else -1.0

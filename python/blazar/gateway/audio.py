@@ -1,0 +1,144 @@
+"""OpenAI's ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations`` on the whisper lane.
+
+The client's multipart form (``file``, ``model``, ``response_format``, ``language``, ``prompt``, ``temperature``)
+is checked here, claimed and admitted like any request for its model (scope, quotas, one transcription at a time
+per engine), and sent to the model's ``whisper-server`` as the form that server reads (a translation adds its
+``translate`` field). Its answer comes back in OpenAI's shapes: ``json`` is ``{"text": ...}`` with whisper's
+segment breaks joined as OpenAI joins them, ``verbose_json`` is whisper-server's own (OpenAI's fields and a
+few more), ``text``, ``srt`` and ``vtt`` are plain text. Audio the engine cannot read is a 400 that says which
+formats it reads.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import orjson
+
+from blazar.dialects.canonical import CanonicalRequest
+from blazar.engines.argv import WHISPER_PATH
+from blazar.gateway import core, proxy
+from blazar.gateway.batch import parse_multipart
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.supervisor import Supervisor
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+_TEXT = [("content-type", "text/plain; charset=utf-8")]
+_EXPECT = "the fields 'file' (the audio) and 'model'"
+
+
+async def transcriptions(sup: Supervisor, req: Request, proto: Any) -> Response:
+    return await _audio(sup, req, translate=False)
+
+
+async def translations(sup: Supervisor, req: Request, proto: Any) -> Response:
+    return await _audio(sup, req, translate=True)
+
+
+def _field(fields: dict[str, tuple[str | None, bytes]], name: str) -> str | None:
+    if name not in fields:
+        return None
+    try:
+        return fields[name][1].decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise HttpError(400, f"the form field '{name}' is not UTF-8 text") from None
+
+
+async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
+    fields = parse_multipart(req.headers.get("content-type"), req.body, _EXPECT)
+    if "file" not in fields or not fields["file"][1]:
+        raise HttpError(
+            400, f"'file' is required: the audio to transcribe (WAV, MP3 or FLAC); send {_EXPECT}"
+        )
+    model = _field(fields, "model")
+    if not model:
+        raise HttpError(
+            400, "'model' is required: a whisper.cpp model in the catalog (blazar import ggml-*.bin)"
+        )
+    fmt = _field(fields, "response_format") or "json"
+    if fmt not in FORMATS:
+        raise HttpError(400, f"'response_format' must be one of {', '.join(FORMATS)}, not '{fmt[:40]}'")
+    if (_field(fields, "stream") or "false").lower() == "true":
+        raise HttpError(400, "'stream' is not supported for whisper models: send it without stream")
+    form: dict[str, str] = {"response_format": "verbose_json" if fmt == "json" else fmt}
+    temperature = _field(fields, "temperature")
+    if temperature:
+        try:
+            t = float(temperature)
+        except ValueError:
+            t = -1.0
+        if not 0 <= t <= 1:
+            raise HttpError(400, f"'temperature' must be a number from 0 to 1, not '{temperature[:40]}'")
+        form["temperature"] = str(t)
+    for name in ("language", "prompt"):
+        value = _field(fields, name)
+        if value:
+            form[name] = value
+    if translate:
+        form["translate"] = "true"
+    canon = CanonicalRequest(model=model, kind="audio")
+    _name, key, slots = core.claim(sup, req, canon)
+    with await req.gate.admit(req, key, slots, canon):
+        child, _load_ns = await core.ready_child(sup, req, canon)
+        if child.lane != "whisper":
+            raise HttpError(
+                400,
+                f"model '{child.model}' is a language model; transcriptions need a whisper.cpp model (import a"
+                " ggml .bin with blazar import FILE --name NAME)",
+            )
+        body, content_type = _multipart(fields["file"][0] or "audio.wav", fields["file"][1], form)
+        core.keep(child, canon, req)
+        try:
+            _status, data, _ctype = await proxy.post_form(sup, child, WHISPER_PATH, body, content_type)
+        except HttpError as e:
+            if e.status == 400 and e.message.strip() in ("Invalid request", ""):
+                raise HttpError(
+                    400, "the audio could not be read: send a WAV, MP3 or FLAC file as the form field 'file'"
+                ) from None
+            raise
+        finally:
+            core.after(sup, child, req)
+    if fmt in ("srt", "vtt"):
+        return 200, _TEXT, data
+    if fmt == "text":
+        return 200, _TEXT, (_joined(data.decode("utf-8", "replace")) + "\n").encode()
+    try:
+        out = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise HttpError(502, "the whisper engine sent an answer that is not JSON", "engine_error") from None
+    if not isinstance(out, dict) or not isinstance(out.get("text"), str):
+        raise HttpError(502, "the whisper engine sent an answer without text", "engine_error")
+    text = _joined(out["text"])
+    if fmt == "json":
+        reply: dict[str, Any] = {"text": text}
+        duration = out.get("duration")
+        if isinstance(duration, int | float):
+            reply["usage"] = {"type": "duration", "seconds": max(1, round(duration))}
+        return 200, JSON_HEADERS, orjson.dumps(reply)
+    out["text"] = text
+    return 200, JSON_HEADERS, orjson.dumps(out)
+
+
+def _joined(text: str) -> str:
+    """whisper's transcript (a leading space, a line per segment) as OpenAI's: one line, words spaced once."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _multipart(filename: str, audio: bytes, form: dict[str, str]) -> tuple[bytes, str]:
+    """whisper-server's form: the audio as ``file`` and the checked fields."""
+    boundary = f"blazar-{secrets.token_hex(12)}"
+    safe_name = filename.replace('"', "").replace("\r", "").replace("\n", "") or "audio.wav"
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in form.items()
+    ]
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{safe_name}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n".encode()
+        + audio
+        + b"\r\n"
+    )
+    return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
