@@ -226,6 +226,6 @@ def test_whisper_lane(tmp_path: Path) -> None:
     )
     spec = compile_profile(cfg_from(tmp_path, "threads = 3\n"), model, engine("whisper", Path("/w")))
     assert spec.argv_template == (
-        "/w", "-m", str(tmp_path / "m.bin"), "--host", "127.0.0.1", "--port", "{port}", "-t", "3",
+        "/w", "-m", str(tmp_path / "m.bin"), "--host", "127.0.0.1", "--port", "{port}", "-l", "auto", "-t", "3",
     )  # fmt: skip
     assert spec.parallel == 1 and not spec.checks_api_key

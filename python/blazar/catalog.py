@@ -449,14 +449,8 @@ class Catalog:
             raise
         return self.get(full)
 
-    def remove(self, name: str) -> ModelRow:
-        row = self.find(name)
-        if row is None:
-            known = [m.name for m in self.list()]
-            raise ModelNotFound(
-                f"model '{names.normalize(name)}' not found; nothing to remove"
-                + (f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)")
-            )
+    def check_removable(self, row: ModelRow) -> None:
+        """Refuse to remove a model that LoRA adapters are served on (they name it as their base)."""
         adapters = [
             str(n) for (n,) in self.store.conn.execute("SELECT name FROM loras WHERE base = ?", (row.name,))
         ]
@@ -465,7 +459,24 @@ class Catalog:
                 f"model '{row.name}' has LoRA adapters ({', '.join(adapters)}), which are served on it; remove them"
                 " first (blazar lora rm NAME)"
             )
+
+    def check_new(self, name: str) -> str:
+        """``name`` normalised, or a CatalogError when a model or LoRA adapter has it (or its files)."""
+        full = names.normalize(name)
+        self._check_new(full)
+        return full
+
+    def remove(self, name: str) -> ModelRow:
+        row = self.find(name)
+        if row is None:
+            known = [m.name for m in self.list()]
+            raise ModelNotFound(
+                f"model '{names.normalize(name)}' not found; nothing to remove"
+                + (f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)")
+            )
+        self.check_removable(row)
         with self.store.transaction():
+            self.check_removable(row)  # again inside the write: an adapter added meanwhile keeps the model
             self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))
             self.store.conn.execute("DELETE FROM profiles WHERE model = ?", (row.name,))
         if row.path.is_relative_to(self.data.models) and row.path.is_dir():

@@ -60,9 +60,19 @@ Progress = Callable[[int, int], None]
 
 
 class QuantizeError(BlazarError):
-    """A quantization cannot start or failed; the message says why and what to do."""
+    """A quantization cannot start; the message says why and what to do."""
 
     status = 400
+
+
+class QuantizeFailed(QuantizeError):
+    """The tool ran and failed (or was stopped); the message quotes its log."""
+
+    status = 500
+
+
+MAKING: set[str] = set()
+"""The names this process is making now: a second quantization to one of them is refused before it runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +162,11 @@ def plan(
             f" quantizing its F16/BF16/F32 original; import that instead, or pass --allow-requantize"
             ' (`"allow_requantize": true` over HTTP) to do it anyway'
         )
-    full = names.normalize(name) if name is not None else default_name(source, qtype)
-    if catalog.find(full) is not None:
-        raise CatalogError(
-            f"model '{full}' already exists; remove it first (blazar rm {full}) or choose a name"
-        )
+    full = catalog.check_new(
+        name if name is not None else default_name(source, qtype)
+    )  # a model's or adapter's
+    if full in MAKING:
+        raise CatalogError(f"model '{full}' is being made by another quantization now; choose another name")
     tool = find_tool(store)
     log = catalog.data.logs / f"quantize-{safe_component(full)}.log"
     return Job(source=source, type=qtype, name=full, tool=tool, log=log)
@@ -167,10 +177,10 @@ def _step(line: bytes) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _failed(job: Job, rc: int | None) -> QuantizeError:
+def _failed(job: Job, rc: int | None) -> QuantizeFailed:
     tail = job.log.read_bytes()[-1500:].decode(errors="replace").strip() if job.log.is_file() else ""
     why = f"exit {rc}" if rc is not None else "it was stopped"
-    return QuantizeError(
+    return QuantizeFailed(
         f"{QUANTIZER} failed ({why}) quantizing '{job.source.name}' to {job.type}; full log: {job.log}\n{tail}"
     )
 
@@ -182,6 +192,7 @@ OUT = "quantized.gguf"
 def run(catalog: Catalog, job: Job, progress: Progress | None = None) -> ModelRow:
     """Quantize and add the result to the catalog, in this thread (the CLI)."""
     out = catalog.files.staging() / OUT
+    MAKING.add(job.name)
     try:
         job.log.parent.mkdir(parents=True, exist_ok=True)
         with (
@@ -199,6 +210,7 @@ def run(catalog: Catalog, job: Job, progress: Progress | None = None) -> ModelRo
             raise _failed(job, rc)
         return catalog.import_file(out, job.name, sha256=sha256_file(out))
     finally:
+        MAKING.discard(job.name)
         shutil.rmtree(out.parent, ignore_errors=True)
 
 
@@ -208,6 +220,7 @@ async def run_async(catalog: Catalog, job: Job) -> AsyncGenerator[tuple[int, int
     kills the tool and leaves nothing behind."""
     proc: asyncio.subprocess.Process | None = None
     out = catalog.files.staging() / OUT
+    MAKING.add(job.name)
     try:
         job.log.parent.mkdir(parents=True, exist_ok=True)
         with job.log.open("wb") as log:
@@ -230,4 +243,5 @@ async def run_async(catalog: Catalog, job: Job) -> AsyncGenerator[tuple[int, int
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+        MAKING.discard(job.name)
         shutil.rmtree(out.parent, ignore_errors=True)

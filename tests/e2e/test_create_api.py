@@ -19,8 +19,10 @@ def _lines(resp: httpx.Response) -> list[dict[str, object]]:
     return [orjson.loads(line) for line in resp.text.splitlines() if line.strip()]
 
 
-def _quantizers() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "llama-quantize"]
+def _quantizers(d: Daemon) -> list[psutil.Process]:
+    """The daemon's own llama-quantize children."""
+    assert d.proc is not None
+    return [p for p in psutil.Process(d.proc.pid).children() if p.name() == "llama-quantize"]
 
 
 def test_create_quantizes_with_the_official_client_and_the_model_answers(daemon: Daemon) -> None:
@@ -97,7 +99,7 @@ def test_a_client_that_leaves_stops_the_tool_and_leaves_nothing(daemon: Daemon) 
     ) as resp:
         lines = resp.iter_lines()
         assert orjson.loads(next(lines)) == {"status": "quantizing Q4_1 model to Q6_K"}
-    wait_for(lambda: not _quantizers(), 15, "llama-quantize to be stopped")
+    wait_for(lambda: not _quantizers(daemon), 15, "llama-quantize to be stopped")
     staged = daemon.data_dir / "models" / ".importing"
     wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), 10, "the partial file to be removed")
     names = {m["name"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}

@@ -117,3 +117,23 @@ def test_adding_a_bad_adapter_is_one_teaching_line(daemon_factory: object, tmp_p
     r = d.cli("lora", "add", str(wrong), "--base", "nope", check=False)
     assert r.returncode == 1 and "not found" in r.stderr
     assert d.cli("lora", "ls").stdout.startswith("no LoRA adapters")
+
+
+def test_an_adapter_the_engine_cannot_load_does_not_take_its_base_down(
+    daemon_factory: object, tmp_path: Path
+) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(CONFIG)
+    wrong = tmp_path / "big.gguf"  # a llama adapter for a wider model: llama-server refuses its shapes
+    wrong.write_bytes(lora_gguf("llama", 2, 1024, {"attn_q": 1024}))
+    d.cli("lora", "add", str(wrong), "--base", "smollm2", "--name", "big")
+    assert _text(_ask(d, "smollm2"))  # the base starts without it
+    r = _ask(d, "big")
+    assert r.status_code == 502
+    message = r.json()["error"]["message"]
+    assert (
+        "LoRA adapter 'big:latest' could not be loaded" in message and "blazar lora rm big:latest" in message
+    )
+    assert _text(_ask(d, "smollm2"))
+    assert httpx.get(d.url + "/api/breakers").json() == {"held": []}
+    assert "could not load LoRA adapter(s)" in d.log.read_text()

@@ -199,9 +199,10 @@ WHISPER_PATH = "/inference"
 
 
 def whisper(binary: Path, model: Path, *, port: int | str, threads: int = 0) -> list[str]:
-    """whisper.cpp's ``whisper-server`` (examples/server: ``-m``, ``--host``, ``--port``, ``-t``); it checks no API
-    key and answers one transcription at a time."""
-    argv = [str(binary), "-m", str(model), "--host", HOST, "--port", str(port)]
+    """whisper.cpp's ``whisper-server`` (examples/server: ``-m``, ``--host``, ``--port``, ``-t``, ``-l``); it checks
+    no API key and answers one transcription at a time. The language is detected unless a request names one, as
+    OpenAI's transcriptions do (the server's default is English; an English-only model stays English)."""
+    argv = [str(binary), "-m", str(model), "--host", HOST, "--port", str(port), "-l", "auto"]
     if threads > 0:
         argv += ["-t", str(threads)]
     return argv

@@ -11,6 +11,7 @@ formats it reads.
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
@@ -26,6 +27,7 @@ from blazar.supervisor import Supervisor
 Response = tuple[int, list[tuple[str, str]], bytes]
 
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+_LANGUAGE = re.compile(r"^(?:[a-z]{2,3}|auto)$")
 _TEXT = [("content-type", "text/plain; charset=utf-8")]
 _EXPECT = "the fields 'file' (the audio) and 'model'"
 
@@ -64,6 +66,10 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
     if (_field(fields, "stream") or "false").lower() == "true":
         raise HttpError(400, "'stream' is not supported for whisper models: send it without stream")
     form: dict[str, str] = {"response_format": "verbose_json" if fmt == "json" else fmt}
+    if form["response_format"] == "verbose_json":
+        form["no_language_probabilities"] = (
+            "true"  # else whisper-server runs a language detection pass for them
+        )
     temperature = _field(fields, "temperature")
     if temperature:
         try:
@@ -73,26 +79,28 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
         if not 0 <= t <= 1:
             raise HttpError(400, f"'temperature' must be a number from 0 to 1, not '{temperature[:40]}'")
         form["temperature"] = str(t)
-    for name in ("language", "prompt"):
-        value = _field(fields, name)
-        if value:
-            form[name] = value
+    language = _field(fields, "language")
+    if language:
+        if not _LANGUAGE.match(language):
+            raise HttpError(
+                400, f"'language' must be an ISO-639-1 code such as \"en\" or \"fr\", not '{language[:40]}'"
+            )
+        form["language"] = language
+    prompt = _field(fields, "prompt")
+    if prompt:
+        form["prompt"] = prompt
     if translate:
         form["translate"] = "true"
     canon = CanonicalRequest(model=model, kind="audio")
     _name, key, slots = core.claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
         child, _load_ns = await core.ready_child(sup, req, canon)
-        if child.lane != "whisper":
-            raise HttpError(
-                400,
-                f"model '{child.model}' is a language model; transcriptions need a whisper.cpp model (import a"
-                " ggml .bin with blazar import FILE --name NAME)",
-            )
         body, content_type = _multipart(fields["file"][0] or "audio.wav", fields["file"][1], form)
         core.keep(child, canon, req)
         try:
-            _status, data, _ctype = await proxy.post_form(sup, child, WHISPER_PATH, body, content_type)
+            _status, data, _ctype = await proxy.post_form(
+                sup, child, WHISPER_PATH, body, content_type, req.client
+            )
         except HttpError as e:
             if e.status == 400 and e.message.strip() in ("Invalid request", ""):
                 raise HttpError(

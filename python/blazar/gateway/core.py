@@ -59,26 +59,46 @@ _ROUTES_MAX = 1024
 
 def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, int]:
     """Once per request: the catalog name, the child key (embeddings run in their own ``@embed`` child; a LoRA
-    adapter runs on its base model's) and the model's slot count N for admission. Memoised per client-given name
-    in ``sup.routes`` once the name is known: the supervisor's config is immutable, so the answer never changes
-    for its lifetime."""
+    adapter runs on its base model's) and the model's slot count N for admission (1 for a whisper model: its
+    server transcribes one file at a time). Memoised per client-given name in ``sup.routes`` for the catalog's
+    language models (the config is immutable, so their answer never changes); adapters, whisper models and
+    unknown names are looked up each time, as they may change at run time, and a request of the wrong kind
+    for its model (audio for a language model, text for a whisper model) is refused here, before an engine
+    starts for it."""
     embedding = canon.kind == "embedding"
     routes = sup.routes
-    hit = routes.get((canon.model, embedding))
+    hit = routes.get((canon.model, embedding)) if canon.kind != "audio" else None
     if hit is not None:
         return hit
     name = names.normalize(canon.model)
     adapter = sup.loras.find(name)
     base = adapter.base if adapter is not None else name  # a LoRA adapter queues for its base model's engine
+    row = sup.catalog.find(name) if adapter is None else None
+    whisper = row is not None and row.format == "whisper"
+    if whisper != (canon.kind == "audio") and (row is not None or adapter is not None):
+        raise _wrong_kind(name, whisper)
     ov = sup.cfg.model_override(base)
-    slots = ov.parallel if ov.parallel is not None else sup.cfg.parallel
+    slots = 1 if whisper else ov.parallel if ov.parallel is not None else sup.cfg.parallel
     target = name, child_key(base, embedding), slots
-    if adapter is None and sup.catalog.find(name) is None:
-        return target  # not remembered: an unknown name (a 404 to come) may be added later, as a model or adapter
+    if row is None or whisper:
+        return target
     if len(routes) >= _ROUTES_MAX:
         routes.clear()
     routes[(canon.model, embedding)] = target
     return target
+
+
+def _wrong_kind(name: str, whisper: bool) -> HttpError:
+    if whisper:
+        return HttpError(
+            400,
+            f"model '{name}' is a whisper.cpp speech model: send its audio to POST /v1/audio/transcriptions",
+        )
+    return HttpError(
+        400,
+        f"model '{name}' is not a whisper.cpp model; transcriptions need one (import a ggml .bin with blazar import"
+        " FILE --name NAME)",
+    )
 
 
 def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, str, int]:
@@ -152,11 +172,8 @@ async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) ->
     )
     waited = time.perf_counter() - t0
     req.engine_s += waited
-    if child.lane == "whisper" and canon.kind != "audio":
-        raise HttpError(
-            400,
-            f"model '{child.model}' is a whisper.cpp speech model: send its audio to POST /v1/audio/transcriptions",
-        )
+    if (child.lane == "whisper") != (canon.kind == "audio"):  # route_target refuses these before any load
+        raise _wrong_kind(child.model, child.lane == "whisper")
     load_ns = int(waited * 1e9)
     return child, load_ns if load_ns > LOAD_REPORT_NS else 0
 

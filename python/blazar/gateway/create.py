@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from blazar import quantize
+from blazar.gateway import proxy
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.ollama_admin import full_access
 from blazar.gateway.pull import stream_events
@@ -50,8 +51,10 @@ def _string(body: dict[str, Any], field: str, what: str) -> str:
 async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     full_access(req, "creating models")
     body = req.json_object()
-    if "model" not in body and "name" in body:  # the older field name
+    if "model" not in body and "name" in body:  # the older field names
         body["model"] = body["name"]
+    if "quantize" not in body and "quantization" in body:
+        body["quantize"] = body["quantization"]
     name = _string(body, "model", "the new model's name[:tag]")
     given = [f for f in _NOT_TAKEN if body.get(f) not in (None, "", [], {})]
     if given:
@@ -77,11 +80,15 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         job = quantize.plan(sup.catalog, sup.store, source, qtype, name, allow_requantize=allow)
         events = _quantized(sup, job)
     if body.get("stream", True) is False:
-        try:
-            async for _ in events:
-                pass
-        finally:
-            await events.aclose()
+
+        async def drain() -> None:
+            try:
+                async for _ in events:
+                    pass
+            finally:
+                await events.aclose()
+
+        await proxy.unless_gone(drain(), req.client)  # a client that leaves stops the tool
         return 200, JSON_HEADERS, orjson.dumps({"status": "success"})
     first = await anext(events)
     await stream_events(req, proto, first, events, f"create of {name}", "the new model is not made")

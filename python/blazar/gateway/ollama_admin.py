@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from blazar import names
+from blazar import ggml_whisper, names
 from blazar.catalog import ModelRow, read_header
 from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
@@ -176,6 +176,10 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
         model_info["general.architecture"] = m.architecture
         model_info["general.parameter_count"] = m.parameter_count
         template: object = chat_template(m.path)
+    elif m.format == "whisper":  # a whisper.cpp model: its ggml header
+        info = ggml_whisper.read(m.path)
+        md, template = {}, ""
+        model_info = {"general.architecture": "whisper", **(info.metadata() if info is not None else {})}
     else:
         header = read_header(m.path)
         meta = header.get("metadata")
@@ -187,7 +191,7 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
         model_info["general.parameter_count"] = header.get("parameter_count")
     ctx = model_settings(sup.cfg, m.name).ctx_size
     params = [f"num_ctx {ctx or m.context_length}"]
-    caps = ["completion"]
+    caps = ["audio"] if m.format == "whisper" else ["completion"]
     if isinstance(template, str) and "tools" in template:
         caps.append("tools")
     modelfile, details = _modelfile(m, digest), _details(m)
@@ -230,9 +234,12 @@ async def delete(sup: Supervisor, req: Request, proto: Any) -> Response:
     full_access(req, "deleting models")
     body = req.json_object()
     name = names.normalize(_model_name(body))
-    if sup.catalog.find(name) is None and sup.loras.find(name) is not None:
-        sup.loras.remove(name)  # an engine that loaded it keeps it, unapplied, until it restarts
+    row = sup.catalog.find(name)
+    if row is None and sup.loras.find(name) is not None:
+        sup.remove_lora(name)
         return 200, [], b""
+    if row is not None:
+        sup.catalog.check_removable(row)  # before its engines stop: a refused delete leaves them serving
     for key in [k for k, c in sup.children.items() if c.model == name]:
         await sup.evict(key, "model deleted")
     sup.catalog.remove(name)

@@ -260,18 +260,32 @@ async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, byte
     return await _through_aiohttp(sup, child, "GET", path, None, None)
 
 
+FORM_TIMEOUT_SECS = 3600.0
+"""How long a whisper-server transcription may take (it answers only when the whole file is done)."""
+
+
 async def post_form(
-    sup: Supervisor, child: Child, path: str, body: bytes, content_type: str
+    sup: Supervisor, child: Child, path: str, body: bytes, content_type: str, client: Any = None
 ) -> tuple[int, bytes, str]:
     """A POST of a body that is not JSON (a whisper-server transcription's multipart form): (status, body,
-    content-type); non-2xx is an HttpError."""
+    content-type); non-2xx is an HttpError. Bounded by ``FORM_TIMEOUT_SECS`` (a 504 that says so); with
+    ``client``, a client that leaves closes the connection (the engine's work is dropped) and ClientGone is
+    raised."""
     with sup.lease(child):
-        return await _through_aiohttp(sup, child, "POST", path, body, content_type)
+        work = _through_aiohttp(sup, child, "POST", path, body, content_type, FORM_TIMEOUT_SECS)
+        return await (work if client is None else unless_gone(work, client))
 
 
 async def _through_aiohttp(
-    sup: Supervisor, child: Child, method: str, path: str, body: bytes | None, content_type: str | None
+    sup: Supervisor,
+    child: Child,
+    method: str,
+    path: str,
+    body: bytes | None,
+    content_type: str | None,
+    timeout: float | None = None,
 ) -> tuple[int, bytes, str]:
+    """One request over aiohttp; ``timeout`` (seconds) replaces the header bound and its wedge check."""
     http = child.http or sup.http
     if http.closed:  # the child was stopped (reaped, evicted) since this request got it
         raise await _engine_failed(sup, child, ConnectionError("its connection was closed")) from None
@@ -284,10 +298,16 @@ async def _through_aiohttp(
             child.base_url + path,
             data=body,
             headers=headers,
-            timeout=aiohttp.ClientTimeout(total=float(sup.cfg.child_header_timeout_secs)),
+            timeout=aiohttp.ClientTimeout(total=timeout or float(sup.cfg.child_header_timeout_secs)),
         ) as resp:
             data = await resp.read()
     except TimeoutError:  # before OSError, which it is
+        if timeout is not None:
+            raise HttpError(
+                504,
+                f"engine for '{child.model}' did not answer within {timeout:.0f}s; send less work",
+                "engine_error",
+            ) from None
         raise await no_head_in_time(sup, child) from None
     except (aiohttp.ClientError, OSError) as e:
         if child.stopped_for == WEDGED:  # stopped under this request by another that found it wedged

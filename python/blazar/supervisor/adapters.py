@@ -11,10 +11,12 @@ an adapter was added restarts once its requests in flight finish, as it does for
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 from typing import Any
 
 from blazar import names
-from blazar.errors import LaneError
+from blazar.errors import BlazarError, ChildError, LaneError
 from blazar.loras import LoraRow
 from blazar.profile import LaunchSpec
 from blazar.supervisor.child import Child
@@ -60,3 +62,37 @@ def apply(child: Child, model: str, body: dict[str, Any]) -> None:
         return
     hit = child.adapters.get(names.normalize(model))
     body["lora"] = [{"id": hit[0], "scale": hit[1]}] if hit is not None else [{"id": 0, "scale": 0.0}]
+
+
+_FAILED = re.compile(r"failed to load lora adapter '([^']*)'")
+
+
+def failed(log: str, loaded: tuple[Path, ...]) -> dict[Path, str]:
+    """The adapters an engine that would not start named as unloadable in its log (``log``: its tail), with the
+    line that said so; all of ``loaded`` when the log blames LoRA without naming a file; empty otherwise."""
+    if not loaded:
+        return {}
+    lines = log.splitlines()
+    named = {Path(m.group(1)): line.strip() for line in lines if (m := _FAILED.search(line))}
+    hits = {p: why for p, why in named.items() if p in loaded}
+    if hits:
+        return hits
+    blamed = next((line.strip() for line in reversed(lines) if "lora" in line.lower()), None)
+    return dict.fromkeys(loaded, blamed) if blamed else {}
+
+
+def unloadable(adapter: LoraRow, why: str, log_name: str) -> ChildError:
+    return ChildError(
+        f"LoRA adapter '{adapter.name}' could not be loaded by the engine of '{adapter.base}' ({why[:300]}), so the"
+        f" base model runs without it; it was likely trained on another model; remove it (blazar lora rm"
+        f" {adapter.name}); see {log_name}"
+    )
+
+
+class AdapterChanged(BlazarError):
+    """The adapter was removed and added again while its base model's engine started: a retry finds it."""
+
+    status = 503
+
+    def __init__(self, adapter: LoraRow) -> None:
+        super().__init__(f"LoRA adapter '{adapter.name}' changed while its engine started; retry the request")

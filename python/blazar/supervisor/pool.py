@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import aiohttp
 
@@ -87,6 +88,9 @@ class Supervisor:
         self.store = store
         self.catalog = Catalog(store, data)
         self.loras = Loras(self.catalog)
+        self.bad_adapters: dict[
+            Path, str
+        ] = {}  # adapter files an engine failed to load -> the engine's words
         self.children: dict[str, Child] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._http: aiohttp.ClientSession | None = None
@@ -165,6 +169,15 @@ class Supervisor:
             await sleep.wake(child, float(self.cfg.child_start_timeout_secs))
         return child.state is State.READY and self.children.get(child.key) is child
 
+    def remove_lora(self, name: str) -> None:
+        """Remove a LoRA adapter and forget it at once: no request is sent with it after this returns (an engine
+        that loaded it keeps it, unapplied, until it restarts)."""
+        row = self.loras.remove(name)
+        for child in self.children.values():
+            child.adapters.pop(row.name, None)
+        self._hot = {k: c for k, c in self._hot.items() if names.normalize(k[0]) != row.name}
+        self.routes = {k: v for k, v in self.routes.items() if v[0] != row.name}
+
     def _resolve(self, model_name: str, embeddings: bool) -> tuple[ModelRow, LoraRow | None]:
         """The catalog model that serves ``model_name``: the model itself, or a LoRA adapter's base model and the
         adapter (one namespace: an adapter is served by its own name)."""
@@ -194,6 +207,8 @@ class Supervisor:
             await self.evict(key, "its weights changed in the catalog")
         async with lock:
             child = self.children.get(key)
+            if adapter is not None and adapter.path in self.bad_adapters:
+                raise adapters.unloadable(adapter, self.bad_adapters[adapter.path], self.data.log_name(key))
             if child is not None and child.state is State.READY and child.alive():
                 if adapter is not None:
                     adapters.check_lane(child, adapter)
@@ -253,10 +268,12 @@ class Supervisor:
             )
             if adapter is not None:
                 adapters.check_lane(child, adapter)
-                if adapters.lacks(child, adapter):  # removed and added again while this engine started
-                    raise ModelNotFound(
-                        f"LoRA adapter '{adapter.name}' changed while its engine started; retry"
+                if adapter.path in self.bad_adapters:
+                    raise adapters.unloadable(
+                        adapter, self.bad_adapters[adapter.path], self.data.log_name(key)
                     )
+                if adapters.lacks(child, adapter):  # removed and added again while this engine started
+                    raise adapters.AdapterChanged(adapter)
             return adapters.serve(child, adapter)
 
     async def _evict_model(self, model_name: str, reason: str) -> None:
@@ -295,7 +312,8 @@ class Supervisor:
             compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total
         )
         if not embeddings and engine.kind == "llama-cpp":
-            spec = adapters.with_adapters(spec, self.loras.for_base(model.name))
+            loadable = [a for a in self.loras.for_base(model.name) if a.path not in self.bad_adapters]
+            spec = adapters.with_adapters(spec, loadable)
         child = Child(key, model.name, spec, self.data)
         child.weights = weights_id(model.path)
         child.lane = engine.kind
@@ -316,6 +334,12 @@ class Supervisor:
         except BaseException as e:
             self.children.pop(key, None)
             if isinstance(e, ChildError):
+                bad = adapters.failed(log_tail(self.data.log_file(key), lines=200), spec.loras)
+                if bad:  # an adapter the engine cannot load: remembered, and the model starts without it
+                    log.error("engine for %s could not load LoRA adapter(s) %s; starting it without them",
+                              key, ", ".join(str(p) for p in bad))  # fmt: skip
+                    self.bad_adapters.update(bad)
+                    return await self._spawn(key, model, engine, embeddings, num_ctx)
                 self._crashed(child, f"its start failed: {e}")
             raise
         await bank.restore(child)
