@@ -97,6 +97,9 @@ def test_an_adapter_is_served_by_name_on_its_base_models_engine(
     )
     refused = d.cli("rm", "smollm2", check=False)
     assert refused.returncode == 1 and "has LoRA adapters (pirate:latest)" in refused.stderr
+    r = httpx.request("DELETE", d.url + "/api/delete", json={"model": "smollm2"})
+    assert r.status_code == 400 and "has LoRA adapters" in r.json()["error"]
+    assert d.child_pids() == [pid]  # the refused delete left the engine serving
 
     # removed as Ollama removes a model
     assert httpx.request("DELETE", d.url + "/api/delete", json={"model": "pirate"}).status_code == 200
