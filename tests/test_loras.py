@@ -75,6 +75,12 @@ def test_one_namespace_with_the_catalog(loras: Loras, tmp_path: Path, model_file
     loras.add(adapter(tmp_path), "smollm2", "pirate")
     with pytest.raises(CatalogError, match="LoRA adapter 'pirate:latest' already exists"):
         loras.add(adapter(tmp_path, "p2.gguf", seed=3), "smollm2", "pirate")
+    with pytest.raises(CatalogError, match="'PIRATE:latest' would share its files with 'pirate:latest'"):
+        loras.add(adapter(tmp_path, "p3.gguf", seed=4), "smollm2", "PIRATE")  # case may not count on disk
+    with pytest.raises(CatalogError, match="'Pirate:latest' would share its files with 'pirate:latest'"):
+        loras.catalog.copy("smollm2", "Pirate")
+    with pytest.raises(CatalogError, match="'pirate' is a LoRA adapter; the base must be the catalog model"):
+        loras.add(adapter(tmp_path, "p4.gguf", seed=5), "pirate", "other")
     with pytest.raises(CatalogError, match="'pirate:latest' names a LoRA adapter; remove it first"):
         loras.catalog.import_file(model_file, "pirate")
     with pytest.raises(CatalogError, match="'pirate:latest' names a LoRA adapter"):

@@ -19,7 +19,9 @@ def test_normalize(raw: str, want: str) -> None:
     assert normalize(raw) == want
 
 
-@pytest.mark.parametrize("bad", ["", ":tag", "a:", "a b", "a:b:c/d", "-x"])
+@pytest.mark.parametrize(
+    "bad", ["", ":tag", "a:", "a b", "a:b:c/d", "-x", "a/../../b", "x/..", "a//b", "a/./b", "a/", "org/."]
+)
 def test_normalize_rejects(bad: str) -> None:
     with pytest.raises(CatalogError, match="invalid model name"):
         normalize(bad)

@@ -247,6 +247,11 @@ class Batches:
         ).fetchall()
         return [orjson.loads(str(r[0])) for r in rows]
 
+    def exists(self, batch_id: str) -> bool:
+        return (
+            self.store.conn.execute("SELECT 1 FROM batches WHERE id = ?", (batch_id,)).fetchone() is not None
+        )
+
     def delete(self, batch_id: str) -> None:
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM batches WHERE id = ?", (batch_id,))

@@ -171,14 +171,15 @@ class Catalog:
             f"model '{full}' not found; import it with: blazar import PATH --name {full}{hint}"
         )
 
-    def _check_free(self, full: str) -> None:
+    def check_free(self, full: str) -> None:
         """Refuse a new name whose files would be another model's: adding it would overwrite that model's weights,
         and removing either would delete the other's (``a/b`` and ``a--b``, ``smollm2`` and ``SmolLM2``)."""
         mine = storage_keys(full)
-        for row in self.list():
-            if mine & storage_keys(row.name):
+        adapters = [str(n) for (n,) in self.store.conn.execute("SELECT name FROM loras")]
+        for other in [*(row.name for row in self.list()), *adapters]:
+            if other != full and mine & storage_keys(other):
                 raise CatalogError(
-                    f"model name '{full}' would share its files with '{row.name}' (on disk '/', ':' and '@' are "
+                    f"model name '{full}' would share its files with '{other}' (on disk '/', ':' and '@' are "
                     "written as '--', and case may not count); pick another name"
                 )
 
@@ -200,7 +201,7 @@ class Catalog:
             raise CatalogError(  # one namespace with the LoRA adapters (``loras``), which are served by name too
                 f"'{full}' names a LoRA adapter; remove it first (blazar lora rm {full}) or pick another name"
             )
-        self._check_free(full)
+        self.check_free(full)
 
     def import_file(
         self,

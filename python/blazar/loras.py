@@ -83,10 +83,14 @@ class Loras:
     def add(self, src: Path, base: str, name: str | None = None, scale: float = 1.0) -> LoraRow:
         """Register the adapter file ``src`` for catalog model ``base`` as ``name`` (default: the file's name)."""
         if not 0 < scale <= MAX_SCALE:
-            raise CatalogError(f"scale must be above 0 and at most {MAX_SCALE:g}, not {scale:g}")
+            raise CatalogError(f"scale must be above 0 and at most {MAX_SCALE:g}, not {scale!r}")
         src = src.expanduser().resolve()
         if not src.is_file():
             raise CatalogError(f"{src} does not exist or is not a file")
+        if self.find(base) is not None and self.catalog.find(base) is None:
+            raise CatalogError(
+                f"'{base}' is a LoRA adapter; the base must be the catalog model it was trained on"
+            )
         model = self.catalog.get(base)
         if model.format != "gguf" or model.path.is_dir():
             raise CatalogError(
@@ -136,6 +140,7 @@ class Loras:
             )
         if self.catalog.find(full) is not None:
             raise CatalogError(f"'{full}' names a catalog model; give the adapter another name (--name)")
+        self.catalog.check_free(full)  # nor one that differs from a model's or adapter's only in case
 
     def remove(self, name: str) -> LoraRow:
         """Drop the adapter's row, then its file (an engine that loaded it keeps it until it restarts)."""

@@ -24,9 +24,10 @@ def normalize(name: str) -> str:
     base, sep, tag = name.rpartition(":")
     if not sep:
         base, tag = name, "latest"
-    if not _NAME.match(base) or not _TAG.match(tag):
+    if not _NAME.match(base) or not _TAG.match(tag) or any(seg in ("", ".", "..") for seg in base.split("/")):
         raise CatalogError(
-            f"invalid model name '{name}': use name[:tag] with letters, digits, '.', '_', '-' (and '/' in the name)"
+            f"invalid model name '{name}': use name[:tag] with letters, digits, '.', '_', '-' (and '/' between parts"
+            " of the name, none of them empty, '.' or '..')"
         )
     return f"{base}:{tag}"
 

@@ -82,6 +82,10 @@ def test_what_the_whisper_lane_refuses(d: Daemon, whisper_assets: WhisperAssets,
     assert r.status_code == 400 and "'response_format' must be one of" in r.json()["error"]["message"]
     r = post(audio, {"model": "whisper-tiny", "temperature": "hot"})
     assert r.status_code == 400 and "'temperature' must be a number" in r.json()["error"]["message"]
+    r = post(audio, {"model": "whisper-tiny", "language": "zz"})
+    assert r.status_code == 400 and "an ISO-639-1 code Whisper knows" in r.json()["error"]["message"]
+    r = post(audio, {"model": "whisper-tiny", "prompt": "hello " * 1000})
+    assert r.status_code == 400 and "Whisper reads at most 224 tokens" in r.json()["error"]["message"]
     r = post(audio, {"model": "no-such-model"})
     assert r.status_code == 404
     r = post(audio, {"model": "smollm2"})
@@ -99,3 +103,38 @@ def test_what_the_whisper_lane_refuses(d: Daemon, whisper_assets: WhisperAssets,
     # the engine still answers after all that
     ok = post(audio, {"model": "whisper-tiny"})
     assert ok.status_code == 200 and WORDS in ok.json()["text"].lower()
+
+
+SCOPED = "sk-audio-scoped-0123456789abcdef0123456"
+FULL = "sk-audio-full-0123456789abcdef012345678"
+
+
+def test_a_scoped_key_learns_nothing_of_the_models_outside_it(
+    daemon_factory: object, whisper_assets: WhisperAssets
+) -> None:
+    assert callable(daemon_factory)
+    keys = (
+        f'[[keys]]\nname = "full"\nsecret = "{FULL}"\n\n'
+        f'[[keys]]\nname = "scoped"\nsecret = "{SCOPED}"\nmodels = ["smollm2:latest"]\n'
+    )
+    d: Daemon = daemon_factory(keys, start=False)
+    d.cli("engine", "add", "--kind", "whisper", "--path", str(whisper_assets.server))
+    d.cli("import", str(whisper_assets.model), "--name", "whisper-tiny")
+    d.start()
+    auth = {"authorization": f"Bearer {SCOPED}"}
+    chat = httpx.post(
+        d.url + "/v1/chat/completions",
+        json={"model": "whisper-tiny", "messages": [{"role": "user", "content": "hi"}]},
+        headers=auth,
+        timeout=60,
+    )
+    assert chat.status_code == 403, chat.text  # not a 400 that says what whisper-tiny is
+    r = httpx.post(
+        d.url + "/v1/audio/transcriptions",
+        files={"file": ("jfk.wav", whisper_assets.sample.read_bytes(), "audio/wav")},
+        data={"model": "whisper-tiny"},
+        headers=auth,
+        timeout=60,
+    )
+    assert r.status_code == 403, r.text
+    assert d.child_pids() == []

@@ -78,6 +78,10 @@ def test_create_refuses_what_it_cannot_build_in_ollamas_shape(daemon: Daemon) ->
     assert r.status_code == 404
     r = post({"model": "x", "from": "smollm2", "quantize": "q9"})
     assert r.status_code == 400 and "unknown quantization type 'q9': use one of Q4_0" in r.json()["error"]
+    r = post({"model": "x", "from": "smollm2", "stream": "false"})
+    assert r.status_code == 400 and "'stream' must be true or false" in r.json()["error"]
+    r = post({"model": "a/../../b", "from": "smollm2"})
+    assert r.status_code == 400 and "invalid model name" in r.json()["error"]
     r = post({"model": "x", "from": "smollm2", "quantize": 8})
     assert r.status_code == 400 and "'quantize' must be a string" in r.json()["error"]
     r = post({"model": "x", "from": "smollm2", "quantize": "q8_0", "allow_requantize": "yes"})

@@ -88,6 +88,12 @@ def test_a_message_batch_runs_and_its_results_come_back(daemon_factory: object) 
     with pytest.raises(openai.NotFoundError):
         oa.batches.retrieve(made.id)
 
+    # its files are the batch's while it exists: the Files API may not take them from under it
+    [input_file] = [f for f in oa.files.list() if f.filename == f"{made.id}_input.jsonl"]
+    with pytest.raises(openai.ConflictError, match="belongs to message batch"):
+        oa.files.delete(input_file.id)
+    assert len(list(c.messages.batches.results(made.id))) == 3
+
     deleted = c.messages.batches.delete(made.id)
     assert deleted.id == made.id and deleted.type == "message_batch_deleted"
     with pytest.raises(anthropic.NotFoundError):
@@ -106,6 +112,7 @@ def test_bad_creates_are_refused_in_anthropics_shape(daemon_factory: object) -> 
         ({}, "'requests' must be a non-empty array"),
         ({"requests": []}, "'requests' must be a non-empty array"),
         ({"requests": [{"custom_id": "a b", "params": {}}]}, "requests[0].custom_id must be 1 to 64"),
+        ({"requests": [{"custom_id": "a\n", "params": {}}]}, "requests[0].custom_id must be 1 to 64"),
         (
             {"requests": [request("a", "x"), request("a", "y")]},
             "requests[1].custom_id 'a' is used by an earlier",

@@ -34,7 +34,7 @@ ENDPOINT = "/v1/messages"
 MAX_REQUESTS = min(100_000, MAX_LINES)
 """Anthropic takes 100,000 requests a batch; the runner's bound is OpenAI's 50,000."""
 
-_CUSTOM_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CUSTOM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ENDED = ("completed", "failed", "cancelled", "expired")
 
 
@@ -92,7 +92,7 @@ def _lines(requests: Any) -> bytes:
         if not isinstance(item, dict):
             raise HttpError(400, f"{where} must be an object with 'custom_id' and 'params'")
         custom_id, params = item.get("custom_id"), item.get("params")
-        if not isinstance(custom_id, str) or not _CUSTOM_ID.match(custom_id):
+        if not isinstance(custom_id, str) or not _CUSTOM_ID.fullmatch(custom_id):
             raise HttpError(400, f"{where}.custom_id must be 1 to 64 letters, digits, '_' or '-'")
         if custom_id in seen:
             raise HttpError(400, f"{where}.custom_id '{custom_id}' is used by an earlier request")

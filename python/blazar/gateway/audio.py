@@ -11,7 +11,6 @@ formats it reads.
 
 from __future__ import annotations
 
-import re
 import secrets
 from typing import Any
 
@@ -27,7 +26,17 @@ from blazar.supervisor import Supervisor
 Response = tuple[int, list[tuple[str, str]], bytes]
 
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
-_LANGUAGE = re.compile(r"^(?:[a-z]{2,3}|auto)$")
+LANGUAGES = frozenset((
+    "en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv", "it", "id", "hi",
+    "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no", "th", "ur", "hr", "bg", "lt", "la",
+    "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr", "az", "sl", "kn", "et", "mk", "br", "eu", "is", "hy",
+    "ne", "mn", "bs", "kk", "sq", "sw", "gl", "mr", "pa", "si", "km", "sn", "yo", "so", "af", "oc", "ka", "be",
+    "tg", "sd", "gu", "am", "yi", "lo", "uz", "fo", "ht", "ps", "tk", "nn", "mt", "sa", "lb", "my", "bo", "tl",
+    "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su", "yue", "auto",
+))  # fmt: skip
+"""The languages Whisper knows (its tokenizer's language tokens), and ``auto``."""
+MAX_PROMPT = 2000
+"""Characters of ``prompt`` taken: Whisper reads only its last 224 tokens."""
 _TEXT = [("content-type", "text/plain; charset=utf-8")]
 _EXPECT = "the fields 'file' (the audio) and 'model'"
 
@@ -81,13 +90,20 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
         form["temperature"] = str(t)
     language = _field(fields, "language")
     if language:
-        if not _LANGUAGE.match(language):
+        if language not in LANGUAGES:
             raise HttpError(
-                400, f"'language' must be an ISO-639-1 code such as \"en\" or \"fr\", not '{language[:40]}'"
+                400,
+                '\'language\' must be an ISO-639-1 code Whisper knows, such as "en", "fr" or "zh" (or "auto"),'
+                f" not '{language[:40]}'",
             )
         form["language"] = language
     prompt = _field(fields, "prompt")
     if prompt:
+        if len(prompt) > MAX_PROMPT:
+            raise HttpError(
+                400,
+                f"'prompt' is {len(prompt)} characters; Whisper reads at most 224 tokens of it: send up to {MAX_PROMPT}",
+            )
         form["prompt"] = prompt
     if translate:
         form["translate"] = "true"

@@ -194,6 +194,13 @@ async def file_item(sup: Supervisor, req: Request, proto: Any) -> Response:
     files = runner_of(req).files
     row = files.get(_file_id(req), key_name(req), sees_unowned(req))  # BatchError: the gateway's 404
     if req.method == "DELETE":
+        owner_batch = row.filename.partition("_")[0]
+        if owner_batch.startswith("msgbatch-") and runner_of(req).batches.exists(owner_batch):
+            raise HttpError(
+                409,
+                f"file '{row.id}' belongs to message batch '{owner_batch}', which reads it for its results; delete"
+                f" the batch (DELETE /v1/messages/batches/{owner_batch}) and its files go with it",
+            )
         await asyncio.to_thread(files.delete, row)
         return _json({"id": row.id, "object": "file", "deleted": True})
     return _json(row.object())

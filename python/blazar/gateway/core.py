@@ -75,8 +75,6 @@ def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, in
     base = adapter.base if adapter is not None else name  # a LoRA adapter queues for its base model's engine
     row = sup.catalog.find(name) if adapter is None else None
     whisper = row is not None and row.format == "whisper"
-    if whisper != (canon.kind == "audio") and (row is not None or adapter is not None):
-        raise _wrong_kind(name, whisper)
     ov = sup.cfg.model_override(base)
     slots = 1 if whisper else ov.parallel if ov.parallel is not None else sup.cfg.parallel
     target = name, child_key(base, embedding), slots
@@ -114,11 +112,23 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
 
 
 def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, str, int]:
-    """``claim`` once ``claim_remote`` found the name local (so the remotes are not asked twice)."""
+    """``claim`` once ``claim_remote`` found the name local (so the remotes are not asked twice). After the key's
+    scope (a key learns nothing of the models outside it), a request of the wrong kind for its model (audio for
+    a language model, text for a whisper model) is refused, before an engine starts for it."""
     target = route_target(sup, canon)
     req.gate.check_model(req, target[0])
+    if canon.kind == "audio" or (canon.model, canon.kind == "embedding") not in sup.routes:
+        _check_kind(sup, canon, target[0])  # a remembered route is a language model's
     _note(req, canon)
     return target
+
+
+def _check_kind(sup: Supervisor, canon: CanonicalRequest, name: str) -> None:
+    adapter = sup.loras.find(name)
+    row = sup.catalog.find(name) if adapter is None else None
+    whisper = row is not None and row.format == "whisper"
+    if whisper != (canon.kind == "audio") and (row is not None or adapter is not None):
+        raise _wrong_kind(name, whisper)
 
 
 def _note(req: Request, canon: CanonicalRequest) -> None:

@@ -70,6 +70,8 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         raise HttpError(
             400, f"'quantize' must be a string such as \"q4_K_M\": one of {', '.join(quantize.TYPES)}"
         )
+    if not isinstance(body.get("stream", True), bool):
+        raise HttpError(400, "'stream' must be true or false")
     allow = body.get("allow_requantize", False)
     if not isinstance(allow, bool):
         raise HttpError(400, "'allow_requantize' must be true or false")
