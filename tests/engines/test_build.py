@@ -135,3 +135,37 @@ def test_add_and_use(tmp_path: Path) -> None:
     noexec.write_text("x")
     r = blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(noexec), env=env, check=False)
     assert r.returncode == 1 and "not executable" in r.stderr
+
+
+WHISPER_CMAKE = """
+cmake_minimum_required(VERSION 3.14)
+project("whisper.cpp" VERSION 9.8.7)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_executable(whisper-server examples/server/server.cpp)
+"""
+
+
+def test_whisper_build_lane(tmp_path: Path) -> None:
+    top = tmp_path / "pkg" / "pywhispercpp-1.0" / "whisper.cpp"  # laid out as the pywhispercpp sdist is
+    (top / "examples" / "server").mkdir(parents=True)
+    (top / "include").mkdir()
+    (top / "CMakeLists.txt").write_text(WHISPER_CMAKE)
+    (top / "include" / "whisper.h").write_text("")
+    (top / "examples" / "server" / "server.cpp").write_text(
+        '#include <cstdio>\nint main(){std::puts("w");}\n'
+    )
+    tarball = tmp_path / "pywhispercpp-1.0.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tf:
+        tf.add(top.parent, arcname=top.parent.name)
+    env = env_for(tmp_path)
+    r = blazar_cmd("engine", "build", "--kind", "whisper", "--source", str(tarball), env=env)
+    assert "built whisper v9.8.7-cpu" in r.stdout
+    binary = tmp_path / "data" / "engines" / "whisper" / "v9.8.7-cpu" / "whisper-server"
+    assert os.access(binary, os.X_OK)
+    assert (tmp_path / "data" / "engines" / "build-whisper-v9.8.7-cpu.log").is_file()
+    ls = blazar_cmd("engine", "ls", env=env).stdout
+    assert "whisper" in ls and "v9.8.7-cpu" in ls
+    again = blazar_cmd("engine", "build", "--kind", "whisper", "--source", str(tmp_path / "pkg"), env=env)
+    assert "built whisper v9.8.7-cpu" in again.stdout  # one directory down from the folder given
+    r = blazar_cmd("engine", "build", "--kind", "sd", "--source", str(tarball), env=env, check=False)
+    assert r.returncode != 0 and "only llama-cpp and whisper have a build lane" in r.stdout + r.stderr

@@ -123,16 +123,24 @@ def _run_logged(argv: list[str], log: Path, progress: Progress | None) -> None:
         raise EngineError(f"build step failed (exit {rc}): {' '.join(argv[:3])} ...; full log: {log}\n{tail}")
 
 
-def build_llama_server(
-    source: Path,
-    engines_dir: Path,
-    *,
-    cuda: bool = False,
-    version: str | None = None,
-    jobs: int | None = None,
-    progress: Progress | None = None,
-) -> BuildResult:
-    """Build ``llama-server`` from ``source`` (a directory or tarball) and install it under ``engines_dir``."""
+@dataclass(frozen=True, slots=True)
+class _Lane:
+    """What one build lane compiles: where its tree is, its version, its cmake flags and targets."""
+
+    kind: str
+    find_root: Callable[[Path], Path]
+    version_of: Callable[[Path], str]
+    tag_of: Callable[[str, str], str]
+    flags: Callable[[str], list[str]]
+    server: str
+    extras: tuple[str, ...] = ()
+    """Targets built after the server and installed beside it when the tree has them."""
+
+
+def _build(lane: _Lane, source: Path, engines_dir: Path, cuda: bool, version: str | None, jobs: int | None,
+           progress: Progress | None) -> BuildResult:  # fmt: skip
+    """Configure and build ``lane`` from ``source`` (a directory or tarball) in a temporary folder under
+    ``<engines>/.build/``, then install its binaries under ``<engines>/<kind>/<tag>/``."""
     cmake = find_tool("cmake")
     if cmake is None:
         raise EngineError(
@@ -149,43 +157,71 @@ def build_llama_server(
     with tempfile.TemporaryDirectory(dir=work_root) as tmp:
         tmpdir = Path(tmp)
         top = _extract(source, tmpdir / "src") if source.is_file() else source
-        root = find_llama_root(top)
-        version = version or detect_version(root)
-        tag = f"b{version}-{accel}"
+        root = lane.find_root(top)
+        version = version or lane.version_of(root)
+        tag = lane.tag_of(version, accel)
         build_dir = tmpdir / "build"
-        log = engines_dir / f"build-{tag}.log"
+        log = engines_dir / f"build-{'' if lane.kind == 'llama-cpp' else lane.kind + '-'}{tag}.log"
         log.unlink(missing_ok=True)
-        configure = [cmake, "-S", str(root), "-B", str(build_dir), *CMAKE_FLAGS]
-        if version.isdigit():
-            configure.append(f"-DLLAMA_BUILD_NUMBER={version}")
+        configure = [cmake, "-S", str(root), "-B", str(build_dir), *lane.flags(version)]
         if ninja:
             configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
         if cuda:
             configure.append("-DGGML_CUDA=ON")
         _run_logged(configure, log, None)
         n = jobs or os.cpu_count() or 1
-        _run_logged(
-            [cmake, "--build", str(build_dir), "--target", "llama-server", "-j", str(n)], log, progress
-        )
-        built = build_dir / "bin" / "llama-server"
+        _run_logged([cmake, "--build", str(build_dir), "--target", lane.server, "-j", str(n)], log, progress)
+        built = build_dir / "bin" / lane.server
         if not built.is_file():
             raise EngineError(f"the build finished but {built} is missing; see {log}")
-        # the quantizer links the libraries the server just built: one more source file; a tree too old to
-        # have the target still gives a server (``blazar quantize`` then says what is missing)
-        with contextlib.suppress(EngineError):
-            _run_logged([cmake, "--build", str(build_dir), "--target", QUANTIZER, "-j", str(n)], log, None)
-        dest_dir = engines_dir / "llama-cpp" / tag
+        for (
+            extra
+        ) in lane.extras:  # links what the server built: a few more files; a tree without it still serves
+            with contextlib.suppress(EngineError):
+                _run_logged([cmake, "--build", str(build_dir), "--target", extra, "-j", str(n)], log, None)
+        dest_dir = engines_dir / lane.kind / tag
         dest_dir.mkdir(parents=True, exist_ok=True)
-        for binary in (built, build_dir / "bin" / QUANTIZER):
+        for binary in (built, *(build_dir / "bin" / e for e in lane.extras)):
             if binary.is_file():
                 tmp_dest = dest_dir / f".{binary.name}.tmp"
                 shutil.copy2(binary, tmp_dest)
                 os.replace(tmp_dest, dest_dir / binary.name)
-        dest = dest_dir / "llama-server"
-    check = subprocess.run([str(dest), "--version"], capture_output=True, timeout=60)
+    return BuildResult(binary=dest_dir / lane.server, version=version, tag=tag, accel=accel)
+
+
+def _llama_flags(version: str) -> list[str]:
+    return [*CMAKE_FLAGS, *([f"-DLLAMA_BUILD_NUMBER={version}"] if version.isdigit() else [])]
+
+
+LLAMA = _Lane(
+    "llama-cpp",
+    find_llama_root,
+    detect_version,
+    lambda v, a: f"b{v}-{a}",
+    _llama_flags,
+    "llama-server",
+    (QUANTIZER,),
+)
+
+
+def build_llama_server(
+    source: Path,
+    engines_dir: Path,
+    *,
+    cuda: bool = False,
+    version: str | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Build ``llama-server`` (and ``llama-quantize`` beside it, which ``blazar quantize`` runs) from ``source``
+    (a directory or tarball) and install it under ``engines_dir``."""
+    result = _build(LLAMA, source, engines_dir, cuda, version, jobs, progress)
+    check = subprocess.run([str(result.binary), "--version"], capture_output=True, timeout=60)
     if check.returncode != 0:
-        raise EngineError(f"the built {dest} does not run: {check.stderr.decode(errors='replace')[-500:]}")
-    return BuildResult(binary=dest, version=version, tag=tag, accel=accel)
+        raise EngineError(
+            f"the built {result.binary} does not run: {check.stderr.decode(errors='replace')[-500:]}"
+        )
+    return result
 
 
 # -- whisper.cpp -------------------------------------------------------------------------------------------
@@ -234,6 +270,16 @@ def whisper_version(root: Path) -> str:
     return m.group(1) if m else "unknown"
 
 
+WHISPER = _Lane(
+    "whisper",
+    find_whisper_root,
+    whisper_version,
+    lambda v, a: f"v{v}-{a}",
+    lambda _v: list(WHISPER_CMAKE_FLAGS),
+    WHISPER_SERVER,
+)
+
+
 def build_whisper_server(
     source: Path,
     engines_dir: Path,
@@ -245,45 +291,4 @@ def build_whisper_server(
 ) -> BuildResult:
     """Build whisper.cpp's ``whisper-server`` from ``source`` (a directory or tarball) into
     ``<engines>/whisper/v<version>-<accel>/``."""
-    cmake = find_tool("cmake")
-    if cmake is None:
-        raise EngineError(
-            "cmake was not found: install it with `pip install cmake ninja` (or your OS package manager),"
-            " then rerun `blazar engine build`"
-        )
-    ninja = find_tool("ninja")
-    source = source.expanduser().resolve()
-    if not source.exists():
-        raise EngineError(f"source {source} does not exist")
-    accel = "cuda" if cuda else "cpu"
-    work_root = engines_dir / ".build"
-    work_root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=work_root) as tmp:
-        tmpdir = Path(tmp)
-        top = _extract(source, tmpdir / "src") if source.is_file() else source
-        root = find_whisper_root(top)
-        version = version or whisper_version(root)
-        tag = f"v{version}-{accel}"
-        build_dir = tmpdir / "build"
-        log = engines_dir / f"build-whisper-{tag}.log"
-        log.unlink(missing_ok=True)
-        configure = [cmake, "-S", str(root), "-B", str(build_dir), *WHISPER_CMAKE_FLAGS]
-        if ninja:
-            configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
-        if cuda:
-            configure.append("-DGGML_CUDA=ON")
-        _run_logged(configure, log, None)
-        n = jobs or os.cpu_count() or 1
-        _run_logged(
-            [cmake, "--build", str(build_dir), "--target", WHISPER_SERVER, "-j", str(n)], log, progress
-        )
-        built = build_dir / "bin" / WHISPER_SERVER
-        if not built.is_file():
-            raise EngineError(f"the build finished but {built} is missing; see {log}")
-        dest_dir = engines_dir / "whisper" / tag
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        dest = dest_dir / WHISPER_SERVER
-        tmp_dest = dest_dir / f".{WHISPER_SERVER}.tmp"
-        shutil.copy2(built, tmp_dest)
-        os.replace(tmp_dest, dest)
-    return BuildResult(binary=dest, version=version, tag=tag, accel=accel)
+    return _build(WHISPER, source, engines_dir, cuda, version, jobs, progress)
