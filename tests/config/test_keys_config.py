@@ -206,7 +206,8 @@ def test_load_config_text_validates_without_a_file(tmp_path: Path, env: dict[str
         (
             key_toml(extra='models = ["../x"]'),
             "key 'keys[0].models[0]' is not a valid model name: invalid model name '../x:latest': use name[:tag]"
-            " with letters, digits, '.', '_', '-' (and '/' in the name)",
+            " with letters, digits, '.', '_', '-' (and '/' between parts of the name, none of them"
+            " empty, '.' or '..')",
         ),
         (key_toml(extra="weight = 0"), "key 'keys[0].weight' must be a number > 0, got 0 (integer)"),
         (key_toml(extra="weight = -1.5"), "key 'keys[0].weight' must be a number > 0, got -1.5 (float)"),

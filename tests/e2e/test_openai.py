@@ -40,10 +40,10 @@ def test_list_and_retrieve_models(daemon: Daemon) -> None:
     bad = httpx.get(daemon.url + "/v1/models/a:b:c", timeout=10)
     assert bad.status_code == 400 and "invalid model name" in bad.json()["error"]["message"]
     # an unrouted path under /v1/messages answers in Anthropic's shape, under /api/ in Ollama's
-    r = httpx.post(daemon.url + "/v1/messages/batches", json={}, timeout=10)
+    r = httpx.post(daemon.url + "/v1/messages/drafts", json={}, timeout=10)
     assert r.status_code == 404 and r.json() == {
         "type": "error",
-        "error": {"type": "not_found_error", "message": "no route for POST /v1/messages/batches"},
+        "error": {"type": "not_found_error", "message": "no route for POST /v1/messages/drafts"},
     }
     assert httpx.get(daemon.url + "/api/nothing", timeout=10).json() == {
         "error": "no route for GET /api/nothing"
