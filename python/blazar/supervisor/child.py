@@ -305,10 +305,10 @@ class Child:
             await proc.wait()
         for suffix in ("pid", "apikey"):
             self.data.child_file(self.key, suffix).unlink(missing_ok=True)
+        if self.spec.socket_path is not None:  # with the run files, before anything awaits: gone together
+            remove_stale_socket(self.spec.socket_path)  # the engine leaves it behind
         if self._own_http and self.http is not None:
             self._own_http = False
             await self.http.close()
-        if self.spec.socket_path is not None:
-            remove_stale_socket(self.spec.socket_path)  # the engine leaves it behind
         if self.state is not State.CRASHED:
             self.state = State.STOPPED
