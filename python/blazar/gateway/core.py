@@ -60,30 +60,39 @@ _ROUTES_MAX = 1024
 def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, int]:
     """Once per request: the catalog name, the child key (embeddings run in their own ``@embed`` child; a LoRA
     adapter runs on its base model's) and the model's slot count N for admission (1 for a whisper model: its
-    server transcribes one file at a time). Memoised per client-given name in ``sup.routes`` for the catalog's
-    language models (the config is immutable, so their answer never changes); adapters, whisper models and
-    unknown names are looked up each time, as they may change at run time, and a request of the wrong kind
-    for its model (audio for a language model, text for a whisper model) is refused here, before an engine
-    starts for it."""
+    server transcribes one file at a time)."""
+    return _route(sup, canon)[0]
+
+
+def _route(sup: Supervisor, canon: CanonicalRequest) -> tuple[tuple[str, str, int], HttpError | None]:
+    """``route_target``'s answer, and the error for a request of the wrong kind for its model (audio for a
+    language model, text for a whisper model), which ``claim_local`` raises once the key's scope is checked.
+    Memoised per client-given name in ``sup.routes`` for the catalog's language models (the config is
+    immutable, so their answer never changes, and they take every kind but audio); adapters, whisper models and
+    unknown names are looked up each time, as they may change at run time."""
     embedding = canon.kind == "embedding"
+    audio = canon.kind == "audio"
     routes = sup.routes
-    hit = routes.get((canon.model, embedding)) if canon.kind != "audio" else None
+    hit = routes.get((canon.model, embedding)) if not audio else None
     if hit is not None:
-        return hit
+        return hit, None
     name = names.normalize(canon.model)
     adapter = sup.loras.find(name)
     base = adapter.base if adapter is not None else name  # a LoRA adapter queues for its base model's engine
     row = sup.catalog.find(name) if adapter is None else None
     whisper = row is not None and row.format == "whisper"
+    wrong = (
+        _wrong_kind(name, whisper) if whisper != audio and (row is not None or adapter is not None) else None
+    )
     ov = sup.cfg.model_override(base)
     slots = 1 if whisper else ov.parallel if ov.parallel is not None else sup.cfg.parallel
     target = name, child_key(base, embedding), slots
     if row is None or whisper:
-        return target
+        return target, wrong
     if len(routes) >= _ROUTES_MAX:
         routes.clear()
     routes[(canon.model, embedding)] = target
-    return target
+    return target, wrong
 
 
 def _wrong_kind(name: str, whisper: bool) -> HttpError:
@@ -115,20 +124,12 @@ def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     """``claim`` once ``claim_remote`` found the name local (so the remotes are not asked twice). After the key's
     scope (a key learns nothing of the models outside it), a request of the wrong kind for its model (audio for
     a language model, text for a whisper model) is refused, before an engine starts for it."""
-    target = route_target(sup, canon)
+    target, wrong = _route(sup, canon)
     req.gate.check_model(req, target[0])
-    if canon.kind == "audio" or (canon.model, canon.kind == "embedding") not in sup.routes:
-        _check_kind(sup, canon, target[0])  # a remembered route is a language model's
+    if wrong is not None:
+        raise wrong
     _note(req, canon)
     return target
-
-
-def _check_kind(sup: Supervisor, canon: CanonicalRequest, name: str) -> None:
-    adapter = sup.loras.find(name)
-    row = sup.catalog.find(name) if adapter is None else None
-    whisper = row is not None and row.format == "whisper"
-    if whisper != (canon.kind == "audio") and (row is not None or adapter is not None):
-        raise _wrong_kind(name, whisper)
 
 
 def _note(req: Request, canon: CanonicalRequest) -> None:
