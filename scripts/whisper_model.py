@@ -108,22 +108,28 @@ def convert(ct2_dir: Path, assets: Path, out: Path) -> int:
     for conv in ("conv1", "conv2"):
         linear(f"encoder.{conv}", f"encoder/{conv}")
     tensors["encoder.positional_embedding"] = g("encoder/position_encodings/encodings")
-    for i in range(n_audio_layer):
-        s, d = f"encoder/layer_{i}", f"encoder.blocks.{i}"
+
+    def attention(
+        d: str, s: str
+    ) -> None:  # a block's self-attention: d the whisper name, s the CTranslate2 one
         self_attention(d + ".attn", s + "/self_attention/linear_0")
         linear(d + ".attn.out", s + "/self_attention/linear_1")
         norm(d + ".attn_ln", s + "/self_attention/layer_norm")
+
+    def mlp(d: str, s: str) -> None:
         linear(d + ".mlp.0", s + "/ffn/linear_0")
         linear(d + ".mlp.2", s + "/ffn/linear_1")
         norm(d + ".mlp_ln", s + "/ffn/layer_norm")
+
+    for i in range(n_audio_layer):
+        attention(f"encoder.blocks.{i}", f"encoder/layer_{i}")
+        mlp(f"encoder.blocks.{i}", f"encoder/layer_{i}")
     norm("encoder.ln_post", "encoder/layer_norm")
     tensors["decoder.token_embedding.weight"] = g("decoder/embeddings/weight")
     tensors["decoder.positional_embedding"] = g("decoder/position_encodings/encodings")
     for i in range(n_text_layer):
         s, d = f"decoder/layer_{i}", f"decoder.blocks.{i}"
-        self_attention(d + ".attn", s + "/self_attention/linear_0")
-        linear(d + ".attn.out", s + "/self_attention/linear_1")
-        norm(d + ".attn_ln", s + "/self_attention/layer_norm")
+        attention(d, s)
         linear(d + ".cross_attn.query", s + "/attention/linear_0")
         kv, kv_bias = g(s + "/attention/linear_1/weight"), g(s + "/attention/linear_1/bias")
         h = kv.shape[0] // 2  # fused key, value of the cross attention
@@ -131,9 +137,7 @@ def convert(ct2_dir: Path, assets: Path, out: Path) -> int:
         tensors[d + ".cross_attn.value.bias"] = kv_bias[h:]
         linear(d + ".cross_attn.out", s + "/attention/linear_2")
         norm(d + ".cross_attn_ln", s + "/attention/layer_norm")
-        linear(d + ".mlp.0", s + "/ffn/linear_0")
-        linear(d + ".mlp.2", s + "/ffn/linear_1")
-        norm(d + ".mlp_ln", s + "/ffn/layer_norm")
+        mlp(d, s)
     norm("decoder.ln", "decoder/layer_norm")
 
     with np.load(assets / "mel_filters.npz") as f:
