@@ -20,9 +20,8 @@ from blazar.gateway.batch import (
     batch_item,
     file_content,
     file_item,
-    parse_multipart,
 )
-from blazar.gateway.http import HttpError
+from blazar.gateway.http import HttpError, parse_multipart
 from blazar.keys import KeyRegistry
 from blazar.paths import DataDir
 from blazar.store import Store
@@ -56,27 +55,31 @@ def test_read_input_takes_good_lines_and_names_each_bad_one() -> None:
     assert read_input(many, EP)[1][0]["code"] == "too_many_requests"
 
 
+def parse_form(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:
+    return parse_multipart(content_type, body, "the fields 'file' and 'purpose'")
+
+
 def test_a_multipart_upload_as_clients_send_it() -> None:
     req = httpx.Request("POST", "http://x/v1/files", files={"file": ("in.jsonl", b'{"a": 1}\r\n{"b": 2}\n')},
                         data={"purpose": "batch"})  # fmt: skip
-    fields = parse_multipart(req.headers["content-type"], req.read())
+    fields = parse_form(req.headers["content-type"], req.read())
     assert fields["file"] == ("in.jsonl", b'{"a": 1}\r\n{"b": 2}\n')  # the bytes exactly, line ends included
     assert fields["purpose"] == (None, b"batch")
     big = b'{"custom_id": "x"}\r\n--\r\n' * 1_500_000  # 30 MB, dashes and line ends inside
     req_big = httpx.Request(
         "POST", "http://x/v1/files", files={"file": ("big.jsonl", big)}, data={"purpose": "batch"}
     )
-    assert parse_multipart(req_big.headers["content-type"], req_big.read())["file"] == ("big.jsonl", big)
+    assert parse_form(req_big.headers["content-type"], req_big.read())["file"] == ("big.jsonl", big)
     for content_type, body in (("application/json", b"{}"), (None, b""), ("multipart/form-data", b"x")):
         with pytest.raises(HttpError, match="multipart/form-data"):
-            parse_multipart(content_type, body)
+            parse_form(content_type, body)
     whole = req.read()
     with pytest.raises(HttpError, match="is it complete"):  # cut off before its closing boundary
-        parse_multipart(req.headers["content-type"], whole[: whole.rindex(b"--")])
+        parse_form(req.headers["content-type"], whole[: whole.rindex(b"--")])
     nested = (b'--B\r\nContent-Disposition: form-data; name="file"\r\nContent-Type: multipart/mixed; boundary=C\r\n\r\n'
               b"--C\r\n\r\nx\r\n--C--\r\n--B--\r\n")  # fmt: skip
     with pytest.raises(HttpError, match="must hold a file"):
-        parse_multipart("multipart/form-data; boundary=B", nested)
+        parse_form("multipart/form-data; boundary=B", nested)
 
 
 def test_a_busy_answer_is_retried_after_its_retry_after_or_a_growing_pause() -> None:

@@ -138,3 +138,6 @@ def test_a_failing_tool_is_a_teaching_error_and_leaves_nothing(smol: Catalog, tm
         quantize.run(smol, job)
     assert failed.value.status == 500
     assert smol.find("broken:q8_0") is None and _staged(smol) == []
+    message = str(failed.value)
+    assert "full log: logs/quantize-broken--q8_0.log in blazar's data directory" in message
+    assert str(smol.data.root) not in message  # the tool prints its files' paths: an HTTP error must not

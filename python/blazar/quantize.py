@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shutil
-import subprocess
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,10 +178,14 @@ def _step(line: bytes) -> tuple[int, int] | None:
 
 
 def _failed(job: Job, rc: int | None) -> QuantizeFailed:
+    """The failure, quoting the log's tail: data-directory paths in it (the tool prints its files) and the log's
+    own place are named relative to the data directory, as an HTTP error body must."""
     tail = job.log.read_bytes()[-1500:].decode(errors="replace").strip() if job.log.is_file() else ""
+    tail = tail.replace(str(job.log.parent.parent) + os.sep, "")
     why = f"exit {rc}" if rc is not None else "it was stopped"
     return QuantizeFailed(
-        f"{QUANTIZER} failed ({why}) quantizing '{job.source.name}' to {job.type}; full log: {job.log}\n{tail}"
+        f"{QUANTIZER} failed ({why}) quantizing '{job.source.name}' to {job.type}; full log:"
+        f" logs/{job.log.name} in blazar's data directory\n{tail}"
     )
 
 
@@ -190,28 +194,16 @@ OUT = "quantized.gguf"
 
 
 def run(catalog: Catalog, job: Job, progress: Progress | None = None) -> ModelRow:
-    """Quantize and add the result to the catalog, in this thread (the CLI)."""
-    out = catalog.files.staging() / OUT
-    MAKING.add(job.name)
-    try:
-        job.log.parent.mkdir(parents=True, exist_ok=True)
-        with (
-            job.log.open("wb") as log,
-            subprocess.Popen(job.argv(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc,
-        ):
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                step = _step(line)
-                if step is not None and progress is not None:
-                    progress(*step)
-            rc = proc.wait()
-        if rc != 0 or not out.is_file():
-            raise _failed(job, rc)
-        return catalog.import_file(out, job.name, sha256=sha256_file(out))
-    finally:
-        MAKING.discard(job.name)
-        shutil.rmtree(out.parent, ignore_errors=True)
+    """Quantize and add the result to the catalog, from synchronous code (the CLI): ``run_async`` on a loop of
+    its own, each step handed to ``progress``. Ctrl-C cancels it, which kills the tool."""
+
+    async def drive() -> None:
+        async for done, total in run_async(catalog, job):
+            if progress is not None:
+                progress(done, total)
+
+    asyncio.run(drive())
+    return catalog.get(job.name)
 
 
 async def run_async(catalog: Catalog, job: Job) -> AsyncGenerator[tuple[int, int], None]:

@@ -11,6 +11,7 @@ formats it reads.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Any
 
@@ -19,8 +20,7 @@ import orjson
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.engines.argv import WHISPER_PATH
 from blazar.gateway import core, proxy
-from blazar.gateway.batch import parse_multipart
-from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request, parse_multipart
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -59,7 +59,8 @@ def _field(fields: dict[str, tuple[str | None, bytes]], name: str) -> str | None
 
 
 async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
-    fields = parse_multipart(req.headers.get("content-type"), req.body, _EXPECT)
+    # a 50 MiB upload takes a while to split: not on the event loop
+    fields = await asyncio.to_thread(parse_multipart, req.headers.get("content-type"), req.body, _EXPECT)
     if "file" not in fields or not fields["file"][1]:
         raise HttpError(
             400, f"'file' is required: the audio to transcribe (WAV, MP3 or FLAC); send {_EXPECT}"

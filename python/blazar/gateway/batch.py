@@ -20,8 +20,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from email import policy
-from email.parser import BytesHeaderParser
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -42,7 +40,7 @@ from blazar.batches import (
     new_id,
     read_input,
 )
-from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.gateway.http import JSON_HEADERS, HttpError, Request, parse_multipart
 from blazar.keys import KeyRegistry
 from blazar.store import Store
 from blazar.supervisor import Supervisor
@@ -105,54 +103,6 @@ def _page(req: Request, items: list[dict[str, Any]], default_limit: int, max_lim
     })  # fmt: skip
 
 
-def _boundary(content_type: str | None, expect: str) -> bytes:
-    if not content_type or not content_type.lower().startswith("multipart/form-data"):
-        raise HttpError(400, f"upload the file as multipart/form-data with {expect}")
-    msg = BytesHeaderParser(policy=policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1", "replace")
-    )
-    boundary = msg.get_param("boundary")
-    if not isinstance(boundary, str) or not boundary or len(boundary) > 200:
-        raise HttpError(400, f"upload the file as multipart/form-data with {expect}")
-    return boundary.encode("latin-1", "replace")
-
-
-def parse_multipart(
-    content_type: str | None, body: bytes, expect: str = "the fields 'file' and 'purpose'"
-) -> dict[str, tuple[str | None, bytes]]:
-    """The fields of a ``multipart/form-data`` body: name -> (filename, bytes), each part's bytes exactly as
-    sent. Parts are found with ``bytes.find`` (a 50 MiB upload in milliseconds); a body cut off before its
-    closing boundary, or a part that is itself multipart, is refused (``expect``: what to send instead)."""
-    delim = b"--" + _boundary(content_type, expect)
-    unreadable = HttpError(
-        400, f"the multipart/form-data body could not be read (is it complete?); send {expect}"
-    )
-    at = body.find(delim)
-    if at < 0 or (at > 0 and body[at - 2 : at] != b"\r\n"):
-        raise unreadable
-    fields: dict[str, tuple[str | None, bytes]] = {}
-    pos = at + len(delim)
-    while True:
-        if body[pos : pos + 2] == b"--":
-            return fields
-        if body[pos : pos + 2] != b"\r\n":
-            raise unreadable
-        head_end = body.find(b"\r\n\r\n", pos + 2)
-        if head_end < 0:
-            raise unreadable
-        start = head_end + 4
-        end = body.find(b"\r\n" + delim, start)
-        if end < 0:
-            raise unreadable
-        part = BytesHeaderParser(policy=policy.HTTP).parsebytes(body[pos + 2 : head_end + 2])
-        name = part.get_param("name", header="content-disposition")
-        if isinstance(name, str) and name not in fields:
-            if part.get_content_maintype() == "multipart":
-                raise HttpError(400, f"the multipart field '{name[:40]}' must hold a file, not more parts")
-            fields[name] = (part.get_filename(), body[start:end])
-        pos = end + 2 + len(delim)
-
-
 UPLOAD_PURPOSES = tuple(p for p in PURPOSES if p != "batch_output")
 """``batch_output`` names the files Blazar writes; an upload may not claim it (as in OpenAI)."""
 METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
@@ -173,7 +123,9 @@ async def files_root(sup: Supervisor, req: Request, proto: Any) -> Response:
             10_000,
         )
     # a big body takes a while to read: not on the event loop
-    fields = await asyncio.to_thread(parse_multipart, req.headers.get("content-type"), req.body)
+    fields = await asyncio.to_thread(
+        parse_multipart, req.headers.get("content-type"), req.body, "the fields 'file' and 'purpose'"
+    )
     purpose = fields.get("purpose", (None, b""))[1].decode("utf-8", "replace").strip()
     if purpose not in UPLOAD_PURPOSES:
         raise HttpError(400, f"'purpose' must be one of {', '.join(UPLOAD_PURPOSES)}; got '{purpose[:40]}'")
