@@ -95,6 +95,8 @@ def test_a_llama_server_that_can_listens_on_a_unix_socket_in_the_data_directory(
     assert flag(spec.argv_template, "--host") == str(sock) and "--port" not in spec.argv_template
     embed = compile_profile(cfg, row(model_file), new, hardware=ROOMY, embeddings=True)
     assert embed.socket_path == tmp_path / "data" / "run" / "smollm2--latest--embed.sock"
+    late = compile_profile(cfg, row(model_file), new, hardware=ROOMY, embeddings=True, tokens=True)
+    assert late.socket_path == tmp_path / "data" / "run" / "smollm2--latest--tokens.sock"
     # Too old, unknown, or a socket path too long for sun_path: a TCP port on 127.0.0.1.
     deep = cfg_from(tmp_path / ("d" * 90))
     for engine, c in ((replace(ENGINE, version="b4800"), cfg), (ENGINE, cfg), (new, deep)):
@@ -203,6 +205,23 @@ def test_embeddings_profile(tmp_path: Path, model_file: Path) -> None:
     cfg = cfg_from(tmp_path, "lookup_cache = true\n")
     a = compile_profile(cfg, row(model_file), ENGINE, embeddings=True, hardware=ROOMY).argv_template
     assert a[-3:] == ("--embeddings", "--pooling", "mean") and "--lookup-cache-dynamic" not in a
+
+
+def test_late_chunking_profile(tmp_path: Path, model_file: Path) -> None:
+    """The late-chunking engine gives one vector per token, and embeds a request's tokens in one batch: of
+    late_chunking_max_tokens, within one slot's context. It has its own socket; other lanes refuse it."""
+    cfg = cfg_from(tmp_path, "late_chunking_max_tokens = 300\nctx_size = 2048\nparallel = 2\n")
+    spec = compile_profile(cfg, row(model_file), ENGINE, embeddings=True, tokens=True, hardware=ROOMY)
+    a = spec.argv_template
+    assert a[-7:] == ("--embeddings", "--pooling", "none", "--batch-size", "300", "--ubatch-size", "300")
+    small_slot = cfg_from(tmp_path, "late_chunking_max_tokens = 8192\nctx_size = 2048\nparallel = 2\n")
+    b = compile_profile(small_slot, row(model_file), ENGINE, embeddings=True, tokens=True, hardware=ROOMY)
+    assert flag(b.argv_template, "--ubatch-size") == flag(b.argv_template, "--batch-size") == "1024"
+    sglang = EngineRow("sglang", "v0.5", None, Path("/x/sglang"), "venv", "cuda", None, True)
+    with pytest.raises(
+        LaneError, match="late_chunking needs per-token embeddings, which only the llama-cpp lane"
+    ):
+        compile_profile(cfg, row(model_file), sglang, embeddings=True, tokens=True, hardware=ROOMY)
 
 
 def test_the_context_is_fitted_or_refused(tmp_path: Path, model_file: Path) -> None:

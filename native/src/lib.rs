@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 pub mod frame;
 pub mod gguf;
+pub mod pool;
 pub mod relay;
 pub mod semcache;
 pub mod translate;
@@ -19,5 +20,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     translate::init_pymodule(m)?;
     semcache::init_pymodule(m)?;
     relay::init_pymodule(m)?;
+    pool::init_pymodule(m)?;
     Ok(())
 }

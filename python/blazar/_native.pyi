@@ -15,6 +15,7 @@ __all__ = [
     "StreamError",
     "StreamTranslator",
     "parse_gguf_metadata",
+    "pool_token_spans",
     "read_gguf_metadata",
     "translate_whole",
 ]
@@ -167,6 +168,16 @@ def translate_whole(
     eval durations come from llama.cpp's ``timings``. An engine ``{"error": ...}`` body becomes
     the dialect's error body. Raises :class:`StreamError` for a body that is not a UTF-8 JSON
     object and ``ValueError`` for an unknown dialect."""
+
+# ---- late chunking (native/src/pool) ---------------------------------------------------------
+
+def pool_token_spans(body: bytes, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+    """Late chunking: ``body`` is llama-server's ``/embeddings`` answer for one input on an engine
+    started with ``--pooling none`` (``[{"index": 0, "embedding": [[f32, ...], ...]}]``, one vector
+    per token). For each ``(start, end)`` token span, the mean of those tokens' vectors,
+    L2-normalised, as little-endian float32 bytes. Parsed with the GIL released. Raises
+    ``ValueError`` for another shape, ragged vectors, or a span that is empty or past the last
+    token."""
 
 # ---- semantic cache index (native/src/semcache) ---------------------------------------------
 

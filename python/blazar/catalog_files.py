@@ -21,7 +21,7 @@ from pathlib import Path
 
 from blazar.digests import CopyProgress, sha256_file
 from blazar.errors import CatalogError
-from blazar.paths import DataDir, alive, safe_component
+from blazar.paths import EMBED_SUFFIXES, DataDir, alive, safe_component
 
 
 def link_or_copy(src: Path, dest: Path, progress: CopyProgress | None, *, digest: bool = False) -> str | None:
@@ -72,7 +72,7 @@ def link_or_copy(src: Path, dest: Path, progress: CopyProgress | None, *, digest
 
 def storage_keys(name: str) -> set[tuple[str, str]]:
     """Where a catalog name lands on disk: its weights under models/ (a file, or a folder for a split set) and
-    the run/, logs/, sessions/ and speccache/ entries of its chat and ``@embed`` children. ``safe_component``
+    the run/, logs/, sessions/ and speccache/ entries of its chat and embedding (``@embed``, ``@tokens``) children. ``safe_component``
     writes '/', ':' and '@' all as '--', so two names can land in one place; compared case-folded, as a
     case-insensitive file system compares them."""
     base, _, tag = name.rpartition(":")
@@ -81,7 +81,7 @@ def storage_keys(name: str) -> set[tuple[str, str]]:
         ("models", folder),
         ("models", folder + ".gguf"),
         ("run", safe_component(name)),
-        ("run", safe_component(name + "@embed")),
+        *(("run", safe_component(name + suffix)) for suffix in EMBED_SUFFIXES),
     }
     return {(where, key.casefold()) for where, key in keys}
 

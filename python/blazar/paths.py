@@ -28,8 +28,16 @@ def alive(pid: int) -> bool:
     return True
 
 
-def child_key(name: str, embeddings: bool) -> str:
-    """The key of the engine child serving catalog model ``name``: embeddings run in their own ``@embed`` one."""
+TOKENS_SUFFIX = "@tokens"
+EMBED_SUFFIXES = ("@embed", TOKENS_SUFFIX)
+"""The key suffixes of a model's embedding children: pooled embeddings, and late chunking's per-token ones."""
+
+
+def child_key(name: str, embeddings: bool, tokens: bool = False) -> str:
+    """The key of the engine child serving catalog model ``name``: embeddings run in their own ``@embed`` one,
+    late chunking's per-token embeddings (``--pooling none``) in ``@tokens``."""
+    if tokens:
+        return name + TOKENS_SUFFIX
     return name + "@embed" if embeddings else name
 
 

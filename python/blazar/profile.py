@@ -329,6 +329,7 @@ def compile_llama_cpp(
     embeddings: bool = False,
     hardware: Hardware | None = None,
     ctx_size: int | None = None,
+    tokens: bool = False,
 ) -> LaunchSpec:
     ov = cfg.model_override(model.name)
     st = model_settings(cfg, model.name)
@@ -344,7 +345,7 @@ def compile_llama_cpp(
         )
     data = cfg.data_dir
     slot_dir = data / "sessions" / safe_component(model.name)
-    sock = DataDir(data).run_file(child_key(model.name, embeddings), "sock")
+    sock = DataDir(data).run_file(child_key(model.name, embeddings, tokens), "sock")
     unix = lane_argv.serves_unix_socket(
         engine.kind, engine.version, engine.lane_class
     ) and lane_argv.socket_fits(sock)
@@ -385,7 +386,12 @@ def compile_llama_cpp(
     if st.lookup_cache and not embeddings:
         lookup = data / "speccache" / f"{safe_component(model.name)}.bin"
         argv += ["--spec-type", "ngram-cache", "--lookup-cache-dynamic", str(lookup)]
-    if embeddings:
+    if (
+        tokens
+    ):  # late chunking: one vector per token, pooled per chunk by the gateway; the input fits one batch
+        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, est.parallel)))
+        argv += ["--embeddings", "--pooling", "none", "--batch-size", batch, "--ubatch-size", batch]
+    elif embeddings:
         argv += ["--embeddings", "--pooling", "mean"]
     sleep_secs = _flag_int(ov.extra_args, "--sleep-idle-seconds")  # the user's own wins
     if sleep_secs is None:
@@ -409,6 +415,13 @@ def compile_llama_cpp(
     )
 
 
+def late_chunk_batch(cfg: Config, ctx_per_slot: int) -> int:
+    """The physical batch of a late-chunking engine: one request's tokens are embedded in one batch, so it is
+    ``late_chunking_max_tokens``, within one slot's context."""
+    limit = cfg.late_chunking_max_tokens
+    return min(limit, ctx_per_slot) if ctx_per_slot > 0 else limit
+
+
 def compile_profile(
     cfg: Config,
     model: ModelRow,
@@ -417,13 +430,21 @@ def compile_profile(
     embeddings: bool = False,
     hardware: Hardware | None = None,
     ctx_size: int | None = None,
+    tokens: bool = False,
 ) -> LaunchSpec:
     """The launch spec for ``model`` on ``engine``; ``hardware`` defaults to probing the machine now and
     ``ctx_size`` (e.g. Ollama's ``num_ctx``) replaces the configured context. Raises ``ProfileUnfit`` (503) when
-    the model cannot fit, ``LaneError`` for a lane without a compiler (sd, whisper) or settings it cannot take."""
+    the model cannot fit, ``LaneError`` for a lane without a compiler (sd, whisper) or settings it cannot take.
+    ``tokens``: the model's late-chunking engine (per-token embeddings), which only llama-server gives."""
     if engine.kind == "llama-cpp":
         return compile_llama_cpp(
-            cfg, model, engine, embeddings=embeddings, hardware=hardware, ctx_size=ctx_size
+            cfg, model, engine, embeddings=embeddings, hardware=hardware, ctx_size=ctx_size, tokens=tokens
+        )
+    if tokens:
+        raise LaneError(
+            f"late_chunking needs per-token embeddings, which only the llama-cpp lane gives, but model"
+            f" '{model.name}' runs on the {engine.kind} lane; serve it with llama-cpp (engine = \"llama-cpp\" under"
+            f' [models."{model.name}"] in config.toml, for a GGUF) or embed without late_chunking'
         )
     from blazar.profile_lanes import compile_lane  # it builds on this module
 

@@ -538,9 +538,26 @@ def test_embedding() -> None:
     }
 
 
+def test_late_chunking() -> None:
+    req = openai.parse_embedding({"model": "e", "input": ["a", "b"], "late_chunking": True, "dimensions": 8})
+    assert req.late_chunking and req.input == ["a", "b"] and "late_chunking" not in req.params
+    assert req.notes == ["dimensions: late_chunking vectors have the model's own size"]
+    one = openai.parse_embedding({"model": "e", "input": "one text", "late_chunking": True})
+    assert one.input == ["one text"] and not one.notes
+    off = openai.parse_embedding({"model": "e", "input": [1, 2], "late_chunking": False})
+    assert not off.late_chunking and off.input == [1, 2]
+
+
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
+        ({"input": "a", "late_chunking": "yes"}, "'late_chunking' must be a boolean, got string"),
+        (
+            {"input": [1, 2], "late_chunking": True},
+            "array of non-empty strings (the chunks of one text, in order)",
+        ),
+        ({"input": ["a", ""], "late_chunking": True}, 'got string "" at input[1]'),
+        ({"input": ["a"] * 2049, "late_chunking": True}, "late_chunking takes at most 2048 chunks, got 2049"),
         (
             {},
             "'input' is required and must be a non-empty string, an array of strings or an array of token ids, got nothing",

@@ -21,6 +21,7 @@ from blazar.config.model import (
     DEFAULT_HOST,
     DEFAULT_IDLE_SLEEP_SECS,
     DEFAULT_IDLE_TIMEOUT_SECS,
+    DEFAULT_LATE_CHUNKING_MAX_TOKENS,
     DEFAULT_LOG_LEVEL,
     DEFAULT_MEMORY_HEADROOM_MIB,
     DEFAULT_PARALLEL,
@@ -59,6 +60,11 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         "whisper_idle_secs",
         DEFAULT_WHISPER_IDLE_SECS,
         "Stop an idle whisper-server (audio transcriptions) after this many seconds; 0 = keep it until blazar stops.",
+    ),
+    (
+        "late_chunking_max_tokens",
+        DEFAULT_LATE_CHUNKING_MAX_TOKENS,
+        "Most tokens (all chunks together) one late_chunking embedding request may have; more is a 413.",
     ),
     (
         "child_start_timeout_secs",

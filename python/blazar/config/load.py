@@ -118,6 +118,7 @@ _TOP_LEVEL: dict[str, Check] = {
     "idle_sleep_secs": lambda c, k, v: integer(c, k, v, 0, 2**31 - 1),  # llama-server reads an int
     "engine_metrics_secs": lambda c, k, v: integer(c, k, v, 0),
     "whisper_idle_secs": lambda c, k, v: integer(c, k, v, 0),
+    "late_chunking_max_tokens": lambda c, k, v: integer(c, k, v, 1, 1 << 20),
     "child_start_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
     "child_header_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
     "stop_grace_secs": lambda c, k, v: number(c, k, v, 0.0),

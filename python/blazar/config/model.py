@@ -21,6 +21,7 @@ DEFAULT_IDLE_TIMEOUT_SECS = 1800
 DEFAULT_IDLE_SLEEP_SECS = 300
 DEFAULT_ENGINE_METRICS_SECS = 60
 DEFAULT_WHISPER_IDLE_SECS = 900
+DEFAULT_LATE_CHUNKING_MAX_TOKENS = 8192
 DEFAULT_CHILD_START_TIMEOUT_SECS = 120
 DEFAULT_CHILD_HEADER_TIMEOUT_SECS = 120
 DEFAULT_QUEUE_WAIT_SECS = 30
@@ -247,7 +248,8 @@ class Config:
     weights and KV cache while its process stays (it reloads them on the next request); ``engine_metrics_secs``
     (0 = off) is how often each llama-server's ``/metrics`` is read for the cache hints ``/api/ps`` shows;
     ``whisper_idle_secs`` (0 = until the daemon stops) is how long an idle whisper-server is kept, in place of
-    ``idle_timeout_secs``; ``ctx_size == 0`` uses the model's trained context;
+    ``idle_timeout_secs``; ``late_chunking_max_tokens`` bounds the tokens of one late-chunking embedding request
+    (all its chunks together; more is a 413); ``ctx_size == 0`` uses the model's trained context;
     ``threads == 0`` and ``gpu_layers == -1`` leave the choice to the engine; ``engine_check_secs == 0`` turns
     the background engine update check off. ``cache_type_k``/``cache_type_v``/``flash_attn``/``swa_full`` go to
     the engine as they are; ``lookup_cache`` turns on llama-server's n-gram lookup decoding with a per-model
@@ -269,6 +271,7 @@ class Config:
     idle_sleep_secs: int = DEFAULT_IDLE_SLEEP_SECS
     engine_metrics_secs: int = DEFAULT_ENGINE_METRICS_SECS
     whisper_idle_secs: int = DEFAULT_WHISPER_IDLE_SECS
+    late_chunking_max_tokens: int = DEFAULT_LATE_CHUNKING_MAX_TOKENS
     child_start_timeout_secs: int = DEFAULT_CHILD_START_TIMEOUT_SECS
     child_header_timeout_secs: int = DEFAULT_CHILD_HEADER_TIMEOUT_SECS
     stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS

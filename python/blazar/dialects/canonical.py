@@ -66,6 +66,8 @@ class CanonicalRequest:
     suffix         fill-in-the-middle: text after the insertion point (renders to ``ENGINE_INFILL``).
     options_ctx    Ollama ``options.num_ctx``: the per-slot context the supervisor (re)starts the engine with.
     truncate       Ollama ``/api/embed``: cut each input to what the engine embeds in one batch (its default).
+    late_chunking  embedding kind, ``input`` a list of non-empty strings: the chunks of one text, embedded together
+                   and pooled per chunk (``gateway.late_chunking``).
     notes          fields accepted but ignored, one teaching sentence each.
     load_only      Ollama: no prompt, messages or input; the request only loads (or with keep_alive 0 unloads) the
                    model and is never sent to the engine.
@@ -87,6 +89,7 @@ class CanonicalRequest:
     suffix: str | None = None
     options_ctx: int | None = None
     truncate: bool = False
+    late_chunking: bool = False
     notes: list[str] = field(default_factory=list)
     load_only: bool = False
 

@@ -87,7 +87,10 @@ _COMPLETION_OWN = {
     "model", "prompt", "stream", "stream_options", "n", "keep_alive", "max_tokens", "stop", "logprobs",
     "best_of", "echo", "suffix", "response_format",
 }  # fmt: skip
-_EMBEDDING_OWN = {"model", "input", "keep_alive"}
+MAX_LATE_CHUNKS = 2048
+"""The most chunks one late_chunking request may have (OpenAI's bound on an embeddings request's inputs)."""
+
+_EMBEDDING_OWN = {"model", "input", "keep_alive", "late_chunking"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,12 +188,29 @@ def parse_embedding(body: Any) -> CanonicalRequest:
     dims = params.get("dimensions")
     if dims is not None and (not is_int(dims) or dims < 1):
         raise DialectError(400, f"'dimensions' must be a positive integer, got {shown(dims)}")
+    late = _flag(body, "late_chunking")
+    notes = []
+    if late:
+        inp = [inp] if isinstance(inp, str) else inp
+        bad = next((i for i, c in enumerate(inp) if not isinstance(c, str) or not c), None)
+        if bad is not None:
+            raise DialectError(
+                400,
+                "with late_chunking, 'input' must be a string or an array of non-empty strings (the chunks of one"
+                f" text, in order), got {shown(inp[bad])} at input[{bad}]",
+            )
+        if len(inp) > MAX_LATE_CHUNKS:
+            raise DialectError(400, f"late_chunking takes at most {MAX_LATE_CHUNKS} chunks, got {len(inp)}")
+        if dims is not None:
+            notes.append("dimensions: late_chunking vectors have the model's own size")
     return CanonicalRequest(
         model=_model(body),
         kind="embedding",
         input=inp,
         params=params,
         keep_alive=parse_duration(body.get("keep_alive")),
+        late_chunking=late,
+        notes=notes,
     )
 
 

@@ -73,7 +73,8 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> tuple[tuple[str, str, in
     embedding = canon.kind == "embedding"
     audio = canon.kind == "audio"
     routes = sup.routes
-    hit = routes.get((canon.model, embedding)) if not audio else None
+    use = (canon.model, embedding, canon.late_chunking)
+    hit = routes.get(use) if not audio else None
     if hit is not None:
         return hit, None
     name = names.normalize(canon.model)
@@ -86,12 +87,12 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> tuple[tuple[str, str, in
     )
     ov = sup.cfg.model_override(base)
     slots = 1 if whisper else ov.parallel if ov.parallel is not None else sup.cfg.parallel
-    target = name, child_key(base, embedding), slots
+    target = name, child_key(base, embedding, canon.late_chunking), slots
     if row is None or whisper:
         return target, wrong
     if len(routes) >= _ROUTES_MAX:
         routes.clear()
-    routes[(canon.model, embedding)] = target
+    routes[use] = target
     return target, wrong
 
 
@@ -179,7 +180,10 @@ async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) ->
     """The child for ``canon`` and the load time in ns when this request had to start it (else 0)."""
     t0 = time.perf_counter()
     child = await sup.ensure_ready(
-        canon.model, embeddings=canon.kind == "embedding", num_ctx=canon.options_ctx
+        canon.model,
+        embeddings=canon.kind == "embedding",
+        num_ctx=canon.options_ctx,
+        tokens=canon.late_chunking,
     )
     waited = time.perf_counter() - t0
     req.engine_s += waited
@@ -253,7 +257,7 @@ def keep(child: Child, canon: CanonicalRequest, req: Request) -> None:
 def after(sup: Supervisor, child: Child, req: Request) -> None:
     """A request on ``child`` ended: unload it if a keep_alive 0 asked for that, no other request runs on it and
     none waits for it (that one's keep_alive is the latest), in the background (the answer does not wait for the
-    engine to stop), checked again under the key's lock. The model's embedding engine, when idle, goes too: an
+    engine to stop), checked again under the key's lock. The model's embedding engines, when idle, go too: an
     unloaded model is unloaded whole, as in Ollama."""
     if not child.unload_when_idle:  # every request but a keep_alive 0 one stops here
         return
@@ -265,10 +269,10 @@ def after(sup: Supervisor, child: Child, req: Request) -> None:
     if not unloadable(child):
         return
     targets = [child]
-    sibling = sup.children.get(child_key(child.model, True))
-    if sibling is not None and sibling is not child:
-        sibling.unload_when_idle = True
-        targets.append(sibling)
+    for sibling in (sup.children.get(child_key(child.model, True, tokens)) for tokens in (False, True)):
+        if sibling is not None and sibling is not child:
+            sibling.unload_when_idle = True
+            targets.append(sibling)
     for c in targets:
         task = asyncio.get_running_loop().create_task(
             sup.evict(c.key, "keep_alive 0", only=c, still=unloadable)
@@ -489,6 +493,8 @@ async def _forced_tool_call(
 
 async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     """An embedding request: the engine's OpenAI embeddings body (parsed) and the load time in ns."""
+    if canon.late_chunking and sup.remote_for(canon.model) is not None:
+        raise remote.not_here(canon.model, "late_chunking (it pools one engine's per-token embeddings)")
     hit = claim_remote(sup, req, canon)
     if hit is not None:
         return await remote.embed(sup, req, canon, *hit), 0
@@ -501,6 +507,13 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
     child, load_ns = await ready_child(sup, req, canon)
     keep(child, canon, req)
     try:
+        if canon.late_chunking:
+            from blazar.gateway import late_chunking  # it builds on this module
+
+            t0 = time.perf_counter()
+            body = await late_chunking.embed(sup, req, child, canon)
+            req.engine_s += time.perf_counter() - t0
+            return body, load_ns
         if canon.truncate and child.lane == "llama-cpp" and isinstance(canon.input, list):
             canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
         path, body = render_engine(canon)

@@ -22,8 +22,12 @@ from blazar.gateway.tenancy import require_visible, visible
 from blazar.gguf_info import human_params
 from blazar.loras import LoraRow
 from blazar.model_dir import chat_template, read_config, small_config
+from blazar.paths import TOKENS_SUFFIX
 from blazar.profile import model_settings
 from blazar.supervisor import State, Supervisor, sleep
+
+_ENGINE_USE = {"": "chat", "@embed": "embeddings", TOKENS_SUFFIX: "late_chunking"}
+"""Blazar's own ``engine`` field of an ``/api/ps`` entry, from its child key's suffix."""
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -130,7 +134,7 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 # the name any endpoint takes back (an unload stops both of the model's engines); Blazar's own
                 # "engine" field says which one this is
                 "name": m.name,
-                "engine": "embeddings" if child.key != m.name else "chat",
+                "engine": _ENGINE_USE.get(child.key[len(m.name) :], "chat"),
                 "expires_at": expires.isoformat().replace("+00:00", "Z"),
                 "size_vram": 0,
                 "context_length": child.ctx_size,

@@ -96,8 +96,8 @@ class Supervisor:
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._hinter: asyncio.Task[None] | None = None
-        self._hot: dict[tuple[str, bool], Child] = {}  # client-given name -> its ready child (fast path)
-        self.routes: dict[tuple[str, bool], tuple[str, str, int]] = {}  # gateway.core.route_target's memo
+        self._hot: dict[tuple[str, bool, bool], Child] = {}  # (client-given name, use) -> its ready child
+        self.routes: dict[tuple[str, bool, bool], tuple[str, str, int]] = {}  # gateway.core.route_target memo
         self.breakers = Breakers()
         self.remotes = Remotes(cfg.remotes)
 
@@ -129,17 +129,18 @@ class Supervisor:
             self._hinter = asyncio.get_running_loop().create_task(self._hint_loop())
 
     async def ensure_ready(
-        self, model_name: str, *, embeddings: bool = False, num_ctx: int | None = None
+        self, model_name: str, *, embeddings: bool = False, num_ctx: int | None = None, tokens: bool = False
     ) -> Child:
         """The ready child for ``model_name``, spawning (or respawning a dead one) as needed.
 
         ``num_ctx`` (Ollama's ``options.num_ctx``: the context one request may use) restarts a child that runs
         with another per-slot context once its requests in flight have finished; without it any running child
         serves. The common case (the child is up and the catalog confirmed its model within
-        ``CATALOG_RECHECK_SECS``) takes neither the lock nor a catalog query."""
+        ``CATALOG_RECHECK_SECS``) takes neither the lock nor a catalog query. ``tokens``: the model's late-chunking
+        engine (per-token embeddings), not its pooled one."""
         if num_ctx is not None and num_ctx <= 0:
             num_ctx = None
-        hot = self._hot.get((model_name, embeddings))
+        hot = self._hot.get((model_name, embeddings, tokens))
         now = time.monotonic()
         if (
             hot is not None
@@ -153,13 +154,13 @@ class Supervisor:
                 return hot
             if await self._woken(hot):
                 return hot
-        child = await self._ensure_ready(model_name, embeddings, num_ctx)
+        child = await self._ensure_ready(model_name, embeddings, num_ctx, tokens)
         if sleep.needs_wake(child, time.monotonic()) and not await self._woken(child):
-            child = await self._ensure_ready(model_name, embeddings, num_ctx)
+            child = await self._ensure_ready(model_name, embeddings, num_ctx, tokens)
         child.catalog_checked = time.monotonic()
         if len(self._hot) >= _HOT_MAX:
             self._hot.clear()
-        self._hot[(model_name, embeddings)] = child
+        self._hot[(model_name, embeddings, tokens)] = child
         return child
 
     async def _woken(self, child: Child) -> bool:
@@ -194,13 +195,15 @@ class Supervisor:
             )
         return self.catalog.get(adapter.base), adapter
 
-    async def _ensure_ready(self, model_name: str, embeddings: bool, num_ctx: int | None) -> Child:
+    async def _ensure_ready(
+        self, model_name: str, embeddings: bool, num_ctx: int | None, tokens: bool = False
+    ) -> Child:
         try:
             model, adapter = self._resolve(model_name, embeddings)
         except ModelNotFound:
             await self._evict_model(model_name, "model removed from the catalog")
             raise
-        key = child_key(model.name, embeddings)
+        key = child_key(model.name, embeddings, tokens)
         lock = self._locks.setdefault(key, asyncio.Lock())
         if (old := self.children.get(key)) is not None and old.weights != weights_id(model.path):
             # `blazar rm` + import of other weights under the same name, from another process
@@ -238,7 +241,7 @@ class Supervisor:
             engines = registry.list_all(self.store)
             engine = serving_lane(self.cfg, model, engines)
             try:
-                child = await self._spawn(key, model, engine, embeddings, num_ctx)
+                child = await self._spawn(key, model, engine, embeddings, num_ctx, tokens)
             except ChildError:
                 # An engine that died on an architecture it does not know is re-routed exactly once.
                 arch = classify_unknown_arch(log_tail(self.data.log_file(key), lines=200))
@@ -250,7 +253,7 @@ class Supervisor:
                 log.warning("engine %s %s does not know '%s'; re-routing %s to %s %s",
                             engine.kind, engine.tag, arch, key, nxt.kind, nxt.tag)  # fmt: skip
                 try:
-                    child = await self._spawn(key, model, nxt, embeddings, num_ctx)
+                    child = await self._spawn(key, model, nxt, embeddings, num_ctx, tokens)
                 except ChildError:
                     again = classify_unknown_arch(log_tail(self.data.log_file(key), lines=200))
                     if again is None:
@@ -303,13 +306,19 @@ class Supervisor:
             await asyncio.sleep(DRAIN_POLL_SECS)
 
     async def _spawn(
-        self, key: str, model: ModelRow, engine: EngineRow, embeddings: bool, num_ctx: int | None = None
+        self,
+        key: str,
+        model: ModelRow,
+        engine: EngineRow,
+        embeddings: bool,
+        num_ctx: int | None = None,
+        tokens: bool = False,
     ) -> Child:
         # Compiling reads the GGUF header and probes the GPU: off the event loop. A request's num_ctx is per
         # slot; the engine's context is shared by its slots.
         ctx_total = num_ctx * model_settings(self.cfg, model.name).parallel if num_ctx else None
         spec = await asyncio.to_thread(
-            compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total
+            compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total, tokens=tokens
         )
         if not embeddings and engine.kind == "llama-cpp":
             loadable = [a for a in self.loras.for_base(model.name) if a.path not in self.bad_adapters]
@@ -339,7 +348,7 @@ class Supervisor:
                     log.error("engine for %s could not load LoRA adapter(s) %s; starting it without them",
                               key, ", ".join(str(p) for p in bad))  # fmt: skip
                     self.bad_adapters.update(bad)
-                    return await self._spawn(key, model, engine, embeddings, num_ctx)
+                    return await self._spawn(key, model, engine, embeddings, num_ctx, tokens)
                 self._crashed(child, f"its start failed: {e}")
             raise
         await bank.restore(child)
