@@ -68,6 +68,18 @@ def test_import_ls_cp_rm(catalog: Catalog, model_file: Path, model_sha: str) -> 
         catalog.get("smol")
 
 
+def test_a_preset_is_stored_and_copied(catalog: Catalog, model_file: Path) -> None:
+    row = catalog.import_file(model_file, "base")
+    assert row.preset is None
+    preset = {"system": "Be brief.", "parameters": {"temperature": 0.2}}
+    assert catalog.set_preset("base", preset).preset == preset
+    assert catalog.copy("base", "twin").preset == preset  # a copy is the same model, preset and all
+    assert catalog.set_preset("base", None).preset is None
+    assert catalog.get("twin").preset == preset
+    with pytest.raises(ModelNotFound):
+        catalog.set_preset("nosuch", preset)
+
+
 def test_duplicate_name_refused(catalog: Catalog, model_file: Path) -> None:
     catalog.import_file(model_file, "m")
     with pytest.raises(CatalogError, match="already exists"):
@@ -235,6 +247,7 @@ def test_anolder_database_opens_with_null_digests(tmp_path: Path, model_file: Pa
         cat = Catalog(store, data)
         row = cat.get("smollm2")
         assert row.sha256 is None
+        assert row.preset is None  # the preset column came with a later migration
         filled = cat.fill_digest(row)
         assert filled.sha256 == model_sha
     with Store.open(data.db) as store:

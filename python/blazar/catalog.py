@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -69,7 +70,7 @@ __all__ = [
 
 _COLS = (
     "name, path, format, size_bytes, architecture, parameter_count, context_length, quantization,"
-    " has_chat_template, created_at, sha256"
+    " has_chat_template, created_at, sha256, preset_json"
 )
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -88,10 +89,12 @@ class ModelRow:
     created_at: str
     sha256: str | None = None
     """The weights' digest (hex; see the module docstring for split GGUF); None until it is computed."""
+    preset: Mapping[str, Any] | None = None
+    """Its preset (``presets.py``: system prompt, conversation, options, license), or None."""
 
 
 def _row(r: tuple[object, ...]) -> ModelRow:
-    name, path, fmt, size, arch, params, ctx, quant, tmpl, created, sha = r
+    name, path, fmt, size, arch, params, ctx, quant, tmpl, created, sha, preset = r
     return ModelRow(
         name=str(name),
         path=Path(str(path)),
@@ -104,6 +107,7 @@ def _row(r: tuple[object, ...]) -> ModelRow:
         has_chat_template=bool(tmpl),
         created_at=str(created),
         sha256=None if sha is None else str(sha),
+        preset=None if preset is None else orjson.loads(str(preset)),
     )
 
 
@@ -421,12 +425,17 @@ class Catalog:
         return self.get(full)
 
     def copy(self, src_name: str, dest_name: str) -> ModelRow:
+        """``_copy``, with the source's preset."""
+        src = self.get(src_name)
+        row = self._copy(src, dest_name)
+        return self.set_preset(row.name, src.preset) if src.preset else row
+
+    def _copy(self, src: ModelRow, dest_name: str) -> ModelRow:
         """A second name for the same weights, as a hard link (zero copy on one filesystem).
 
         The copy takes the source's digest as it is, never hashing (``/api/copy`` runs on the event loop); a
         source without one leaves the copy without one too, and each is filled when first wanted.
         """
-        src = self.get(src_name)
         if src.path.is_dir():
             full = names.normalize(dest_name)
             summary = inspect_dir(src.path, only=[p.name for p in src.path.iterdir() if p.is_file()])
@@ -448,6 +457,14 @@ class Catalog:
         except Exception:
             dest.unlink(missing_ok=True)
             raise
+        return self.get(full)
+
+    def set_preset(self, name: str, preset: Mapping[str, Any] | None) -> ModelRow:
+        """Replace model ``name``'s preset (None: no preset)."""
+        full = self.get(name).name
+        stored = None if not preset else orjson.dumps(preset).decode()
+        with self.store.transaction():
+            self.store.conn.execute("UPDATE models SET preset_json = ? WHERE name = ?", (stored, full))
         return self.get(full)
 
     def check_removable(self, row: ModelRow) -> None:

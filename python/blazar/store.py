@@ -134,7 +134,13 @@ CREATE INDEX loras_by_base ON loras (base);
 """LoRA adapters (``loras.py``): each served by name on top of the catalog model ``base``; ``id`` order is the
 order its engine loads them."""
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3), (4, _V4))
+_V5 = """
+ALTER TABLE models ADD COLUMN preset_json TEXT;
+"""
+"""A model's preset (``presets.py``): the system prompt, conversation, options and license Ollama's
+``/api/create`` gave it, as a JSON object in Ollama's own field shapes; NULL for none."""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3), (4, _V4), (5, _V5))
 """Ordered (version, sql) pairs; append only, never edit a released one. Each runs in its own transaction."""
 
 LATEST_SCHEMA_VERSION = MIGRATIONS[-1][0]

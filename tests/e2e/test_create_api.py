@@ -66,10 +66,19 @@ def test_create_refuses_what_it_cannot_build_in_ollamas_shape(daemon: Daemon) ->
     def post(body: object) -> httpx.Response:
         return httpx.post(daemon.url + "/api/create", json=body, timeout=30)
 
-    r = post({"model": "x", "from": "smollm2", "system": "You are terse."})
-    assert r.status_code == 400 and "'system' is not supported" in r.json()["error"]
+    r = post({"model": "x", "from": "smollm2", "template": "{{ .Prompt }}"})
+    assert (
+        r.status_code == 400
+        and "'template' is not supported: Blazar applies the model's own chat" in r.json()["error"]
+    )
     r = post({"model": "x", "files": {"m.gguf": "sha256:00"}})
-    assert r.status_code == 400 and "'files' is not supported" in r.json()["error"]
+    assert r.status_code == 400 and "'files' is not supported: import a GGUF file" in r.json()["error"]
+    r = post({"model": "x", "from": "smollm2", "system": 5})
+    assert r.status_code == 400 and "'system' must be a string" in r.json()["error"]
+    r = post({"model": "x", "from": "smollm2", "parameters": {"temperature": "hot"}})
+    assert r.status_code == 400 and 'option "temperature" must be a number' in r.json()["error"]
+    r = post({"model": "x", "from": "smollm2", "messages": [{"role": "wizard", "content": "hi"}]})
+    assert r.status_code == 400 and "messages[0].role must be one of" in r.json()["error"]
     r = post({"model": "x"})
     assert r.status_code == 400 and r.json()["error"].startswith("'from' is required")
     r = post({"from": "smollm2"})

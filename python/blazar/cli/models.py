@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from blazar import hardware
+from blazar import hardware, presets
 from blazar.catalog import Catalog, ModelRow
 from blazar.cli.common import config, console, err_console, fail, handles_errors, is_tty, opened
 from blazar.config import Config
@@ -158,6 +158,8 @@ def show_cmd(
         ]
     if lane is not None:
         lines.append(("serving lane", lane))
+    if row is not None and row.preset:  # made by /api/create with a Modelfile's SYSTEM, PARAMETER, MESSAGE
+        lines += [("preset", line) for line in presets.modelfile_lines(row.preset)]
     for k, v in lines:
         console.print(f"  {k:<17} {v}", highlight=False, soft_wrap=True)
     if profile:

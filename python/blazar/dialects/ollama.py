@@ -172,6 +172,20 @@ def parse_embeddings_legacy(body: Any) -> CanonicalRequest:
     return req
 
 
+def preset_request(options: Any, messages: Any) -> CanonicalRequest:
+    """A model preset's ``parameters`` and ``messages`` (Ollama's create fields), checked as a chat request's
+    ``options`` and ``messages`` are: a chat request holding them (``notes`` name the options it ignores)."""
+    req = CanonicalRequest(model="", kind="chat")
+    req.messages = _messages(messages)
+    _options(options, req, embedding=False)
+    return req
+
+
+def is_request_option(key: str) -> bool:
+    """Whether option ``key`` applies per request (a sampling option, ``num_ctx``, ``num_predict``, ``stop``)."""
+    return key in _SAMPLING or key in ("num_ctx", "num_predict", "stop")
+
+
 def render_error(status: int, message: str) -> bytes:
     """Ollama's error body, ``{"error": "..."}``; the status travels on the response line."""
     del status

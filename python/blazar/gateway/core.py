@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from blazar import names
+from blazar import names, presets
 from blazar._native import StreamError, StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
 from blazar.engines import registry
@@ -27,6 +27,7 @@ from blazar.gateway import forced_tools, proxy, remote, semcache, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
+from blazar.presets import Preset
 from blazar.supervisor import Child, Supervisor, adapters
 from blazar.supervisor.remotes import Remote
 
@@ -53,6 +54,8 @@ OLLAMA_GENERATE = Shape("ollama_generate", "application/x-ndjson")
 ANTHROPIC = Shape("anthropic", "text/event-stream")
 
 
+ROUTE_MEMO_SECS = 1.0
+"""How long ``route_target`` trusts its memo of a model's route and preset before reading the catalog again."""
 _ROUTES_MAX = 1024
 """Distinct (client model name, kind) pairs remembered by ``route_target``; the table is cleared past this."""
 
@@ -64,19 +67,25 @@ def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, in
     return _route(sup, canon)[0]
 
 
-def _route(sup: Supervisor, canon: CanonicalRequest) -> tuple[tuple[str, str, int], HttpError | None]:
-    """``route_target``'s answer, and the error for a request of the wrong kind for its model (audio for a
-    language model, text for a whisper model), which ``claim_local`` raises once the key's scope is checked.
-    Memoised per client-given name in ``sup.routes`` for the catalog's language models (the config is
-    immutable, so their answer never changes, and they take every kind but audio); adapters, whisper models and
-    unknown names are looked up each time, as they may change at run time."""
+Route = tuple[tuple[str, str, int], HttpError | None, Preset | None]
+
+
+def _route(sup: Supervisor, canon: CanonicalRequest) -> Route:
+    """``route_target``'s answer, the error for a request of the wrong kind for its model (audio for a
+    language model, text for a whisper model), which ``claim_local`` raises once the key's scope is checked, and
+    the model's preset (``presets``), which it applies. Memoised per client-given name in ``sup.routes`` for the
+    catalog's language models (the config is immutable, so their answer never changes, and they take every kind
+    but audio) for ``ROUTE_MEMO_SECS``, so a preset changed from another process (``blazar rm`` and a new
+    create of that name) is seen within that; adapters, whisper models and unknown names are looked up each
+    time, as they may change at run time."""
     embedding = canon.kind == "embedding"
     audio = canon.kind == "audio"
     routes = sup.routes
     use = (canon.model, embedding, canon.late_chunking)
     hit = routes.get(use) if not audio else None
-    if hit is not None:
-        return hit, None
+    now = time.monotonic()
+    if hit is not None and now < hit[2]:
+        return hit[0], None, hit[1]
     name = names.normalize(canon.model)
     adapter = sup.loras.find(name)
     base = adapter.base if adapter is not None else name  # a LoRA adapter queues for its base model's engine
@@ -89,11 +98,12 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> tuple[tuple[str, str, in
     slots = 1 if whisper else ov.parallel if ov.parallel is not None else sup.cfg.parallel
     target = name, child_key(base, embedding, canon.late_chunking), slots
     if row is None or whisper:
-        return target, wrong
+        return target, wrong, None
+    preset = presets.compile(row.preset)
     if len(routes) >= _ROUTES_MAX:
         routes.clear()
-    routes[use] = target
-    return target, wrong
+    routes[use] = (target, preset, now + ROUTE_MEMO_SECS)
+    return target, wrong, preset
 
 
 def _wrong_kind(name: str, whisper: bool) -> HttpError:
@@ -125,10 +135,12 @@ def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     """``claim`` once ``claim_remote`` found the name local (so the remotes are not asked twice). After the key's
     scope (a key learns nothing of the models outside it), a request of the wrong kind for its model (audio for
     a language model, text for a whisper model) is refused, before an engine starts for it."""
-    target, wrong = _route(sup, canon)
+    target, wrong, preset = _route(sup, canon)
     req.gate.check_model(req, target[0])
     if wrong is not None:
         raise wrong
+    if preset is not None:
+        presets.apply(preset, canon)
     _note(req, canon)
     return target
 

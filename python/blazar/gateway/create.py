@@ -1,10 +1,14 @@
-"""Ollama's ``POST /api/create``: a new catalog model made from another, quantized (``quantize``) or not.
+"""Ollama's ``POST /api/create``: a new catalog model made from another, quantized (``quantize``) or not, with
+a preset of its own (``presets``: a Modelfile's ``SYSTEM``, ``PARAMETER``, ``MESSAGE`` and ``LICENSE``).
 
-Blazar takes the request shape of Ollama's current API: ``model`` (the new name), ``from`` (a catalog model),
-``quantize`` (a type for ``llama-quantize``, any case) and ``stream``; plus ``allow_requantize`` to quantize a
-model that is quantized already (Ollama refuses those). What Ollama builds from Modelfiles and uploaded blobs
-(``files``, ``adapters``, ``template``, ``system``, ``parameters``, ``messages``, ``license``, ``modelfile``) is
-refused with a 400 that says so: nothing is silently dropped. The stream is Ollama's: ``quantizing F16 model
+Blazar takes the request shape of Ollama's current API (what ``ollama create -f Modelfile`` sends for a Modelfile
+whose ``FROM`` is a model): ``model`` (the new name), ``from`` (a catalog model), ``quantize`` (a type for
+``llama-quantize``, any case), ``system``, ``parameters``, ``messages``, ``license`` and ``stream``; plus
+``allow_requantize`` to quantize a model that is quantized already (Ollama refuses those). The new model keeps
+its source's preset, each field given replacing that field (parameters one by one). Options that are set when an
+engine starts (``num_gpu``, ``num_thread``, ...) cannot be a preset's: they are left out and named in
+``x-blazar-ignored``. What Ollama builds from uploaded blobs and Go templates (``files``, ``adapters``,
+``template``, ``modelfile``) is refused with a 400 that says what to do instead: nothing is silently dropped. The stream is Ollama's: ``quantizing F16 model
 to Q4_K_M`` (with ``total``/``completed`` tensors), ``writing manifest``, ``success``; a failure after it
 started is a last ``{"error": ...}`` line, and a client that leaves stops the tool and leaves nothing. The
 work is ``blazar.quantize``'s; this module only speaks HTTP.
@@ -12,13 +16,13 @@ work is ``blazar.quantize``'s; this module only speaks HTTP.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import orjson
 
-from blazar import quantize
-from blazar.gateway import proxy
+from blazar import presets, quantize
+from blazar.gateway import core, proxy
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.ollama_admin import full_access
 from blazar.gateway.pull import stream_events
@@ -27,18 +31,18 @@ from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
-_NOT_TAKEN = (
-    "files",
-    "adapters",
-    "template",
-    "system",
-    "parameters",
-    "messages",
-    "license",
-    "modelfile",
-    "path",
-)
-"""Ollama's create fields that need Modelfiles or uploaded blobs, which Blazar does not build from."""
+_NOT_TAKEN = {
+    "files": "import a GGUF file with `blazar import FILE --name NAME`",
+    "adapters": "add a LoRA adapter with `blazar lora add FILE --base MODEL`",
+    "template": (
+        "Blazar applies the model's own chat template (the GGUF's Jinja template; chat_template_file under"
+        ' [models."NAME"] in config.toml replaces it), not Go templates: drop TEMPLATE from the Modelfile'
+    ),
+    "modelfile": "send the Modelfile's fields as JSON (model, from, system, parameters, messages), as ollama create does",
+    "path": "send the Modelfile's fields as JSON (model, from, system, parameters, messages), as ollama create does",
+}
+"""Ollama's create fields that need uploaded blobs, Go templates or Modelfile text, which Blazar does not build
+from, and what to do instead."""
 
 
 def _string(body: dict[str, Any], field: str, what: str) -> str:
@@ -60,11 +64,16 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     if given:
         raise HttpError(
             400,
-            f"Blazar's /api/create makes a model from a catalog model ('from', optionally with 'quantize');"
-            f" {', '.join(repr(f) for f in given)} {'is' if len(given) == 1 else 'are'} not supported: import a"
-            " GGUF file with `blazar import`, and send system prompts and options with each request",
+            "Blazar's /api/create makes a model from a catalog model ('from', with 'quantize', 'system',"
+            f" 'parameters', 'messages', 'license'); '{given[0]}' is not supported: {_NOT_TAKEN[given[0]]}",
         )
     source = _string(body, "from", "the catalog model to create the new one from")
+    try:
+        fields, ignored = presets.check({k: body[k] for k in presets.FIELDS if k in body})
+    except presets.PresetError as e:
+        raise HttpError(400, str(e)) from None
+    if ignored:
+        core.note_ignored(req, " ".join(ignored))
     qtype = body.get("quantize")
     if qtype is not None and not isinstance(qtype, str):
         raise HttpError(
@@ -75,12 +84,20 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     allow = body.get("allow_requantize", False)
     if not isinstance(allow, bool):
         raise HttpError(400, "'allow_requantize' must be true or false")
+    preset: Mapping[str, Any] | None = (
+        presets.merge(sup.catalog.get(source).preset, fields) if fields else None
+    )
     if qtype is None or not qtype.strip():
         row = sup.catalog.copy(source, name)
+        if preset is not None:
+            row = sup.catalog.set_preset(row.name, preset)
         events = _copied(row.sha256)
     else:
         job = quantize.plan(sup.catalog, sup.store, source, qtype, name, allow_requantize=allow)
-        events = _quantized(sup, job)
+        if preset is None:
+            preset = sup.catalog.get(source).preset
+        events = _quantized(sup, job, preset)
+    sup.routes.clear()
     if body.get("stream", True) is False:
 
         async def drain() -> None:
@@ -104,7 +121,9 @@ async def _copied(digest: str | None) -> AsyncGenerator[Event, None]:
     yield Event("success")
 
 
-async def _quantized(sup: Supervisor, job: quantize.Job) -> AsyncGenerator[Event, None]:
+async def _quantized(
+    sup: Supervisor, job: quantize.Job, preset: Mapping[str, Any] | None
+) -> AsyncGenerator[Event, None]:
     yield Event(job.status)
     steps = quantize.run_async(sup.catalog, job)
     try:
@@ -112,5 +131,8 @@ async def _quantized(sup: Supervisor, job: quantize.Job) -> AsyncGenerator[Event
             yield Event(job.status, total=total, completed=done)
     finally:
         await steps.aclose()
+    if preset:
+        sup.catalog.set_preset(job.name, preset)
+    sup.routes.clear()
     yield Event("writing manifest")
     yield Event("success")

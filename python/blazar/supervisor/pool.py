@@ -25,6 +25,7 @@ from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
 from blazar.loras import LoraRow, Loras
 from blazar.paths import DataDir, child_key
+from blazar.presets import Preset
 from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
 from blazar.supervisor import adapters, bank, hints, sleep
@@ -97,7 +98,8 @@ class Supervisor:
         self._reaper: asyncio.Task[None] | None = None
         self._hinter: asyncio.Task[None] | None = None
         self._hot: dict[tuple[str, bool, bool], Child] = {}  # (client-given name, use) -> its ready child
-        self.routes: dict[tuple[str, bool, bool], tuple[str, str, int]] = {}  # gateway.core.route_target memo
+        # gateway.core.route_target's memo: (name, embedding, late chunking) -> (target, preset, until)
+        self.routes: dict[tuple[str, bool, bool], tuple[tuple[str, str, int], Preset | None, float]] = {}
         self.breakers = Breakers()
         self.remotes = Remotes(cfg.remotes)
 
@@ -177,7 +179,7 @@ class Supervisor:
         for child in self.children.values():
             child.adapters.pop(row.name, None)
         self._hot = {k: c for k, c in self._hot.items() if names.normalize(k[0]) != row.name}
-        self.routes = {k: v for k, v in self.routes.items() if v[0] != row.name}
+        self.routes = {k: v for k, v in self.routes.items() if v[0][0] != row.name}
 
     def _resolve(self, model_name: str, embeddings: bool) -> tuple[ModelRow, LoraRow | None]:
         """The catalog model that serves ``model_name``: the model itself, or a LoRA adapter's base model and the

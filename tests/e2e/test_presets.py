@@ -1,0 +1,107 @@
+"""End to end: a model made by Ollama's `/api/create` with a Modelfile's SYSTEM, PARAMETER and MESSAGE (sent by
+the official `ollama` client as `ollama create -f Modelfile` sends them) answers on the real engine exactly as its
+source answers a request that carries the same system prompt, conversation and options itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from tests.conftest import Daemon, closing
+
+pytestmark = pytest.mark.e2e
+
+SYSTEM = "You are a pirate. Answer every question in one short sentence."
+OPTIONS = {"temperature": 0, "seed": 7, "num_predict": 5}
+USER = {"role": "user", "content": "What is the capital of France?"}
+
+
+def chat(
+    client: ollama.Client, model: str, messages: list[dict[str, Any]], **options: Any
+) -> ollama.ChatResponse:
+    return client.chat(model=model, messages=messages, options=options or None)
+
+
+def test_a_created_models_preset_is_its_requests_defaults(daemon: Daemon) -> None:
+    client = closing(ollama.Client(host=daemon.url, timeout=120))
+    raw = httpx.post(
+        daemon.url + "/api/create",
+        json={
+            "model": "pirate",
+            "from": "smollm2",
+            "system": SYSTEM,
+            "parameters": {**OPTIONS, "num_gpu": 99},
+            "stream": False,
+        },
+        timeout=60,
+    )
+    assert raw.status_code == 200 and raw.json() == {"status": "success"}
+    assert "option num_gpu is set when the engine starts" in raw.headers["x-blazar-ignored"]
+
+    mine = chat(client, "pirate", [USER])
+    same = chat(client, "smollm2", [{"role": "system", "content": SYSTEM}, USER], **OPTIONS)
+    assert mine.message.content and mine.message.content == same.message.content
+    plain = chat(client, "smollm2", [USER], **OPTIONS)
+    assert plain.message.content != mine.message.content  # the system prompt is what made the difference
+    assert (mine.eval_count, mine.done_reason) == (5, "length")  # num_predict from the preset
+    # a request's own system prompt and options win
+    own = [{"role": "system", "content": "Answer in French."}, USER]
+    assert chat(client, "pirate", own, num_predict=3).message.content == (
+        chat(client, "smollm2", own, **{**OPTIONS, "num_predict": 3}).message.content
+    )
+    # the other dialects get it too; generate's prompt is the user's turn after the system prompt
+    oa = closing(openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0, timeout=120))
+    via_openai = oa.chat.completions.create(model="pirate", messages=[USER])  # type: ignore[list-item]
+    assert via_openai.choices[0].message.content == same.message.content
+    gen = client.generate(model="pirate", prompt=USER["content"])
+    assert gen.response == same.message.content
+
+    body = httpx.post(daemon.url + "/api/show", json={"model": "pirate"}, timeout=30).json()
+    assert body["system"] == SYSTEM and body["messages"] == []
+    params = body["parameters"].splitlines()
+    assert any(p.split() == ["temperature", "0"] for p in params) and any(
+        p.split() == ["num_predict", "5"] for p in params
+    )
+    assert "num_gpu" not in body["parameters"]
+    assert f'SYSTEM """{SYSTEM}"""' in body["modelfile"] and "PARAMETER seed" in body["modelfile"]
+
+    # made from a model with a preset: its fields kept, the ones given replace theirs
+    history = [
+        {"role": "user", "content": "Who are you?"},
+        {"role": "assistant", "content": "Captain Blazar."},
+    ]
+    steps = list(
+        client.create(
+            model="captain", from_="pirate", messages=history, parameters={"num_predict": 7}, stream=True
+        )
+    )
+    assert steps[-1].status == "success"
+    got = chat(client, "captain", [USER])
+    want = chat(
+        client,
+        "smollm2",
+        [{"role": "system", "content": SYSTEM}, *history, USER],
+        **{**OPTIONS, "num_predict": 7},
+    )
+    assert got.message.content == want.message.content
+    cap = httpx.post(daemon.url + "/api/show", json={"model": "captain"}, timeout=30).json()
+    assert cap["system"] == SYSTEM and cap["messages"] == history
+    assert 'MESSAGE assistant """Captain Blazar."""' in cap["modelfile"]
+    # a copy keeps it; the source is untouched; deleting one leaves the other
+    client.copy("captain", "captain2")
+    assert (
+        httpx.post(daemon.url + "/api/show", json={"model": "captain2"}, timeout=30).json()["messages"]
+        == history
+    )
+    assert httpx.post(daemon.url + "/api/show", json={"model": "smollm2"}, timeout=30).json()["system"] == ""
+    shown = daemon.cli("show", "captain2").stdout
+    assert f'preset            SYSTEM """{SYSTEM}"""' in shown and "PARAMETER num_predict" in shown
+    client.delete("captain")
+    assert chat(client, "captain2", [USER]).message.content == want.message.content
+    # a request that only loads the model is left alone, and embeddings have no preset
+    assert client.chat(model="pirate", messages=[]).done
+    assert len(client.embed(model="pirate", input="hi").embeddings[0]) == 576
