@@ -214,6 +214,26 @@ def test_late_chunking_profile(tmp_path: Path, model_file: Path) -> None:
     spec = compile_profile(cfg, row(model_file), ENGINE, embeddings=True, tokens=True, hardware=ROOMY)
     a = spec.argv_template
     assert a[-7:] == ("--embeddings", "--pooling", "none", "--batch-size", "300", "--ubatch-size", "300")
+    own = cfg_from(
+        tmp_path,
+        'late_chunking_max_tokens = 300\n[models."smollm2:latest"]\nextra_args = ["-ub", "64", "--pooling", "cls"]\n',
+    )
+    mine = compile_profile(
+        own, row(model_file), ENGINE, embeddings=True, tokens=True, hardware=ROOMY
+    ).argv_template
+    assert mine[-9:] == (
+        "--pooling",
+        "cls",
+        "--embeddings",
+        "--pooling",
+        "none",
+        "--batch-size",
+        "300",
+        "--ubatch-size",
+        "300",
+    )
+    pooled = compile_profile(own, row(model_file), ENGINE, embeddings=True, hardware=ROOMY).argv_template
+    assert pooled[-2:] == ("--pooling", "cls")  # a model's own pooling is for its pooled embeddings
     small_slot = cfg_from(tmp_path, "late_chunking_max_tokens = 8192\nctx_size = 2048\nparallel = 2\n")
     b = compile_profile(small_slot, row(model_file), ENGINE, embeddings=True, tokens=True, hardware=ROOMY)
     assert flag(b.argv_template, "--ubatch-size") == flag(b.argv_template, "--batch-size") == "1024"

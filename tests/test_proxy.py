@@ -264,6 +264,9 @@ def test_embed_token_limit_is_the_physical_batch_and_the_slot() -> None:
         return SimpleNamespace(spec=SimpleNamespace(argv_template=argv, ctx_per_slot=per_slot))
 
     assert embed_token_limit(child(("llama-server", "-m", "x"), 4096)) == EMBED_UBATCH == 512
+    # the last one wins, as in llama-server (a late-chunking engine's own comes after a model's extra_args)
+    assert embed_token_limit(child(("llama-server", "-ub", "64", "--ubatch-size", "300"), 4096)) == 300
+    assert embed_token_limit(child(("llama-server", "--ubatch-size", "300", "-ub", "64"), 4096)) == 64
     assert embed_token_limit(child(("llama-server", "-ub", "2048"), 4096)) == 2048
     assert (
         embed_token_limit(child(("llama-server", "--ubatch-size", "8192"), 4096)) == 4096

@@ -386,12 +386,7 @@ def compile_llama_cpp(
     if st.lookup_cache and not embeddings:
         lookup = data / "speccache" / f"{safe_component(model.name)}.bin"
         argv += ["--spec-type", "ngram-cache", "--lookup-cache-dynamic", str(lookup)]
-    if (
-        tokens
-    ):  # late chunking: one vector per token, pooled per chunk by the gateway; the input fits one batch
-        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, est.parallel)))
-        argv += ["--embeddings", "--pooling", "none", "--batch-size", batch, "--ubatch-size", batch]
-    elif embeddings:
+    if embeddings and not tokens:
         argv += ["--embeddings", "--pooling", "mean"]
     sleep_secs = _flag_int(ov.extra_args, "--sleep-idle-seconds")  # the user's own wins
     if sleep_secs is None:
@@ -402,6 +397,11 @@ def compile_llama_cpp(
             sleep_secs = st.idle_sleep_secs
             argv += ["--sleep-idle-seconds", str(sleep_secs)]
     argv += list(ov.extra_args)
+    if tokens:
+        # late chunking: one vector per token, pooled per chunk by the gateway, and a request's tokens embedded in
+        # one batch; after extra_args, so a model's own --pooling or -ub (for its other engines) cannot undo it
+        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, est.parallel)))
+        argv += ["--embeddings", "--pooling", "none", "--batch-size", batch, "--ubatch-size", batch]
     return LaunchSpec(
         argv_template=tuple(argv),
         ctx_size=est.ctx_size,

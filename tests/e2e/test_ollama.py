@@ -219,17 +219,28 @@ def test_ps_names_every_engine_so_that_it_can_be_unloaded_by_that_name(daemon_fa
     )
     plain = {"model": "smollm2", "messages": MESSAGES, "stream": False, "options": {"num_predict": 2}}
     assert httpx.post(d.url + "/api/chat", json=plain, timeout=60).status_code == 200
+    late = {"model": "smollm2", "input": ["hi", "there"], "late_chunking": True}
+    assert httpx.post(d.url + "/v1/embeddings", json=late, timeout=60).status_code == 200
     running = httpx.get(d.url + "/api/ps").json()["models"]
     assert sorted((m["name"], m["engine"]) for m in running) == [
         ("smollm2:latest", "chat"),
         ("smollm2:latest", "embeddings"),
+        ("smollm2:latest", "late_chunking"),
     ]
-    assert "smollm2:latest (embeddings)" in d.cli("ps").stdout
+    shown = d.cli("ps").stdout
+    assert "smollm2:latest (embeddings)" in shown and "smollm2:latest (late chunking)" in shown
     name = running[0]["name"]
     assert httpx.post(d.url + "/api/show", json={"model": name}, timeout=60).status_code == 200
+    # an embedding engine's own keep_alive 0 unloads only that engine
+    gone = {"model": "smollm2", "input": "hi", "keep_alive": 0}
+    assert httpx.post(d.url + "/api/embed", json=gone, timeout=60).status_code == 200
+    wait_for(lambda: len(d.child_pids()) == 2, 15, "the embedding engine to unload")
+    engines = sorted(m["engine"] for m in httpx.get(d.url + "/api/ps").json()["models"])
+    assert engines == ["chat", "late_chunking"]
+    # the model's unload stops all of its engines
     r = httpx.post(d.url + "/api/generate", json={"model": name, "keep_alive": 0}, timeout=60)
     assert r.status_code == 200 and r.json()["done_reason"] == "unload"
-    wait_for(lambda: not d.child_pids(), 15, "both engines to unload")
+    wait_for(lambda: not d.child_pids(), 15, "every engine to unload")
 
 
 def test_copy_and_delete(daemon_factory: object, client: Make) -> None:

@@ -105,10 +105,13 @@ def ps_cmd(
             console.print(f"  {u.get('line')}", highlight=False)
 
 
+_ENGINE_MARKS = {"embeddings": " (embeddings)", "late_chunking": " (late chunking)"}
+
+
 def _shown_name(m: dict[str, Any]) -> str:
-    """The model's name, marked when the row is its embedding engine (a model may run one beside its chat one)."""
-    name = str(m.get("name", "?"))
-    return f"{name} (embeddings)" if m.get("engine") == "embeddings" else name
+    """The model's name, marked when the row is one of its embedding engines (pooled, or late chunking's
+    per-token one): a model may run them beside its chat one."""
+    return str(m.get("name", "?")) + _ENGINE_MARKS.get(str(m.get("engine")), "")
 
 
 def _share(value: Any) -> str:

@@ -217,10 +217,10 @@ def embed_token_limit(child: Child) -> int:
     else llama-server's 512) and its context per slot."""
     argv = child.spec.argv_template
     ubatch = EMBED_UBATCH
-    for flag in ("-ub", "--ubatch-size"):
-        if flag in argv[:-1]:
+    for at, flag in enumerate(argv[:-1]):  # the last one wins, as in llama-server's own parsing
+        if flag in ("-ub", "--ubatch-size"):
             with contextlib.suppress(ValueError):
-                ubatch = int(argv[argv.index(flag) + 1])
+                ubatch = int(argv[at + 1])
     per_slot = child.spec.ctx_per_slot
     return min(ubatch, per_slot) if per_slot > 0 else ubatch
 
@@ -269,8 +269,8 @@ def keep(child: Child, canon: CanonicalRequest, req: Request) -> None:
 def after(sup: Supervisor, child: Child, req: Request) -> None:
     """A request on ``child`` ended: unload it if a keep_alive 0 asked for that, no other request runs on it and
     none waits for it (that one's keep_alive is the latest), in the background (the answer does not wait for the
-    engine to stop), checked again under the key's lock. The model's embedding engines, when idle, go too: an
-    unloaded model is unloaded whole, as in Ollama."""
+    engine to stop), checked again under the key's lock. For a chat engine, the model's embedding engines, when
+    idle, go too: an unloaded model is unloaded whole, as in Ollama."""
     if not child.unload_when_idle:  # every request but a keep_alive 0 one stops here
         return
     admission = req.gate.admission
@@ -281,10 +281,13 @@ def after(sup: Supervisor, child: Child, req: Request) -> None:
     if not unloadable(child):
         return
     targets = [child]
-    for sibling in (sup.children.get(child_key(child.model, True, tokens)) for tokens in (False, True)):
-        if sibling is not None and sibling is not child:
-            sibling.unload_when_idle = True
-            targets.append(sibling)
+    if (
+        child.key == child.model
+    ):  # the chat engine; an embedding engine's own keep_alive 0 unloads only itself
+        for sibling in (sup.children.get(child_key(child.model, True, tokens)) for tokens in (False, True)):
+            if sibling is not None:
+                sibling.unload_when_idle = True
+                targets.append(sibling)
     for c in targets:
         task = asyncio.get_running_loop().create_task(
             sup.evict(c.key, "keep_alive 0", only=c, still=unloadable)

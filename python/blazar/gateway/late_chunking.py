@@ -33,15 +33,15 @@ and is refused without tokenizing it."""
 
 
 def _too_long(what: str, limit: int, cfg_limit: int) -> HttpError:
-    why = (
-        f"late_chunking_max_tokens is {cfg_limit}"
-        if limit >= cfg_limit
-        else f"the model's context per slot is {limit} (late_chunking_max_tokens {cfg_limit})"
-    )
+    if limit >= cfg_limit:
+        why, fix = f"late_chunking_max_tokens is {cfg_limit}", "raise late_chunking_max_tokens in config.toml"
+    else:
+        why = f"the model's context per slot is {limit}; late_chunking_max_tokens is {cfg_limit}"
+        fix = "give the model more context per slot (ctx_size, or fewer parallel slots, in config.toml)"
     return HttpError(
         413,
         f"late_chunking input is {what}, more than the {limit} tokens one request may embed ({why}); send fewer or"
-        " shorter chunks, or raise late_chunking_max_tokens in config.toml",
+        f" shorter chunks, or {fix}",
         "request_too_large",
     )
 

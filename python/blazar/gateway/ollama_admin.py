@@ -132,7 +132,7 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
         out.append(
             {
                 **_entry(m, digest),
-                # the name any endpoint takes back (an unload stops both of the model's engines); Blazar's own
+                # the name any endpoint takes back (an unload stops all of the model's engines); Blazar's own
                 # "engine" field says which one this is
                 "name": m.name,
                 "engine": _ENGINE_USE.get(child.key[len(m.name) :], "chat"),

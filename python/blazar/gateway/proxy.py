@@ -18,6 +18,7 @@ from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 from blazar._native import LinkError, StreamError
 from blazar.gateway.http import ClientGone, HttpError
 from blazar.gateway.watch import Stall
+from blazar.paths import EMBED_SUFFIXES
 from blazar.supervisor import Child, Supervisor
 from blazar.supervisor.links import EngineConn
 
@@ -103,11 +104,16 @@ async def no_head_in_time(sup: Supervisor, child: Child) -> HttpError:
                 "engine_error",
             )
         if not wedged:
+            fix = (
+                "an embedding comes only when its whole input is embedded; send shorter input, or raise"
+                if child.key.endswith(EMBED_SUFFIXES)
+                else "a whole (non-streamed) answer comes only when it is complete; stream the response, ask for"
+                " fewer tokens, or raise"
+            )
             return HttpError(
                 504,
                 f"engine for '{child.model}' is running but sent no response headers within {secs}s"
-                " (child_header_timeout_secs): a whole (non-streamed) answer comes only when it is complete;"
-                " stream the response, ask for fewer tokens, or raise child_header_timeout_secs",
+                f" (child_header_timeout_secs): {fix} child_header_timeout_secs",
                 "engine_error",
             )
     return EngineWedged(child.model, secs)

@@ -74,7 +74,7 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 
 class Child:
-    """A supervised engine process serving one model key (a model name, or name@embed)."""
+    """A supervised engine process serving one model key (a model name, or name@embed, name@tokens)."""
 
     def __init__(self, key: str, model: str, spec: LaunchSpec, data: DataDir) -> None:
         self.key = key
