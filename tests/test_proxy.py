@@ -273,3 +273,32 @@ def test_embed_token_limit_is_the_physical_batch_and_the_slot() -> None:
     )  # the slot caps it
     assert embed_token_limit(child(("llama-server", "-ub", "many"), 0)) == 512  # unreadable: the default
     assert embed_token_limit(child(("llama-server", "-ub"), 100)) == 100  # a flag with no value is ignored
+
+
+def test_a_request_whose_engine_was_stopped_before_it_answered_runs_once_more() -> None:
+    from blazar.gateway.core import once_more_if_wedged
+    from blazar.gateway.proxy import EngineStopped, EngineWedged
+
+    def attempts(*outcomes: object) -> Any:
+        left = list(outcomes)
+
+        async def attempt() -> object:
+            got = left.pop(0)
+            if isinstance(got, BaseException):
+                raise got
+            return got
+
+        return attempt
+
+    run = asyncio.run
+    assert run(once_more_if_wedged(attempts(EngineStopped("m", "keep_alive 0"), "served"))) == "served"
+    assert run(once_more_if_wedged(attempts(EngineWedged("m", 10), "served"))) == "served"
+    with pytest.raises(HttpError) as twice:
+        run(once_more_if_wedged(attempts(EngineStopped("m", "keep_alive 0"), EngineStopped("m", "idle"))))
+    assert twice.value.status == 503 and not isinstance(twice.value, EngineStopped)
+    assert twice.value.message == (
+        "engine for 'm' was stopped before it answered (keep_alive 0), and again when the request was retried once"
+    )
+    with pytest.raises(HttpError) as other:  # anything else is not retried
+        run(once_more_if_wedged(attempts(HttpError(400, "bad"), "never")))
+    assert other.value.status == 400

@@ -189,7 +189,14 @@ def test_a_request_waiting_when_an_unload_is_due_keeps_the_model(daemon_factory:
     so its keep_alive wins and the model stays loaded."""
     assert callable(daemon_factory)
     d: Daemon = daemon_factory()  # one slot: the second request queues behind the first
-    first = {"model": "smollm2", "messages": MESSAGES, "keep_alive": 0, "options": {"num_predict": 32}}
+    # long enough that the later request is surely queued before it ends, even on a loaded machine
+    count = [{"role": "user", "content": "Count from 1 to 100, one number per line."}]
+    first = {
+        "model": "smollm2",
+        "messages": count,
+        "keep_alive": 0,
+        "options": {"num_predict": 160, "temperature": 0},
+    }
     later = {"model": "smollm2", "messages": MESSAGES, "stream": False, "keep_alive": "1h",
              "options": {"num_predict": 2}}  # fmt: skip
     got: list[httpx.Response] = []
@@ -201,7 +208,7 @@ def test_a_request_waiting_when_an_unload_is_due_keeps_the_model(daemon_factory:
             target=lambda: got.append(httpx.post(d.url + "/api/chat", json=later, timeout=60))
         )
         waiter.start()
-        time.sleep(0.3)  # queued behind the stream
+        time.sleep(0.5)  # queued behind the stream
         list(lines)
     waiter.join(60)
     assert got and got[0].status_code == 200, got

@@ -356,15 +356,16 @@ def _lane(sup: Supervisor, name: str) -> str:
 
 
 async def once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
-    """``attempt()``; when its engine sent no response headers in time (it has been stopped, and nothing reached
-    the client), once more on the fresh engine the supervisor starts. A second wedge is the client's 504."""
+    """``attempt()``; when its engine sent no response headers in time (it has been stopped), or was stopped on
+    purpose before it answered (``proxy.EngineStopped``), nothing reached the client: once more on the fresh
+    engine the supervisor starts. A second failure of the same kind is the client's 504 (503)."""
     try:
         return await attempt()
-    except proxy.EngineWedged as first:
+    except (proxy.EngineWedged, proxy.EngineStopped) as first:
         log.warning("%s; retrying the request once on a restarted engine", first.what)
         try:
             return await attempt()
-        except proxy.EngineWedged:
+        except (proxy.EngineWedged, proxy.EngineStopped):
             raise first.again() from None
 
 

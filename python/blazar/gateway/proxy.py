@@ -46,6 +46,8 @@ async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[
     except (LinkError, OSError) as e:
         if child.stopped_for == WEDGED:  # another request found it wedged: this one never got a byte either
             raise EngineWedged(child.model, sup.cfg.child_header_timeout_secs) from None
+        if child.stopped_for is not None and not sup.stopping:  # unloaded, evicted, restarted meanwhile
+            raise EngineStopped(child.model, child.stopped_for) from None
         raise await _engine_failed(sup, child, e) from None
 
 
@@ -58,6 +60,20 @@ WEDGED = "no response headers within child_header_timeout_secs"
 WEDGED_GRACE_SECS = 2.0
 """How long a wedged engine (no response headers in time) gets between SIGTERM and SIGKILL: it is stuck, and the
 request that found it waits for a fresh one."""
+
+
+class EngineStopped(HttpError):
+    """The engine was stopped on purpose (a keep_alive 0 unload, an idle eviction, a restart for more context)
+    after this request was given it and before it answered. Nothing reached the client, so ``core`` runs the
+    request once more on the engine the supervisor starts for it (a removed model is a 404 then)."""
+
+    def __init__(self, model: str, reason: str) -> None:
+        self.what = f"engine for '{model}' was stopped before it answered ({reason})"
+        super().__init__(503, self.what, "engine_error")
+
+    def again(self) -> HttpError:
+        """The 503 for a request whose retry found its engine stopped too."""
+        return HttpError(503, f"{self.what}, and again when the request was retried once", "engine_error")
 
 
 class EngineWedged(HttpError):

@@ -100,6 +100,7 @@ class Supervisor:
         self._hot: dict[tuple[str, bool, bool], Child] = {}  # (client-given name, use) -> its ready child
         # gateway.core.route_target's memo: (name, embedding, late chunking) -> (target, preset, until)
         self.routes: dict[tuple[str, bool, bool], tuple[tuple[str, str, int], Preset | None, float]] = {}
+        self.stopping = False  # stop_all has begun: an engine stopped under a request is not replaced for it
         self.breakers = Breakers()
         self.remotes = Remotes(cfg.remotes)
 
@@ -478,6 +479,7 @@ class Supervisor:
     async def stop_all(self, reason: str = "blazar is shutting down", grace: float | None = None) -> None:
         """Stop every child (SIGTERM, then SIGKILL after ``grace``, default ``stop_grace_secs``); a response still
         streaming from one ends with an error naming ``reason``."""
+        self.stopping = True
         await tasks.stop(self._reaper)
         await tasks.stop(self._hinter)
         self._reaper = self._hinter = None
