@@ -45,6 +45,24 @@ def test_add_list_and_remove(loras: Loras, tmp_path: Path) -> None:
         loras.remove("pirate")
 
 
+def test_a_base_removed_while_its_adapter_is_added_gets_no_adapter(
+    loras: Loras, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check = loras._check_new
+
+    def meanwhile(full: str) -> None:  # another process removes the base after the adapter's checks
+        check(full)
+        if loras.catalog.find("smollm2") is not None:
+            loras.catalog.remove("smollm2")
+
+    monkeypatch.setattr(loras, "_check_new", meanwhile)
+    with pytest.raises(
+        CatalogError, match="model 'smollm2:latest' was removed while adapter 'pirate:latest'"
+    ):
+        loras.add(adapter(tmp_path), "smollm2", "pirate")
+    assert loras.list() == [] and not list((loras.catalog.data.models / ".loras").glob("*.gguf"))
+
+
 def test_what_an_adapter_must_be(loras: Loras, tmp_path: Path, model_file: Path) -> None:
     with pytest.raises(CatalogError, match=r"is not a LoRA adapter GGUF .*convert_lora_to_gguf.py"):
         loras.add(model_file, "smollm2", "x")

@@ -121,6 +121,12 @@ class Loras:
                 os.replace(aside / "adapter.gguf", dest)
                 try:
                     with self.store.transaction() as conn:
+                        # under the write lock, as the catalog's remove checks for adapters: a base removed
+                        # meanwhile (another process) is not left with an adapter
+                        if not any(conn.execute("SELECT 1 FROM models WHERE name = ?", (model.name,))):
+                            raise CatalogError(
+                                f"model '{model.name}' was removed while adapter '{full}' was being added"
+                            )
                         conn.execute(
                             "INSERT INTO loras (name, base, path, sha256, size_bytes, scale, created_at)"
                             " VALUES (?, ?, ?, ?, ?, ?, ?)",
