@@ -56,8 +56,14 @@ def test_check_refuses_bad_fields(given: dict[str, object], needle: str) -> None
 
 def test_merge_replaces_fields_and_parameters_one_by_one() -> None:
     base = {"system": "A", "parameters": {"temperature": 0.1, "top_k": 5}, "license": ["MIT"]}
-    merged = presets.merge(base, {"system": "B", "parameters": {"top_k": 9}})
-    assert merged == {"system": "B", "parameters": {"temperature": 0.1, "top_k": 9}, "license": ["MIT"]}
+    merged = presets.merge(
+        base, {"system": "B", "parameters": {"top_k": 9}, "license": ["MIT", "Apache-2.0"]}
+    )
+    assert merged == {
+        "system": "B",
+        "parameters": {"temperature": 0.1, "top_k": 9},
+        "license": ["MIT", "Apache-2.0"],  # added to the source's, as Ollama does
+    }
     assert base["system"] == "A"  # the source's preset is untouched
     assert presets.merge(None, {"system": "C"}) == {"system": "C"}
 
@@ -86,12 +92,15 @@ def test_apply_fills_what_the_request_left_open() -> None:
     completion = CanonicalRequest(model="m", kind="completion", prompt="raw")
     presets.apply(preset, completion)
     assert completion.prompt == "raw" and completion.params == {"temperature": 0.2, "max_tokens": 8}
-    for untouched in (
-        CanonicalRequest(model="m", kind="chat", load_only=True),
-        CanonicalRequest(model="m", kind="embedding", input="x"),
-    ):
-        presets.apply(preset, untouched)
-        assert untouched.messages == [] and untouched.params == {} and untouched.options_ctx is None
+    load = CanonicalRequest(model="m", kind="chat", load_only=True)
+    presets.apply(preset, load)  # a load starts the engine its chats need: with the preset's context
+    assert load.messages == [] and load.params == {} and load.options_ctx == 1024
+    embedding = CanonicalRequest(model="m", kind="embedding", input="x")
+    presets.apply(preset, embedding)
+    assert embedding.params == {} and embedding.options_ctx is None
+    unlimited = chat(user, max_tokens=None)  # Ollama's num_predict -1: the engine's default, not the preset's
+    presets.apply(preset, unlimited)
+    assert unlimited.params["max_tokens"] is None
     assert presets.compile(None) is None and presets.compile({}) is None
 
 
@@ -108,6 +117,9 @@ def test_what_show_prints() -> None:
         f'{"stop":<30} "User:"',
         f"{'mirostat':<30} 0",
     ]
+    odd = {"system": 'Say """hi"""', "parameters": {"stop": ["\n", "[/INST]"]}}
+    assert presets.show_parameters(odd).splitlines() == [f'{"stop":<30} "\\n"', f'{"stop":<30} "[/INST]"']
+    assert presets.modelfile_lines(odd)[0] == r'SYSTEM "Say \"\"\"hi\"\"\""'
     assert presets.modelfile_lines(stored) == [
         'SYSTEM """Be brief."""',
         *(f"PARAMETER {line}" for line in presets.show_parameters(stored).splitlines()),

@@ -302,3 +302,16 @@ def test_a_request_whose_engine_was_stopped_before_it_answered_runs_once_more() 
     with pytest.raises(HttpError) as other:  # anything else is not retried
         run(once_more_if_wedged(attempts(HttpError(400, "bad"), "never")))
     assert other.value.status == 400
+
+
+def test_only_an_engine_stopped_for_a_model_still_there_is_retried() -> None:
+    from blazar.gateway.proxy import EngineStopped, _stopped_on_purpose
+
+    def child(reason: str | None, gone: bool = False) -> Any:
+        return SimpleNamespace(model="m", stopped_for=reason, model_gone=gone)
+
+    running, stopping = SimpleNamespace(stopping=False), SimpleNamespace(stopping=True)
+    assert isinstance(_stopped_on_purpose(running, child("keep_alive 0")), EngineStopped)  # type: ignore[arg-type]
+    assert _stopped_on_purpose(running, child(None)) is None  # type: ignore[arg-type]  # it died: a 502
+    assert _stopped_on_purpose(running, child("model deleted", gone=True)) is None  # type: ignore[arg-type]
+    assert _stopped_on_purpose(stopping, child("blazar is shutting down")) is None  # type: ignore[arg-type]

@@ -7,7 +7,9 @@ A preset is stored with the model (``models.preset_json``) in Ollama's own field
 the Ollama dialect checks a request's ``options`` and ``messages`` and makes the canonical ``Preset``; ``apply``
 fills a request with it: the system prompt when the request has none, the conversation before the request's own
 messages, and each option the request did not set (its context, ``num_ctx``, too). Options and a system prompt a
-request sends win, as in Ollama.
+request sends win, as in Ollama. One difference: when a request has a system message of its own, Ollama puts the
+preset's conversation before it; here it comes after it, so the system message stays first (many Jinja chat
+templates refuse a system message anywhere else).
 
 It owns the preset's checks, merging and application; the catalog stores it and ``gateway.core`` applies it to
 each request for the model. It must not do I/O.
@@ -18,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from blazar.dialects import ollama
 from blazar.dialects.canonical import CanonicalRequest, DialectError
@@ -78,11 +82,14 @@ def check(given: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def merge(base: Mapping[str, Any] | None, given: Mapping[str, Any]) -> dict[str, Any]:
     """A new model's preset: its source's, with each field the create gave replacing that field (parameters
-    one by one, as a Modelfile's ``PARAMETER`` lines override the ``FROM`` model's)."""
+    one by one, as a Modelfile's ``PARAMETER`` lines override the ``FROM`` model's; licenses added)."""
     out = dict(base or {})
     for key, value in given.items():
         if key == "parameters":
             out["parameters"] = {**out.get("parameters", {}), **value}
+        elif key == "license":  # Ollama adds a license to the source's, never drops one
+            have = list(out.get("license", []))
+            out["license"] = have + [x for x in value if x not in have]
         else:
             out[key] = value
     return out
@@ -105,13 +112,22 @@ def compile(stored: Mapping[str, Any] | None) -> Preset | None:
 def apply(preset: Preset, canon: CanonicalRequest) -> None:
     """Fill ``canon`` (chat or completion) with ``preset``: options it did not set; for a chat, the system
     prompt when it has no system message, then the preset's conversation before its own messages. A request
-    that only loads or unloads the model is left alone."""
-    if canon.load_only or canon.kind not in ("chat", "completion"):
+    that only loads the model gets its context (``num_ctx``), so the engine it starts is the one its chats need.
+    A request's own option wins, even one that asks for the engine's default (``num_predict`` -1: None)."""
+    if canon.kind not in ("chat", "completion"):
         return
-    for key, value in preset.params.items():
-        canon.params.setdefault(key, value)
     if canon.options_ctx is None:
         canon.options_ctx = preset.options_ctx
+    if canon.load_only:
+        return
+    stops = "stop" in preset.params and "stop" not in canon.params
+    for key, value in preset.params.items():
+        canon.params.setdefault(key, value)
+    if (
+        stops
+    ):  # as the Anthropic dialect asks for its own stop_sequences: the reply names the stop word it hit
+        canon.params.setdefault("verbose", True)
+        canon.params.setdefault("response_fields", ["stop_type", "stopping_word"])
     if canon.kind != "chat":
         return
     has_system = bool(canon.messages) and canon.messages[0].get("role") == "system"
@@ -124,19 +140,18 @@ def apply(preset: Preset, canon: CanonicalRequest) -> None:
 
 def show_parameters(stored: Mapping[str, Any] | None) -> str:
     """The preset's options as Ollama's ``/api/show`` ``parameters`` text: one ``name value`` line each, a list
-    (``stop``) one line per item, strings quoted."""
+    (``stop``) one line per item, strings JSON-quoted (a stop of a newline stays on its line, as Ollama's ``%#v``
+    keeps it), numbers and booleans as JSON."""
     lines = []
     for key, value in ((stored or {}).get("parameters") or {}).items():
         for item in value if isinstance(value, list) else [value]:
-            shown = (
-                f'"{item}"'
-                if isinstance(item, str)
-                else str(item).lower()
-                if isinstance(item, bool)
-                else item
-            )
-            lines.append(f"{key:<30} {shown}")
+            lines.append(f"{key:<30} {orjson.dumps(item).decode()}")
     return "\n".join(lines)
+
+
+def _quoted(text: str) -> str:
+    """Modelfile text: in triple quotes, or JSON-quoted when it holds triple quotes itself."""
+    return orjson.dumps(text).decode() if '"""' in text else f'"""{text}"""'
 
 
 def modelfile_lines(stored: Mapping[str, Any] | None) -> list[str]:
@@ -145,9 +160,9 @@ def modelfile_lines(stored: Mapping[str, Any] | None) -> list[str]:
         return []
     lines = []
     if stored.get("system"):
-        lines.append(f'SYSTEM """{stored["system"]}"""')
+        lines.append(f"SYSTEM {_quoted(stored['system'])}")
     lines += [f"PARAMETER {line}" for line in show_parameters(stored).splitlines()]
     for m in stored.get("messages") or []:
-        lines.append(f'MESSAGE {m.get("role")} """{m.get("content") or ""}"""')
-    lines += [f'LICENSE """{text}"""' for text in stored.get("license") or []]
+        lines.append(f"MESSAGE {m.get('role')} {_quoted(m.get('content') or '')}")
+    lines += [f"LICENSE {_quoted(text)}" for text in stored.get("license") or []]
     return lines

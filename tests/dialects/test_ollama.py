@@ -115,7 +115,14 @@ def test_options_are_mapped_to_engine_names() -> None:
 
 @pytest.mark.parametrize(
     ("n", "params"),
-    [(-1, {}), (-2, {}), (0, {"max_tokens": 0}), (7, {"max_tokens": 7}), (7.9, {"max_tokens": 7})],
+    # -1 (unlimited) and -2 (fill the context) are the engine's default: null, which also overrides a preset's
+    [
+        (-1, {"max_tokens": None}),
+        (-2, {"max_tokens": None}),
+        (0, {"max_tokens": 0}),
+        (7, {"max_tokens": 7}),
+        (7.9, {"max_tokens": 7}),
+    ],
 )
 def test_num_predict(n: float, params: dict[str, int]) -> None:
     assert ollama.parse_chat(chat(options={"num_predict": n})).params == params

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
 import httpx
 import ollama
 import openai
@@ -105,3 +106,43 @@ def test_a_created_models_preset_is_its_requests_defaults(daemon: Daemon) -> Non
     # a request that only loads the model is left alone, and embeddings have no preset
     assert client.chat(model="pirate", messages=[]).done
     assert len(client.embed(model="pirate", input="hi").embeddings[0]) == 576
+
+
+def test_a_preset_stop_and_a_model_made_again(daemon: Daemon) -> None:
+    client = closing(ollama.Client(host=daemon.url, timeout=120))
+    plain = chat(client, "smollm2", [USER], temperature=0, seed=7, num_predict=24).message.content
+    word = plain.split()[2]  # the same prompt and options stop at this word once it is a preset stop
+    client.create(model="terse", from_="smollm2", parameters={"stop": [word], "temperature": 0, "seed": 7})
+    an = closing(anthropic.Anthropic(base_url=daemon.url, api_key="unused", max_retries=0, timeout=120))
+    msg = an.messages.create(model="terse", max_tokens=24, messages=[USER])  # type: ignore[list-item]
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", word)
+    assert msg.content[0].text == plain[: plain.index(word)]  # type: ignore[union-attr]
+    # made again from itself (an edited Modelfile): only its preset changes, its engine keeps serving
+    pids = daemon.child_pids()
+    client.create(model="terse", from_="terse", system=SYSTEM, license="MIT")
+    body = httpx.post(daemon.url + "/api/show", json={"model": "terse"}, timeout=30).json()
+    assert (
+        body["system"] == SYSTEM
+        and body["license"] == "MIT"
+        and f'stop                           "{word}"' in body["parameters"]
+    )
+    assert set(pids) <= set(daemon.child_pids())
+    # made again from its source: the source has no preset, so now neither has it
+    client.create(model="terse", from_="smollm2")
+    again = httpx.post(daemon.url + "/api/show", json={"model": "terse"}, timeout=30).json()
+    assert again["system"] == "" and "stop" not in again["parameters"]
+    # made again from other weights: replaced, as Ollama overwrites a model
+    made = {
+        "model": "other",
+        "from": "smollm2",
+        "quantize": "q8_0",
+        "allow_requantize": True,
+        "stream": False,
+    }
+    assert httpx.post(daemon.url + "/api/create", json=made, timeout=300).status_code == 200
+    client.create(model="terse", from_="other", system=SYSTEM)
+    tags = {m.model: m for m in client.list().models}
+    assert (
+        tags["terse:latest"].details is not None and tags["terse:latest"].details.quantization_level == "Q8_0"
+    )
+    assert chat(client, "terse", [USER], num_predict=4).message.content

@@ -160,8 +160,8 @@ def show_cmd(
         lines.append(("serving lane", lane))
     if row is not None and row.preset:  # made by /api/create with a Modelfile's SYSTEM, PARAMETER, MESSAGE
         lines += [("preset", line) for line in presets.modelfile_lines(row.preset)]
-    for k, v in lines:
-        console.print(f"  {k:<17} {v}", highlight=False, soft_wrap=True)
+    for k, v in lines:  # values are data (a stop string may look like markup: "[/INST]")
+        console.print(f"  {k:<17} {v}", highlight=False, soft_wrap=True, markup=False)
     if profile:
         if row is None:
             assert info is not None

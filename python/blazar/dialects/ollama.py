@@ -307,8 +307,8 @@ def _options(value: Any, req: CanonicalRequest, *, embedding: bool) -> None:
             n = _token_count(key, v)
             if embedding:
                 req.notes.append("option num_predict does not apply to embeddings and is ignored")
-            elif n >= 0:  # -1 = unlimited, -2 = fill the context: the engine's own default
-                req.params["max_tokens"] = n
+            else:  # -1 = unlimited, -2 = fill the context: the engine's own default (null), over a preset's
+                req.params["max_tokens"] = n if n >= 0 else None
         elif key == "stop":
             stops = stop_list(v, 'option "stop"')
             if embedding:

@@ -16,13 +16,15 @@ work is ``blazar.quantize``'s; this module only speaks HTTP.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import orjson
 
-from blazar import presets, quantize
-from blazar.gateway import core, proxy
+from blazar import names, presets, quantize
+from blazar.catalog import ModelRow
+from blazar.gateway import core, ollama_admin, proxy
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.ollama_admin import full_access
 from blazar.gateway.pull import stream_events
@@ -84,19 +86,14 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     allow = body.get("allow_requantize", False)
     if not isinstance(allow, bool):
         raise HttpError(400, "'allow_requantize' must be true or false")
-    preset: Mapping[str, Any] | None = (
-        presets.merge(sup.catalog.get(source).preset, fields) if fields else None
-    )
+    src = sup.catalog.get(source)
+    preset: Mapping[str, Any] | None = presets.merge(src.preset, fields) if fields else None
     if qtype is None or not qtype.strip():
-        row = sup.catalog.copy(source, name)
-        if preset is not None:
-            row = sup.catalog.set_preset(row.name, preset)
+        row = await _made(sup, src, names.normalize(name), preset)
         events = _copied(row.sha256)
     else:
         job = quantize.plan(sup.catalog, sup.store, source, qtype, name, allow_requantize=allow)
-        if preset is None:
-            preset = sup.catalog.get(source).preset
-        events = _quantized(sup, job, preset)
+        events = _quantized(sup, job, src.preset if preset is None else preset)
     sup.routes.clear()
     if body.get("stream", True) is False:
 
@@ -112,6 +109,27 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     first = await anext(events)
     await stream_events(req, proto, first, events, f"create of {name}", "the new model is not made")
     return None
+
+
+async def _made(sup: Supervisor, src: ModelRow, name: str, preset: Mapping[str, Any] | None) -> ModelRow:
+    """Model ``name`` as ``src``'s weights with ``preset`` (None: the source's own). A name that exists is made
+    again, as Ollama overwrites it: edit a Modelfile and create again. With the same weights (created from itself,
+    or from the model it is a copy of) only its preset changes; with others it is replaced."""
+    old = sup.catalog.find(name)
+    if old is not None and _same_weights(old, src):
+        sup.routes.clear()
+        return sup.catalog.set_preset(name, src.preset if preset is None else preset)
+    if old is not None:
+        await ollama_admin.remove_model(sup, name, old, "replaced by /api/create")
+    row = sup.catalog.copy(src.name, name)
+    return row if preset is None else sup.catalog.set_preset(row.name, preset)
+
+
+def _same_weights(a: ModelRow, b: ModelRow) -> bool:
+    try:
+        return a.name == b.name or os.path.samefile(a.path, b.path)
+    except OSError:
+        return False
 
 
 async def _copied(digest: str | None) -> AsyncGenerator[Event, None]:

@@ -250,10 +250,16 @@ async def delete(sup: Supervisor, req: Request, proto: Any) -> Response:
     if row is None and sup.loras.find(name) is not None:
         sup.remove_lora(name)
         return 200, [], b""
+    await remove_model(sup, name, row, "model deleted")
+    return 200, [], b""
+
+
+async def remove_model(sup: Supervisor, name: str, row: ModelRow | None, reason: str) -> None:
+    """Remove catalog model ``name`` (``row``, when found) and stop its engines (``reason``); a model with LoRA
+    adapters is refused before its engines stop, so a refused removal leaves them serving."""
     if row is not None:
-        sup.catalog.check_removable(row)  # before its engines stop: a refused delete leaves them serving
+        sup.catalog.check_removable(row)
     for key in [k for k, c in sup.children.items() if c.model == name]:
-        await sup.evict(key, "model deleted")
+        await sup.evict(key, reason, gone=True)
     sup.catalog.remove(name)
     sup.routes.clear()
-    return 200, [], b""

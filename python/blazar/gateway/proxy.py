@@ -46,9 +46,15 @@ async def _open(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[
     except (LinkError, OSError) as e:
         if child.stopped_for == WEDGED:  # another request found it wedged: this one never got a byte either
             raise EngineWedged(child.model, sup.cfg.child_header_timeout_secs) from None
-        if child.stopped_for is not None and not sup.stopping:  # unloaded, evicted, restarted meanwhile
-            raise EngineStopped(child.model, child.stopped_for) from None
-        raise await _engine_failed(sup, child, e) from None
+        raise _stopped_on_purpose(sup, child) or await _engine_failed(sup, child, e) from None
+
+
+def _stopped_on_purpose(sup: Supervisor, child: Child) -> EngineStopped | None:
+    """``EngineStopped`` when ``child`` was unloaded, evicted or restarted on purpose (not for a removed model, nor
+    at shutdown), so the request that never got an answer from it runs once more."""
+    if child.stopped_for is None or child.model_gone or sup.stopping:
+        return None
+    return EngineStopped(child.model, child.stopped_for)
 
 
 TICK_SECS = 5.0
@@ -334,7 +340,7 @@ async def _through_aiohttp(
     except (aiohttp.ClientError, OSError) as e:
         if child.stopped_for == WEDGED:  # stopped under this request by another that found it wedged
             raise EngineWedged(child.model, sup.cfg.child_header_timeout_secs) from None
-        raise await _engine_failed(sup, child, e) from None
+        raise _stopped_on_purpose(sup, child) or await _engine_failed(sup, child, e) from None
     if resp.status >= 400:
         raise engine_error(resp.status, data)
     return resp.status, data, resp.headers.get("content-type", "application/json")

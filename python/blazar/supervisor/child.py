@@ -105,6 +105,9 @@ class Child:
         re-import) make the supervisor restart it."""
         self.stopped_for: str | None = None
         """Why the supervisor stopped this child on purpose (evicted: idle, deleted, keep_alive 0, ...)."""
+        self.model_gone = (
+            False  # stopped because its model left the catalog: a request given it is not retried
+        )
         self.crash_counted = False  # its crash went to the breaker once (many requests may find it dead)
         self.wedge_check: asyncio.Future[bool] | None = None  # the header-bound check requests share
         self.base_url = ""

@@ -201,6 +201,8 @@ class Supervisor:
     async def _ensure_ready(
         self, model_name: str, embeddings: bool, num_ctx: int | None, tokens: bool = False
     ) -> Child:
+        if self.stopping:  # stop_all stops the children it finds: one started after that would outlive it
+            raise LaneError("blazar is shutting down and starts no engine; retry once it is back")
         try:
             model, adapter = self._resolve(model_name, embeddings)
         except ModelNotFound:
@@ -289,7 +291,7 @@ class Supervisor:
         except CatalogError:
             return
         for key in [k for k, c in self.children.items() if c.model == full]:
-            await self.evict(key, reason)
+            await self.evict(key, reason, gone=True)
 
     async def _drain(self, child: Child, why: str) -> None:
         """Wait (at most ``queue_wait_secs``) until ``child`` has no request in flight, so a restart (``why``: for
@@ -401,6 +403,7 @@ class Supervisor:
         only: Child | None = None,
         crash: bool = False,
         still: Callable[[Child], bool] | None = None,
+        gone: bool = False,
     ) -> bool:
         """Stop the child serving ``key`` (SIGTERM, SIGKILL after ``grace``, default ``stop_grace_secs``). With
         ``only``, stop it only if it is still that child: one a request gave up on may have been replaced; with
@@ -422,6 +425,7 @@ class Supervisor:
             else:
                 self.breakers.clean(key)
             child.stopped_for = reason
+            child.model_gone = gone
             stop = asyncio.ensure_future(
                 self._retire(child, self.cfg.stop_grace_secs if grace is None else grace, save=not crash)
             )
