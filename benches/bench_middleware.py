@@ -170,7 +170,9 @@ def stub_engine(app: Any) -> None:
     child = Child("bench:latest", "bench:latest", spec, app.sup.data)
     child.state = State.READY
 
-    async def ensure_ready(model_name: str, *, embeddings: bool = False, num_ctx: int | None = None) -> Any:
+    async def ensure_ready(
+        model_name: str, *, embeddings: bool = False, num_ctx: int | None = None, tokens: bool = False
+    ) -> Any:
         return child
 
     async def forward_whole(

@@ -3,6 +3,7 @@ with their owners, and the id routes (the whole flow runs in tests/e2e/test_batc
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -136,3 +137,43 @@ def test_a_batch_runs_only_under_a_key_that_exists_now(tmp_path: Path) -> None:
         assert "made while auth was off" in str(runner._unrunnable(None, None))  # and keys exist now
         keys.apply(Config(data_dir=tmp_path))  # auth off again
         assert runner._unrunnable(None, None) is None and runner._secret(None) is None
+
+
+def test_a_busy_answer_once_the_batch_is_cancelled_means_the_request_never_ran(tmp_path: Path) -> None:
+    """While a batch is cancelled, a request answered 429/503 (busy: it never ran) is not retried and goes to
+    neither file (Anthropic's results call it canceled); any other answer stands."""
+    from aiohttp import web
+
+    async def scenario() -> None:
+        answers = {"busy": 503, "bad": 400}
+
+        async def handler(request: web.Request) -> web.Response:
+            kind = (await request.json())["messages"][0]["content"]
+            return web.json_response({"error": {"message": kind}}, status=answers[kind])
+
+        app = web.Application()
+        app.router.add_post(EP, handler)
+        runner_ = web.AppRunner(app)
+        await runner_.setup()
+        site = web.TCPSite(runner_, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        cfg = load_config_text(f"port = {port}\n", tmp_path / "config.toml", env={})
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            with Store.open(tmp_path / "blazar.db") as store:
+                sup = SimpleNamespace(data=DataDir(tmp_path), cfg=cfg, http=http)
+                batches = BatchRunner(sup, store, KeyRegistry(cfg))  # type: ignore[arg-type]
+                body = {"model": "m", "messages": [{"role": "user", "content": "busy"}]}
+                busy = read_input(line(body=body), EP)[0][0]
+                bad = read_input(line(body={**body, "messages": [{"role": "user", "content": "bad"}]}), EP)[
+                    0
+                ][0]
+                batches.cancelling.add("b1")
+                assert await batches._send(busy, None, "b1") is None
+                sent = await batches._send(bad, None, "b1")
+                assert sent is not None and sent[0] is False and sent[1]["response"]["status_code"] == 400
+        await runner_.cleanup()
+
+    asyncio.run(scenario())

@@ -329,7 +329,10 @@ class BatchRunner:
             async with gate:
                 if batch_id in self.cancelling:
                     return
-                ok, record = await self._send(line, owner, batch_id)
+                sent = await self._send(line, owner, batch_id)
+            if sent is None:  # the cancel kept it from running
+                return
+            ok, record = sent
             (out if ok else errs).append(orjson.dumps(record))
             doc["request_counts"]["completed" if ok else "failed"] += 1
             if time.monotonic() - saved > SAVE_EVERY_SECS and batch_id not in self.cancelling:
@@ -370,10 +373,11 @@ class BatchRunner:
         doc.update(status="failed", failed_at=int(time.time()))
         self.batches.save(doc)
 
-    async def _send(self, line: Line, owner: str | None, batch_id: str) -> tuple[bool, dict[str, Any]]:
+    async def _send(self, line: Line, owner: str | None, batch_id: str) -> tuple[bool, dict[str, Any]] | None:
         """One request through the front door: (answered 2xx, the output or error file's record). A busy answer
         (429, 503: the model's slots stayed taken, a rate limit) is retried after a pause, up to ``RETRIES``
-        times, while the batch is not cancelled: a batch waits for capacity rather than failing for it."""
+        times: a batch waits for capacity rather than failing for it. Once the batch is being cancelled a busy
+        answer means the request never ran: None, as for the requests the cancel kept from being sent."""
         record: dict[str, Any] = {"id": new_id("batch_req"), "custom_id": line.custom_id, "response": None,
                                   "error": None}  # fmt: skip
         for attempt in range(RETRIES + 1):
@@ -404,7 +408,9 @@ class BatchRunner:
                     "message": f"the request got no answer: {e or type(e).__name__}",
                 }
                 return False, record
-            if status in (429, 503) and attempt < RETRIES and batch_id not in self.cancelling:
+            if status in (429, 503) and attempt < RETRIES:
+                if batch_id in self.cancelling:
+                    return None
                 await asyncio.sleep(_pause(retry_after, attempt))
                 continue
             break
