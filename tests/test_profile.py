@@ -237,6 +237,13 @@ def test_late_chunking_profile(tmp_path: Path, model_file: Path) -> None:
     small_slot = cfg_from(tmp_path, "late_chunking_max_tokens = 8192\nctx_size = 2048\nparallel = 2\n")
     b = compile_profile(small_slot, row(model_file), ENGINE, embeddings=True, tokens=True, hardware=ROOMY)
     assert flag(b.argv_template, "--ubatch-size") == flag(b.argv_template, "--batch-size") == "1024"
+    big = cfg_from(tmp_path, "late_chunking_max_tokens = 2048\nctx_size = 4096\n")
+    late = compile_profile(
+        big, row(model_file), ENGINE, embeddings=True, tokens=True, hardware=ROOMY
+    ).estimate
+    pooled = compile_profile(big, row(model_file), ENGINE, embeddings=True, hardware=ROOMY).estimate
+    assert late is not None and pooled is not None
+    assert late.compute > 3 * pooled.compute  # its 2048-token batch is sized in the memory fit, not 512
     sglang = EngineRow("sglang", "v0.5", None, Path("/x/sglang"), "venv", "cuda", None, True)
     with pytest.raises(
         LaneError, match="late_chunking needs per-token embeddings, which only the llama-cpp lane"

@@ -205,13 +205,15 @@ class KvSettings:
     flash_attn: str = "auto"
     swa_full: bool = False
     parallel: int = 1
+    ubatch: int = N_UBATCH
+    """The physical batch (``--ubatch-size``): a late-chunking engine's is ``late_chunking_max_tokens``."""
 
 
 def kv_bytes(shape: KvShape, ctx: int, s: KvSettings) -> int:
     """KV cache bytes llama.cpp allocates for ``-c ctx`` with these settings."""
     streams = max(s.parallel, 1)
     cells = effective_ctx(ctx, streams) // streams
-    swa_cells = cells if s.swa_full else pad(min(cells, shape.n_swa + N_UBATCH))
+    swa_cells = cells if s.swa_full else pad(min(cells, shape.n_swa + s.ubatch))
     v_trans = s.flash_attn == "off"
     v_max = max((layer.v for layer in shape.layers), default=0)
     total = 0
@@ -227,9 +229,9 @@ def compute_bytes(shape: KvShape, ctx: int, s: KvSettings, *, on_gpu: bool) -> i
     the f16 attention mask over a stream's cells, and without flash attention the f32 KQ matrix too."""
     cells = effective_ctx(ctx, s.parallel) // max(s.parallel, 1)
     per_token = 4 * (shape.n_embd + shape.n_ff) + (shape.n_vocab if on_gpu else 0)
-    total = N_UBATCH * 4 * per_token + N_UBATCH * cells * 2
+    total = s.ubatch * 4 * per_token + s.ubatch * cells * 2
     if s.flash_attn == "off":
-        total += N_UBATCH * shape.n_head * cells * 4
+        total += s.ubatch * shape.n_head * cells * 4
     return total
 
 

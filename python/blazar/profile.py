@@ -29,7 +29,7 @@ from blazar.config import Config
 from blazar.engines import argv as lane_argv
 from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, LaneError
-from blazar.fit import MIB, Fit, FitRequest, KvSettings, MemoryEstimate, ProfileUnfit, fit, kv_shape
+from blazar.fit import MIB, N_UBATCH, Fit, FitRequest, KvSettings, MemoryEstimate, ProfileUnfit, fit, kv_shape
 from blazar.hardware import Hardware, probe
 from blazar.paths import DataDir, child_key, safe_component
 
@@ -266,6 +266,7 @@ def fit_model(
     ctx_size: int | None = None,
     mmproj: Path | None = None,
     settings: KvSettings | None = None,
+    ubatch: int | None = None,
 ) -> Fit:
     """The memory fit for serving ``model`` with the config's settings (``ctx_size`` overrides the config's,
     ``settings`` the config's KV cache settings: for engines that do not take llama.cpp's cache flags).
@@ -301,6 +302,7 @@ def fit_model(
             flash_attn=st.flash_attn,
             swa_full=st.swa_full,
             parallel=st.parallel,
+            ubatch=ubatch or N_UBATCH,
         ),
         gpu_layers=st.gpu_layers,
         mmproj=_size(mmproj) if mmproj is not None else 0,
@@ -334,7 +336,12 @@ def compile_llama_cpp(
     ov = cfg.model_override(model.name)
     st = model_settings(cfg, model.name)
     mmproj = None if embeddings else mmproj_for(cfg, model)
-    est = fit_model(cfg, model, hardware=hardware, ctx_size=ctx_size, mmproj=mmproj).require()
+    # a late-chunking engine's batch is its bound, which sizes its compute buffer
+    ubatch = None
+    if tokens:
+        asked = ctx_size or st.ctx_size
+        ubatch = late_chunk_batch(cfg, asked // max(1, st.parallel) if asked else 0)
+    est = fit_model(cfg, model, hardware=hardware, ctx_size=ctx_size, mmproj=mmproj, ubatch=ubatch).require()
     if est.reduced:
         log.warning(
             "%s: context %d does not fit in free memory; using %d (%s)",
