@@ -281,9 +281,9 @@ def after(sup: Supervisor, child: Child, req: Request) -> None:
     if not unloadable(child):
         return
     targets = [child]
-    if (
-        child.key == child.model
-    ):  # the chat engine; an embedding engine's own keep_alive 0 unloads only itself
+    # the chat engine takes the model's embedding engines with it; an embedding engine's own keep_alive 0 unloads
+    # only itself
+    if child.key == child.model:
         for sibling in (sup.children.get(child_key(child.model, True, tokens)) for tokens in (False, True)):
             if sibling is not None:
                 sibling.unload_when_idle = True
