@@ -15,7 +15,7 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,8 +142,11 @@ def plan(
     name: str | None = None,
     *,
     allow_requantize: bool = False,
+    replace: bool = False,
 ) -> Job:
-    """Check everything a quantization needs before it starts; raises a teaching error otherwise."""
+    """Check everything a quantization needs before it starts; raises a teaching error otherwise. With
+    ``replace`` (Ollama's create) a catalog model of that name may exist: ``run_async``'s ``before_import``
+    removes it once the new file is made."""
     qtype = parse_type(qtype)
     source = catalog.get(source_name)
     if source.format != "gguf" or source.path.is_dir():
@@ -162,9 +165,9 @@ def plan(
             f" quantizing its F16/BF16/F32 original; import that instead, or pass --allow-requantize"
             ' (`"allow_requantize": true` over HTTP) to do it anyway'
         )
-    full = catalog.check_new(
-        name if name is not None else default_name(source, qtype)
-    )  # a model's or adapter's
+    full = names.normalize(name if name is not None else default_name(source, qtype))
+    if not (replace and catalog.find(full) is not None):
+        catalog.check_new(full)  # a model's or adapter's
     if full in MAKING:
         raise CatalogError(f"model '{full}' is being made by another quantization now; choose another name")
     tool = find_tool(store)
@@ -206,7 +209,9 @@ def run(catalog: Catalog, job: Job, progress: Progress | None = None) -> ModelRo
     return catalog.get(job.name)
 
 
-async def run_async(catalog: Catalog, job: Job) -> AsyncGenerator[tuple[int, int], None]:
+async def run_async(
+    catalog: Catalog, job: Job, before_import: Callable[[], Awaitable[None]] | None = None
+) -> AsyncGenerator[tuple[int, int], None]:
     """Quantize on this loop's child watcher, yielding (tensors_done, tensors_total); the result is added to
     the catalog before the iterator ends (hashed in a thread). Closing the iterator early (a client that left)
     kills the tool and leaves nothing behind."""
@@ -229,6 +234,8 @@ async def run_async(catalog: Catalog, job: Job) -> AsyncGenerator[tuple[int, int
         if rc != 0 or not out.is_file():
             raise _failed(job, rc)
         digest = await asyncio.to_thread(sha256_file, out)
+        if before_import is not None:  # the model it replaces goes only once its successor is made
+            await before_import()
         catalog.import_file(out, job.name, sha256=digest)
     finally:
         if proc is not None and proc.returncode is None:

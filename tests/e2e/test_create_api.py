@@ -95,8 +95,8 @@ def test_create_refuses_what_it_cannot_build_in_ollamas_shape(daemon: Daemon) ->
     assert r.status_code == 400 and "'quantize' must be a string" in r.json()["error"]
     r = post({"model": "x", "from": "smollm2", "quantize": "q8_0", "allow_requantize": "yes"})
     assert r.status_code == 400
-    r = post({"model": "smollm2", "from": "smollm2", "quantize": "q8_0", "allow_requantize": True})
-    assert r.status_code == 400 and "already exists" in r.json()["error"]
+    r = post({"model": "smollm2:q4_1", "from": "smollm2", "quantize": "q4_1", "allow_requantize": True})
+    assert r.status_code == 400 and "is Q4_1 already" in r.json()["error"]
     r = httpx.post(daemon.url + "/api/create", content=b"{bad", timeout=30)
     assert r.status_code == 400
     names = {m["name"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}

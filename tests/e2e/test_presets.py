@@ -146,3 +146,17 @@ def test_a_preset_stop_and_a_model_made_again(daemon: Daemon) -> None:
         tags["terse:latest"].details is not None and tags["terse:latest"].details.quantization_level == "Q8_0"
     )
     assert chat(client, "terse", [USER], num_predict=4).message.content
+    # a quantized create of a name that exists replaces it once the new weights are made (with the source's preset)
+    again_q = {
+        "model": "terse",
+        "from": "smollm2",
+        "quantize": "q5_0",
+        "allow_requantize": True,
+        "stream": False,
+    }
+    assert httpx.post(daemon.url + "/api/create", json=again_q, timeout=300).status_code == 200
+    tags = {m.model: m for m in client.list().models}
+    assert (
+        tags["terse:latest"].details is not None and tags["terse:latest"].details.quantization_level == "Q5_0"
+    )
+    assert chat(client, "terse", [USER], num_predict=4).message.content

@@ -8,10 +8,12 @@ whose ``FROM`` is a model): ``model`` (the new name), ``from`` (a catalog model)
 its source's preset, each field given replacing that field (parameters one by one). Options that are set when an
 engine starts (``num_gpu``, ``num_thread``, ...) cannot be a preset's: they are left out and named in
 ``x-blazar-ignored``. What Ollama builds from uploaded blobs and Go templates (``files``, ``adapters``,
-``template``, ``modelfile``) is refused with a 400 that says what to do instead: nothing is silently dropped. The stream is Ollama's: ``quantizing F16 model
-to Q4_K_M`` (with ``total``/``completed`` tensors), ``writing manifest``, ``success``; a failure after it
-started is a last ``{"error": ...}`` line, and a client that leaves stops the tool and leaves nothing. The
-work is ``blazar.quantize``'s; this module only speaks HTTP.
+``template``, ``modelfile``) is refused with a 400 that says what to do instead: nothing is silently dropped.
+A name that exists is made again, as Ollama overwrites it (``_made``; a quantized one is replaced once its new
+weights are made). The stream is Ollama's: ``quantizing F16 model to Q4_K_M`` (with ``total``/``completed``
+tensors), ``writing manifest``, ``success``; a failure after it started is a last ``{"error": ...}`` line, and a
+client that leaves stops the tool and leaves nothing. The work is ``blazar.quantize``'s; this module only speaks
+HTTP.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         row = await _made(sup, src, names.normalize(name), preset)
         events = _copied(row.sha256)
     else:
-        job = quantize.plan(sup.catalog, sup.store, source, qtype, name, allow_requantize=allow)
+        job = quantize.plan(sup.catalog, sup.store, source, qtype, name, allow_requantize=allow, replace=True)
         events = _quantized(sup, job, src.preset if preset is None else preset)
     sup.routes.clear()
     if body.get("stream", True) is False:
@@ -143,7 +145,13 @@ async def _quantized(
     sup: Supervisor, job: quantize.Job, preset: Mapping[str, Any] | None
 ) -> AsyncGenerator[Event, None]:
     yield Event(job.status)
-    steps = quantize.run_async(sup.catalog, job)
+
+    async def replace_old() -> None:  # a name that exists is made again, as Ollama overwrites it
+        old = sup.catalog.find(job.name)
+        if old is not None:
+            await ollama_admin.remove_model(sup, job.name, old, "replaced by /api/create")
+
+    steps = quantize.run_async(sup.catalog, job, replace_old)
     try:
         async for done, total in steps:
             yield Event(job.status, total=total, completed=done)
