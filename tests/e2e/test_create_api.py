@@ -72,7 +72,7 @@ def test_create_refuses_what_it_cannot_build_in_ollamas_shape(daemon: Daemon) ->
         and "'template' is not supported: Blazar applies the model's own chat" in r.json()["error"]
     )
     r = post({"model": "x", "files": {"m.gguf": "sha256:00"}})
-    assert r.status_code == 400 and "'files' is not supported: import a GGUF file" in r.json()["error"]
+    assert r.status_code == 400 and "must be sha256:<64 lowercase hex digits>" in r.json()["error"]
     r = post({"model": "x", "from": "smollm2", "system": 5})
     assert r.status_code == 400 and "'system' must be a string" in r.json()["error"]
     r = post({"model": "x", "from": "smollm2", "parameters": {"temperature": "hot"}})

@@ -30,6 +30,7 @@ from blazar.gateway import (
     anthropic_batch,
     audio,
     batch,
+    blobs,
     create,
     ollama,
     ollama_admin,
@@ -59,6 +60,8 @@ Handler = Callable[[Supervisor, Request, Any], Awaitable[Response | None]]
 class Route:
     dialect: str
     methods: dict[str, Handler]
+    raw_body: bool = False
+    """The handler streams the body itself (blob uploads: no 50 MiB bound); the envelope does not read it."""
 
 
 def render_error(dialect: str, status: int, message: str, kind: str | None) -> bytes:
@@ -131,6 +134,7 @@ _MESSAGE_BATCH_ROUTE = Route(
 )
 _MESSAGE_BATCH_CANCEL_ROUTE = Route(_ANTHROPIC, {"POST": anthropic_batch.batch_cancel})
 _MESSAGE_BATCH_RESULTS_ROUTE = Route(_ANTHROPIC, {"GET": anthropic_batch.batch_results})
+_BLOB_ROUTE = Route(_OLLAMA, {"GET": blobs.exists, "POST": blobs.push}, raw_body=True)
 
 
 def _id_route(path: str, prefix: str, suffix: str) -> bool:
@@ -147,6 +151,8 @@ def _route(path: str) -> Route | None:
         return route
     if path.startswith(openai.MODELS_PREFIX) and len(path) > len(openai.MODELS_PREFIX):
         return _MODEL_ROUTE
+    if path.startswith(blobs.BLOBS) and "/" not in path[len(blobs.BLOBS) :]:
+        return _BLOB_ROUTE
     if path.startswith(batch.FILES):
         if _id_route(path, batch.FILES, "/content"):
             return _FILE_CONTENT_ROUTE
@@ -292,7 +298,7 @@ class App:
             raise HttpError(
                 405, f"{scope.path} accepts {allowed}, not {scope.method}", headers=(("allow", allowed),)
             )
-        if scope.method not in ("GET", "HEAD", "OPTIONS"):
+        if scope.method not in ("GET", "HEAD", "OPTIONS") and not route.raw_body:
             req.body = await self.uploads.read(scope, proto)
         result = await handler(self.sup, req, proto)
         if result is None:

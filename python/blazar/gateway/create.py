@@ -1,32 +1,34 @@
-"""Ollama's ``POST /api/create``: a new catalog model made from another, quantized (``quantize``) or not, with
-a preset of its own (``presets``: a Modelfile's ``SYSTEM``, ``PARAMETER``, ``MESSAGE`` and ``LICENSE``).
+"""Ollama's ``POST /api/create``: a new catalog model made from another (``from``, quantized with ``quantize`` or
+not) or from an uploaded GGUF blob (``files``; ``adapters`` makes a LoRA adapter over ``from``), with a preset of
+its own (``presets``: a Modelfile's ``SYSTEM``, ``PARAMETER``, ``MESSAGE`` and ``LICENSE``).
 
-Blazar takes the request shape of Ollama's current API (what ``ollama create -f Modelfile`` sends for a Modelfile
-whose ``FROM`` is a model): ``model`` (the new name), ``from`` (a catalog model), ``quantize`` (a type for
-``llama-quantize``, any case), ``system``, ``parameters``, ``messages``, ``license`` and ``stream``; plus
-``allow_requantize`` to quantize a model that is quantized already (Ollama refuses those). The new model keeps
-its source's preset, each field given replacing that field (parameters one by one). Options that are set when an
-engine starts (``num_gpu``, ``num_thread``, ...) cannot be a preset's: they are left out and named in
-``x-blazar-ignored``. What Ollama builds from uploaded blobs and Go templates (``files``, ``adapters``,
-``template``, ``modelfile``) is refused with a 400 that says what to do instead: nothing is silently dropped.
-A name that exists is made again, as Ollama overwrites it (``_made``; a quantized one is replaced once its new
-weights are made). The stream is Ollama's: ``quantizing F16 model to Q4_K_M`` (with ``total``/``completed``
-tensors), ``writing manifest``, ``success``; a failure after it started is a last ``{"error": ...}`` line, and a
-client that leaves stops the tool and leaves nothing. The work is ``blazar.quantize``'s; this module only speaks
-HTTP.
+Blazar takes the request shape of Ollama's current API, what ``ollama create -f Modelfile`` sends: ``model`` (the
+new name), ``from``, ``files``, ``adapters``, ``quantize`` (a type for ``llama-quantize``, any case), ``system``,
+``parameters``, ``messages``, ``license`` and ``stream``; plus ``allow_requantize`` to quantize a model that is
+quantized already (Ollama refuses those). A model made from another keeps its source's preset, each field given
+replacing that field (parameters one by one). Options that are set when an engine starts (``num_gpu``,
+``num_thread``, ...) cannot be a preset's: they are left out and named in ``x-blazar-ignored``. Go templates and
+Modelfile text (``template``, ``modelfile``) are refused with a 400 that says what to do instead: nothing is
+silently dropped. A name that exists is made again, as Ollama overwrites it (``_made``; a quantized one is
+replaced once its new weights are made). The stream is Ollama's: ``quantizing F16 model to Q4_K_M`` (with
+``total``/``completed`` tensors), ``writing manifest``, ``success``; a failure after it started is a last
+``{"error": ...}`` line, and a client that leaves stops the tool and leaves nothing. The work is
+``blazar.quantize``'s, the catalog's and ``gateway.blobs``'; this module only speaks HTTP.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncGenerator, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from blazar import names, presets, quantize
-from blazar.catalog import ModelRow
-from blazar.gateway import core, ollama_admin, proxy
+from blazar import ggml_whisper, names, presets, quantize
+from blazar.catalog import ModelRow, read_header
+from blazar.gateway import blobs, core, ollama_admin, proxy
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.ollama_admin import full_access
 from blazar.gateway.pull import stream_events
@@ -36,8 +38,6 @@ from blazar.supervisor import Supervisor
 Response = tuple[int, list[tuple[str, str]], bytes]
 
 _NOT_TAKEN = {
-    "files": "import a GGUF file with `blazar import FILE --name NAME`",
-    "adapters": "add a LoRA adapter with `blazar lora add FILE --base MODEL`",
     "template": (
         "Blazar applies the model's own chat template (the GGUF's Jinja template; chat_template_file under"
         ' [models."NAME"] in config.toml replaces it), not Go templates: drop TEMPLATE from the Modelfile'
@@ -45,8 +45,8 @@ _NOT_TAKEN = {
     "modelfile": "send the Modelfile's fields as JSON (model, from, system, parameters, messages), as ollama create does",
     "path": "send the Modelfile's fields as JSON (model, from, system, parameters, messages), as ollama create does",
 }
-"""Ollama's create fields that need uploaded blobs, Go templates or Modelfile text, which Blazar does not build
-from, and what to do instead."""
+"""Ollama's create fields that need Go templates or Modelfile text, which Blazar does not build from, and what to
+do instead."""
 
 
 def _string(body: dict[str, Any], field: str, what: str) -> str:
@@ -68,10 +68,20 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     if given:
         raise HttpError(
             400,
-            "Blazar's /api/create makes a model from a catalog model ('from', with 'quantize', 'system',"
-            f" 'parameters', 'messages', 'license'); '{given[0]}' is not supported: {_NOT_TAKEN[given[0]]}",
+            "Blazar's /api/create makes a model from a catalog model or an uploaded GGUF blob ('from' or"
+            f" 'files', 'adapters', 'quantize', 'system', 'parameters', 'messages', 'license'); '{given[0]}' is"
+            f" not supported: {_NOT_TAKEN[given[0]]}",
         )
-    source = _string(body, "from", "the catalog model to create the new one from")
+    files, adapters = body.get("files"), body.get("adapters")
+    if files not in (None, {}) and body.get("from") not in (None, ""):
+        raise HttpError(400, "'files' and 'from' name two sources for the new model; send one of them")
+    source = (
+        ""
+        if files not in (None, {})
+        else _string(
+            body, "from", "the catalog model to create the new one from (or 'files': an uploaded GGUF)"
+        )
+    )
     try:
         fields, ignored = presets.check({k: body[k] for k in presets.FIELDS if k in body})
     except presets.PresetError as e:
@@ -88,13 +98,21 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     allow = body.get("allow_requantize", False)
     if not isinstance(allow, bool):
         raise HttpError(400, "'allow_requantize' must be true or false")
-    src = sup.catalog.get(source)
-    preset: Mapping[str, Any] | None = presets.merge(src.preset, fields) if fields else None
-    if qtype is None or not qtype.strip():
+    quantized = qtype is not None and qtype.strip() != ""
+    if files not in (None, {}) or adapters not in (None, {}):
+        row_digest = await _from_blob(sup, name, files, adapters, source, fields, quantized)
+        events = _copied(row_digest)
+    elif not quantized:
+        src = sup.catalog.get(source)
+        preset = presets.merge(src.preset, fields) if fields else None
         row = await _made(sup, src, names.normalize(name), preset)
         events = _copied(row.sha256)
     else:
-        job = quantize.plan(sup.catalog, sup.store, source, qtype, name, allow_requantize=allow, replace=True)
+        src = sup.catalog.get(source)
+        preset = presets.merge(src.preset, fields) if fields else None
+        job = quantize.plan(
+            sup.catalog, sup.store, source, str(qtype), name, allow_requantize=allow, replace=True
+        )
         events = _quantized(sup, job, src.preset if preset is None else preset)
     sup.routes.clear()
     if body.get("stream", True) is False:
@@ -111,6 +129,75 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     first = await anext(events)
     await stream_events(req, proto, first, events, f"create of {name}", "the new model is not made")
     return None
+
+
+def _one_blob(value: Any, field: str) -> tuple[str, str]:
+    """The one GGUF file of a create's ``files`` or ``adapters`` (``{"name.gguf": "sha256:<hex>"}``): (its
+    name, its digest's hex)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        got = f"{len(value)} files" if isinstance(value, dict) else type(value).__name__
+        raise HttpError(
+            400,
+            f'\'{field}\' must name one GGUF file and its uploaded blob ({{"model.gguf": "sha256:..."}}); got'
+            f" {got} (a safetensors model is imported with blazar import DIR, a projector with mmproj in config.toml)",
+        )
+    ((filename, digest),) = value.items()
+    if not isinstance(filename, str) or not filename.lower().endswith((".gguf", ".bin")):
+        raise HttpError(400, f"'{field}' takes a GGUF file (name.gguf), got {str(filename)[:80]!r}")
+    return filename, blobs.hex_of(digest, f"the digest of '{filename[:80]}' in '{field}'")
+
+
+async def _from_blob(
+    sup: Supervisor,
+    name: str,
+    files: Any,
+    adapters: Any,
+    base: str,
+    fields: Mapping[str, Any],
+    quantized: bool,
+) -> str:
+    """A create from an uploaded blob (what ``ollama create`` sends for ``FROM ./model.gguf`` or ``ADAPTER
+    ./lora.gguf``): the GGUF becomes catalog model ``name`` (with the preset ``fields``), or LoRA adapter
+    ``name`` over catalog model ``base``. The blob is taken over by the catalog. Its digest."""
+    if quantized:
+        raise HttpError(
+            400,
+            "create the model from its file first, then quantize it with a second create ('from' + 'quantize')",
+        )
+    full = names.normalize(name)
+    if files not in (None, {}):
+        if adapters not in (None, {}):
+            raise HttpError(
+                400, "'files' and 'adapters' together: create the model, then its adapter from it"
+            )
+        _filename, hexd = _one_blob(files, "files")
+        path = blobs.take(sup, hexd)
+        await asyncio.to_thread(_readable, path)  # before a model of that name is replaced by it
+        old = sup.catalog.find(full)
+        if old is not None:
+            await ollama_admin.remove_model(sup, full, old, "replaced by /api/create")
+        row = await asyncio.to_thread(sup.catalog.import_file, path, full, sha256=hexd)
+        blobs.drop(sup, hexd)
+        if fields:
+            sup.catalog.set_preset(row.name, presets.merge(None, fields))
+        return hexd
+    if fields:
+        raise HttpError(
+            400,
+            "a LoRA adapter is served with its base model's own settings in Blazar; send system, parameters and"
+            " messages with each request, or create a model with them from the base first",
+        )
+    _filename, hexd = _one_blob(adapters, "adapters")
+    path = blobs.take(sup, hexd)
+    await asyncio.to_thread(sup.loras.add, path, base, full)
+    blobs.drop(sup, hexd)
+    return hexd
+
+
+def _readable(path: Path) -> None:
+    """Refuse a blob that is neither a GGUF nor a whisper.cpp model (400) before anything changes."""
+    if ggml_whisper.read(path) is None:
+        read_header(path)
 
 
 async def _made(sup: Supervisor, src: ModelRow, name: str, preset: Mapping[str, Any] | None) -> ModelRow:

@@ -1,0 +1,139 @@
+"""Ollama's blob endpoints: ``HEAD /api/blobs/sha256:<hex>`` (is it here?) and ``POST`` (upload it), which
+``ollama create -f Modelfile`` uses for a Modelfile whose ``FROM`` (or ``ADAPTER``) is a local GGUF file: the
+client uploads the file as a blob, then names it in ``/api/create``'s ``files`` (or ``adapters``).
+
+An upload is streamed to ``blobs/`` in the data directory (no body limit: weights are large), hashed on the way
+in a worker thread in 4 MiB steps, and kept only when its sha256 is the one its path names (else 400, and
+nothing is left). A client silent for ``request_body_timeout_secs`` is dropped. ``create`` imports a blob into the
+catalog as a hard link and then removes it from ``blobs/``, so the weights are on disk once.
+
+It owns the blob files; the catalog and the LoRA registry take them over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import IO, Any
+
+from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
+
+from blazar.gateway.http import ClientGone, HttpError, Request
+from blazar.gateway.ollama_admin import full_access
+from blazar.supervisor import Supervisor
+
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+BLOBS = "/api/blobs/"
+_DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
+FLUSH_BYTES = 4 << 20
+"""Bytes gathered from the client before one write-and-hash step in a worker thread."""
+
+
+def hex_of(digest: Any, what: str = "the blob's digest") -> str:
+    """The hex of an Ollama blob digest (``sha256:<64 hex>``); 400 otherwise."""
+    m = _DIGEST.match(digest) if isinstance(digest, str) else None
+    if m is None:
+        raise HttpError(400, f"{what} must be sha256:<64 lowercase hex digits>, got {str(digest)[:80]!r}")
+    return m.group(1)
+
+
+def path_of(sup: Supervisor, hexd: str) -> Path:
+    return sup.data.root / "blobs" / f"sha256-{hexd}"
+
+
+def missing(hexd: str) -> HttpError:
+    return HttpError(
+        400,
+        f"blob sha256:{hexd} is not on this server: upload it first with POST /api/blobs/sha256:{hexd}",
+        "not_found_error",
+    )
+
+
+async def exists(sup: Supervisor, req: Request, proto: Any) -> Response:
+    """``HEAD /api/blobs/sha256:<hex>``: 200 when the blob is here, else 404."""
+    hexd = hex_of(req.path[len(BLOBS) :])
+    if not path_of(sup, hexd).is_file():
+        raise HttpError(404, f"blob sha256:{hexd} is not on this server", "not_found_error")
+    return 200, [], b""
+
+
+async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
+    """``POST /api/blobs/sha256:<hex>``: the body, kept as that blob when its sha256 matches (201); 200 when the
+    blob is here already (its body is not read, as in Ollama)."""
+    full_access(req, "uploading blobs")
+    hexd = hex_of(req.path[len(BLOBS) :])
+    dest = path_of(sup, hexd)
+    if dest.is_file():
+        return 200, [], b""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.parent / f".partial-{hexd[:16]}-{secrets.token_hex(4)}"
+    try:
+        got = await _receive(proto, partial, float(sup.cfg.request_body_timeout_secs))
+        if got != hexd:
+            raise HttpError(
+                400,
+                f"digest mismatch: the body's sha256 is {got}, not the {hexd} its path names; nothing was kept",
+            )
+        os.replace(partial, dest)
+    except OSError as e:
+        raise HttpError(507, f"the blob could not be stored: {e.strerror or e}", "blazar_error") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+    return 201, [], b""
+
+
+async def _receive(proto: Any, partial: Path, idle: float) -> str:
+    """Stream the request body into ``partial``; its sha256 hex."""
+    sha = hashlib.sha256()
+    chunks: list[bytes] = []
+    held = 0
+    stream = proto.__aiter__()
+    with partial.open("wb") as f:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(stream), idle)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise HttpError(
+                    408,
+                    f"the upload sent nothing for {idle:g} s (request_body_timeout_secs); nothing was kept",
+                    "request_timeout",
+                ) from None
+            except ProtocolClosed:
+                raise ClientGone("before its upload ended") from None
+            chunks.append(chunk)
+            held += len(chunk)
+            if held >= FLUSH_BYTES:
+                await asyncio.to_thread(_write, f, sha, b"".join(chunks))
+                chunks.clear()
+                held = 0
+        if chunks:
+            await asyncio.to_thread(_write, f, sha, b"".join(chunks))
+    return sha.hexdigest()
+
+
+def _write(f: IO[bytes], sha: Any, data: bytes) -> None:
+    f.write(data)
+    sha.update(data)
+
+
+def take(sup: Supervisor, hexd: str) -> Path:
+    """The path of blob ``hexd`` for an import (400 when it was never uploaded)."""
+    path = path_of(sup, hexd)
+    if not path.is_file():
+        raise missing(hexd)
+    return path
+
+
+def drop(sup: Supervisor, hexd: str) -> None:
+    """Remove a blob the catalog has taken over (its own hard link keeps the bytes)."""
+    with contextlib.suppress(FileNotFoundError):
+        path_of(sup, hexd).unlink()

@@ -1,0 +1,95 @@
+"""End to end: what `ollama create -f Modelfile` does for `FROM ./model.gguf` and `ADAPTER ./lora.gguf`, driven by
+the official `ollama` client: the file is uploaded as a blob (`HEAD`/`POST /api/blobs/sha256:...`), then named in
+`/api/create`'s `files` (or `adapters`); the new model answers on the real engine."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import pytest
+
+from tests.conftest import Assets, Daemon, closing
+from tests.fakehub import lora_gguf
+
+pytestmark = pytest.mark.e2e
+
+USER = [{"role": "user", "content": "Say hello."}]
+
+
+def head(d: Daemon, digest: str) -> int:
+    return httpx.head(d.url + f"/api/blobs/{digest}", timeout=30).status_code
+
+
+def test_a_gguf_uploaded_as_a_blob_becomes_a_model(
+    daemon_factory: Any, assets: Assets, tmp_path: Path
+) -> None:
+    d: Daemon = daemon_factory()
+    client = closing(ollama.Client(host=d.url, timeout=120))
+    digest = client.create_blob(assets.model)
+    assert digest == "sha256:" + hashlib.sha256(assets.model.read_bytes()).hexdigest()
+    assert head(d, digest) == 200 and head(d, "sha256:" + "0" * 64) == 404
+    again = httpx.post(d.url + f"/api/blobs/{digest}", content=b"not read", timeout=30)
+    assert again.status_code == 200  # here already: its body is not read, as in Ollama
+
+    steps = list(
+        client.create(model="fromfile", files={"SmolLM2.gguf": digest}, system="Be brief.", stream=True)
+    )
+    assert steps[-1].status == "success"
+    tags = {m.model: m for m in client.list().models}
+    assert tags["fromfile:latest"].digest == digest.removeprefix("sha256:")
+    assert head(d, digest) == 404  # the catalog took the blob over: the weights are on disk once
+    body = httpx.post(d.url + "/api/show", json={"model": "fromfile"}, timeout=30).json()
+    assert body["system"] == "Be brief."
+    answer = client.chat(model="fromfile", messages=USER, options={"num_predict": 4})
+    assert answer.message.content
+
+    # ADAPTER ./lora.gguf: a LoRA adapter over the FROM model
+    lora = tmp_path / "pirate.gguf"
+    lora.write_bytes(lora_gguf("llama", 30, 576, {"attn_q": 576, "attn_v": 192}, spread=0.5))
+    ldigest = client.create_blob(lora)
+    client.create(model="pirate", from_="fromfile", adapters={"pirate.gguf": ldigest})
+    tags = {m.model: m for m in client.list().models}
+    assert (
+        tags["pirate:latest"].details is not None
+        and tags["pirate:latest"].details.parent_model == "fromfile:latest"
+    )
+    assert client.chat(model="pirate", messages=USER, options={"num_predict": 4}).message.content
+
+
+def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
+    d: Daemon = daemon_factory(model=False)
+    other = "sha256:" + hashlib.sha256(b"other bytes").hexdigest()
+    bad = httpx.post(d.url + f"/api/blobs/{other}", content=b"these bytes", timeout=30)
+    assert bad.status_code == 400 and "digest mismatch" in bad.json()["error"], bad.text
+    assert head(d, other) == 404 and not list(
+        (d.data_dir / "blobs").iterdir()
+    )  # nothing kept, no partial file
+    for path in ("/api/blobs/md5:abc", "/api/blobs/sha256:XYZ"):
+        r = httpx.post(d.url + path, content=b"x", timeout=30)
+        assert r.status_code == 400 and "must be sha256:<64 lowercase hex digits>" in r.json()["error"]
+    text = b"not a model at all"
+    digest = "sha256:" + hashlib.sha256(text).hexdigest()
+    assert httpx.post(d.url + f"/api/blobs/{digest}", content=text, timeout=30).status_code == 201
+
+    def create(body: dict[str, object]) -> httpx.Response:
+        return httpx.post(d.url + "/api/create", json={"model": "x", "stream": False, **body}, timeout=30)
+
+    never = "sha256:" + "1" * 64
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"files": {"m.gguf": never}}, "is not on this server: upload it first with POST /api/blobs/"),
+        ({"files": {"a.gguf": digest, "b.gguf": digest}}, "'files' must name one GGUF file"),
+        ({"files": {"m.safetensors": digest}}, "'files' takes a GGUF file"),
+        ({"files": {"m.gguf": "abc"}}, "must be sha256:<64 lowercase hex digits>"),
+        ({"files": {"m.gguf": digest}, "from": "y"}, "'files' and 'from' name two sources"),
+        ({"files": {"m.gguf": digest}, "quantize": "q4_0"}, "then quantize it with a second create"),
+        ({"files": {"m.gguf": digest}}, "GGUF"),  # not a model: refused, and the blob stays for another try
+    ]
+    for body, needle in cases:
+        r = create(body)
+        assert r.status_code == 400 and needle in r.json()["error"], (body, r.text)
+    assert head(d, digest) == 200
+    assert httpx.get(d.url + "/api/tags", timeout=30).json()["models"] == []
