@@ -35,6 +35,10 @@ def test_check_keeps_what_a_request_can_carry_and_names_the_rest() -> None:
         "option tfs_z is no longer supported by llama.cpp and is ignored",
     ]
     assert presets.check({"system": "", "parameters": {}, "messages": []}) == ({}, [])
+    kept, _ = presets.check(
+        {"messages": [{"role": "ASSISTANT", "content": "hi", "foo": 1}, {"role": "user", "content": None}]}
+    )
+    assert kept == {"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": ""}]}
 
 
 @pytest.mark.parametrize(
@@ -46,6 +50,15 @@ def test_check_keeps_what_a_request_can_carry_and_names_the_rest() -> None:
         ({"parameters": {"top_k": "many"}}, 'option "top_k" must be an integer'),
         ({"messages": {"role": "user"}}, "messages must be an array of message objects"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content must be a string"),
+        ({"parameters": {"repeat_penalty": 0}}, 'option "repeat_penalty" must be greater than 0'),
+        (
+            {"parameters": {"repeat_last_n": -2}},
+            'option "repeat_last_n" must be -1 (the whole context), 0 (off) or more',
+        ),
+        (
+            {"messages": [{"role": "user", "content": "look", "images": ["aGVsbG8="]}]},
+            "a preset's messages carry text only",
+        ),
     ],
 )
 def test_check_refuses_bad_fields(given: dict[str, object], needle: str) -> None:
@@ -120,6 +133,9 @@ def test_what_show_prints() -> None:
     odd = {"system": 'Say """hi"""', "parameters": {"stop": ["\n", "[/INST]"]}}
     assert presets.show_parameters(odd).splitlines() == [f'{"stop":<30} "\\n"', f'{"stop":<30} "[/INST]"']
     assert presets.modelfile_lines(odd)[0] == r'SYSTEM "Say \"\"\"hi\"\"\""'
+    assert presets.modelfile_lines({"system": 'say "hi"'})[0] == r'SYSTEM "say \"hi\""'  # a quote at the end
+    assert presets.modelfile_lines({"license": ["a\x00b"]})[0] == r'LICENSE "a\u0000b"'
+    assert presets.modelfile_lines({"system": "line\n\tnext"})[0] == 'SYSTEM """line\n\tnext"""'
     assert presets.modelfile_lines(stored) == [
         'SYSTEM """Be brief."""',
         *(f"PARAMETER {line}" for line in presets.show_parameters(stored).splitlines()),

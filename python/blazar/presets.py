@@ -75,9 +75,24 @@ def check(given: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         notes = [n for n in canon.notes if n.startswith("option ")]
         if kept:
             out["parameters"] = kept
+    if canon.has_images():
+        raise PresetError("a preset's messages carry text only: send images with the requests that need them")
     if given.get("messages"):
-        out["messages"] = given["messages"]
+        out["messages"] = [_stored(m) for m in given["messages"]]
     return out, notes
+
+
+def _stored(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A preset message as it is kept and shown: its role lower-cased, its content, and an assistant's
+    ``thinking`` and ``tool_calls``; any other key dropped."""
+    role = str(message["role"]).lower()
+    out: dict[str, Any] = {"role": role, "content": message.get("content") or ""}
+    for key in ("thinking", "tool_calls"):
+        if role == "assistant" and message.get(key):
+            out[key] = message[key]
+    if role == "tool" and message.get("tool_name"):
+        out["tool_name"] = message["tool_name"]
+    return out
 
 
 def merge(base: Mapping[str, Any] | None, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,8 +165,10 @@ def show_parameters(stored: Mapping[str, Any] | None) -> str:
 
 
 def _quoted(text: str) -> str:
-    """Modelfile text: in triple quotes, or JSON-quoted when it holds triple quotes itself."""
-    return orjson.dumps(text).decode() if '"""' in text else f'"""{text}"""'
+    """Modelfile text: in triple quotes, or JSON-quoted when triple quotes cannot hold it (it has them itself,
+    ends with a quote, or holds control characters other than newlines and tabs)."""
+    plain = '"""' not in text and not text.endswith('"') and all(c >= " " or c in "\n\t" for c in text)
+    return f'"""{text}"""' if plain else orjson.dumps(text).decode()
 
 
 def modelfile_lines(stored: Mapping[str, Any] | None) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 from typing import Any
 
 import orjson
@@ -126,6 +127,16 @@ def test_options_are_mapped_to_engine_names() -> None:
 )
 def test_num_predict(n: float, params: dict[str, int]) -> None:
     assert ollama.parse_chat(chat(options={"num_predict": n})).params == params
+
+
+def test_what_llama_server_refuses_is_refused_here_and_minus_one_is_the_whole_context() -> None:
+    for options, needle in (
+        ({"repeat_penalty": 0}, 'option "repeat_penalty" must be greater than 0'),
+        ({"repeat_last_n": -2}, 'option "repeat_last_n" must be -1 (the whole context)'),
+    ):
+        with pytest.raises(DialectError, match=re.escape(needle)):
+            ollama.parse_chat(chat(options=options))
+    assert ollama.parse_chat(chat(options={"repeat_last_n": -1})).params == {"repeat_last_n": -1}
 
 
 def test_integer_options_accept_any_number_as_go_does() -> None:

@@ -58,6 +58,9 @@ def test_a_gguf_uploaded_as_a_blob_becomes_a_model(
         and tags["pirate:latest"].details.parent_model == "fromfile:latest"
     )
     assert client.chat(model="pirate", messages=USER, options={"num_predict": 4}).message.content
+    made = {"model": "x", "from": "pirate", "system": "s", "stream": False}
+    refused = httpx.post(d.url + "/api/create", json=made, timeout=30)
+    assert refused.status_code == 400 and "'pirate:latest' is a LoRA adapter" in refused.json()["error"]
 
 
 def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:

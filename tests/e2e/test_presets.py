@@ -112,7 +112,11 @@ def test_a_preset_stop_and_a_model_made_again(daemon: Daemon) -> None:
     client = closing(ollama.Client(host=daemon.url, timeout=120))
     plain = chat(client, "smollm2", [USER], temperature=0, seed=7, num_predict=24).message.content
     word = plain.split()[2]  # the same prompt and options stop at this word once it is a preset stop
-    client.create(model="terse", from_="smollm2", parameters={"stop": [word], "temperature": 0, "seed": 7})
+    client.create(
+        model="terse",
+        from_="smollm2",
+        parameters={"stop": [word], "temperature": 0, "seed": 7, "repeat_last_n": -1},
+    )
     an = closing(anthropic.Anthropic(base_url=daemon.url, api_key="unused", max_retries=0, timeout=120))
     msg = an.messages.create(model="terse", max_tokens=24, messages=[USER])  # type: ignore[list-item]
     assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", word)

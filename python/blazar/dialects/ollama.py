@@ -320,6 +320,7 @@ def _options(value: Any, req: CanonicalRequest, *, embedding: bool) -> None:
             typed = _typed(key, v, kind)
             if kind == "int" and not -(2**63) <= typed < 2**63:  # what the engine's JSON can carry
                 raise DialectError(400, f'option "{key}" must be an integer within 64 bits, got {shown(v)}')
+            _in_range(key, typed, v)
             if embedding:
                 req.notes.append(f"option {key} does not apply to embeddings and is ignored")
             else:
@@ -332,6 +333,24 @@ def _options(value: Any, req: CanonicalRequest, *, embedding: bool) -> None:
             req.notes.append(f"option {key} is no longer supported by llama.cpp and is ignored")
         else:
             req.notes.append(f"option {key} is not a known option and is ignored")
+
+
+WHOLE_CONTEXT = -1
+"""``repeat_last_n`` -1: Ollama's "the whole context", which llama-server does not take; ``core`` sends the
+engine's context per slot."""
+
+
+def _in_range(key: str, typed: Any, value: Any) -> None:
+    """The values llama-server refuses for every request, refused here, where the option is named (a model's
+    preset must never hold one)."""
+    if key == "repeat_penalty" and not typed > 0:
+        raise DialectError(
+            400, f'option "repeat_penalty" must be greater than 0 (1 is no penalty), got {shown(value)}'
+        )
+    if key == "repeat_last_n" and typed < WHOLE_CONTEXT:
+        raise DialectError(
+            400, f'option "repeat_last_n" must be -1 (the whole context), 0 (off) or more, got {shown(value)}'
+        )
 
 
 def _token_count(key: str, value: Any) -> int:

@@ -20,6 +20,7 @@ import orjson
 from blazar import names, presets
 from blazar._native import StreamError, StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
+from blazar.dialects.ollama import WHOLE_CONTEXT
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
@@ -386,6 +387,8 @@ async def _dispatch(
     path, body = render_engine(canon)
     if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
         body["model"] = child.spec.engine_model
+    if body.get("repeat_last_n") == WHOLE_CONTEXT:  # Ollama's -1, which llama-server does not take
+        body["repeat_last_n"] = child.spec.ctx_per_slot or child.ctx_size
     adapters.apply(child, canon.model, body)  # an engine with LoRA adapters: which one applies, if any
     if canon.stream and shape.translator == "anthropic" and child.lane == "llama-cpp":
         # the prompt's size before its first token, for message_start's input_tokens

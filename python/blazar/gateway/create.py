@@ -87,7 +87,7 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     except presets.PresetError as e:
         raise HttpError(400, str(e)) from None
     if ignored:
-        core.note_ignored(req, " ".join(ignored))
+        core.note_ignored(req, " | ".join(ignored))
     qtype = body.get("quantize")
     if qtype is not None and not isinstance(qtype, str):
         raise HttpError(
@@ -103,12 +103,12 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         row_digest = await _from_blob(sup, name, files, adapters, source, fields, quantized)
         events = _copied(row_digest)
     elif not quantized:
-        src = sup.catalog.get(source)
+        src = _source(sup, source, fields)
         preset = presets.merge(src.preset, fields) if fields else None
         row = await _made(sup, src, names.normalize(name), preset)
         events = _copied(row.sha256)
     else:
-        src = sup.catalog.get(source)
+        src = _source(sup, source, fields)
         preset = presets.merge(src.preset, fields) if fields else None
         job = quantize.plan(
             sup.catalog, sup.store, source, str(qtype), name, allow_requantize=allow, replace=True
@@ -129,6 +129,27 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     first = await anext(events)
     await stream_events(req, proto, first, events, f"create of {name}", "the new model is not made")
     return None
+
+
+_FOR_LANGUAGE_MODELS = (
+    "system prompts, options and messages are for language models; create the speech model without them"
+)
+
+
+def _source(sup: Supervisor, name: str, fields: Mapping[str, Any]) -> ModelRow:
+    """The catalog model a create makes the new one from: not a LoRA adapter (its settings are its base's), and
+    a preset only for a language model (a whisper model's requests never take one)."""
+    adapter = sup.loras.find(name) if sup.catalog.find(name) is None else None
+    if adapter is not None:
+        raise HttpError(
+            400,
+            f"'{adapter.name}' is a LoRA adapter, served with its base model's settings; create from its base"
+            f" '{adapter.base}' instead (with 'adapters' naming the adapter's uploaded file to make a new adapter)",
+        )
+    src = sup.catalog.get(name)
+    if fields and src.format == "whisper":
+        raise HttpError(400, f"'{src.name}' is a whisper.cpp speech model: {_FOR_LANGUAGE_MODELS}")
+    return src
 
 
 def _one_blob(value: Any, field: str) -> tuple[str, str]:
@@ -172,7 +193,10 @@ async def _from_blob(
             )
         _filename, hexd = _one_blob(files, "files")
         path = blobs.take(sup, hexd)
-        await asyncio.to_thread(_readable, path)  # before a model of that name is replaced by it
+        if (
+            await asyncio.to_thread(_readable, path) and fields
+        ):  # before a model of that name is replaced by it
+            raise HttpError(400, f"the uploaded file is a whisper.cpp speech model: {_FOR_LANGUAGE_MODELS}")
         old = sup.catalog.find(full)
         if old is not None:
             await ollama_admin.remove_model(sup, full, old, "replaced by /api/create")
@@ -194,10 +218,13 @@ async def _from_blob(
     return hexd
 
 
-def _readable(path: Path) -> None:
-    """Refuse a blob that is neither a GGUF nor a whisper.cpp model (400) before anything changes."""
-    if ggml_whisper.read(path) is None:
-        read_header(path)
+def _readable(path: Path) -> bool:
+    """Refuse a blob that is neither a GGUF nor a whisper.cpp model (400) before anything changes; whether it is
+    a whisper.cpp model."""
+    if ggml_whisper.read(path) is not None:
+        return True
+    read_header(path)
+    return False
 
 
 async def _made(sup: Supervisor, src: ModelRow, name: str, preset: Mapping[str, Any] | None) -> ModelRow:
