@@ -12,6 +12,7 @@ from pathlib import Path
 import uvloop
 
 from blazar.config import Config
+from blazar.gateway import blobs
 from blazar.gateway.server import EXIT_BIND_CONFLICT, BindConflict, check_port, run
 from blazar.gateway.tenancy import Gate
 from blazar.paths import DataDir
@@ -40,6 +41,8 @@ def serve(cfg: Config, config_path: Path) -> int:
         return EXIT_BIND_CONFLICT
     data = DataDir(cfg.data_dir).ensure()
     data.sweep_run()
+    if (data.root / "blobs").is_dir():  # uploads a daemon killed mid-way left behind
+        blobs.sweep(data.root / "blobs")
     store = Store.open(data.db)
     sup = Supervisor(cfg, data, store)
     gate = Gate(cfg, store, data, config_path)

@@ -43,7 +43,7 @@ def child_key(name: str, embeddings: bool, tokens: bool = False) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DataDir:
-    """The data dir layout: blazar.db, models/, engines/, run/, logs/, sessions/, speccache/, audit/."""
+    """The data dir layout: blazar.db, models/, engines/, run/, logs/, sessions/, speccache/, audit/, blobs/."""
 
     root: Path
 

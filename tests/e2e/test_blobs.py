@@ -5,6 +5,7 @@ the official `ollama` client: the file is uploaded as a blob (`HEAD`/`POST /api/
 from __future__ import annotations
 
 import hashlib
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import httpx
 import ollama
 import pytest
 
-from tests.conftest import Assets, Daemon, closing
+from tests.conftest import Assets, Daemon, closing, wait_for
 from tests.fakehub import lora_gguf
 
 pytestmark = pytest.mark.e2e
@@ -46,6 +47,15 @@ def test_a_gguf_uploaded_as_a_blob_becomes_a_model(
     assert body["system"] == "Be brief."
     answer = client.chat(model="fromfile", messages=USER, options={"num_predict": 4})
     assert answer.message.content
+    # the same file again with an edited SYSTEM: only the preset changes, the engine keeps serving
+    pids = d.child_pids()
+    assert client.create_blob(assets.model) == digest
+    client.create(model="fromfile", files={"SmolLM2.gguf": digest}, system="Be terse.")
+    assert (
+        httpx.post(d.url + "/api/show", json={"model": "fromfile"}, timeout=30).json()["system"]
+        == "Be terse."
+    )
+    assert d.child_pids() == pids and head(d, digest) == 404
 
     # ADAPTER ./lora.gguf: a LoRA adapter over the FROM model
     lora = tmp_path / "pirate.gguf"
@@ -94,5 +104,27 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
     for body, needle in cases:
         r = create(body)
         assert r.status_code == 400 and needle in r.json()["error"], (body, r.text)
+        assert str(d.data_dir) not in r.text  # the blob is named by its digest, never by the server's path
     assert head(d, digest) == 200
     assert httpx.get(d.url + "/api/tags", timeout=30).json()["models"] == []
+
+    # more than the disk holds: refused before a byte is written
+    huge = raw(d, f"POST /api/blobs/{never} HTTP/1.1\r\nHost: x\r\nContent-Length: {10**15}\r\n\r\n".encode())
+    assert huge.startswith(b"HTTP/1.1 507") and b"does not fit on this server's disk" in huge
+    # a client that hangs up mid-upload leaves nothing behind
+    cut = f"POST /api/blobs/{never} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n".encode() + b"x" * 10
+    raw(d, cut, close_early=True)
+    wait_for(
+        lambda: not list((d.data_dir / "blobs").glob(".partial-*")), 10, "the partial upload to be removed"
+    )
+    assert head(d, never) == 404
+
+
+def raw(d: Daemon, data: bytes, close_early: bool = False) -> bytes:
+    """Bytes sent on a socket of their own: a request httpx would not send (a body shorter than declared)."""
+    host, port = d.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(data)
+        if close_early:
+            return b""
+        return s.recv(65536)

@@ -18,6 +18,7 @@ import hashlib
 import os
 import re
 import secrets
+import shutil
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,6 +26,7 @@ from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar.gateway.http import ClientGone, HttpError, Request
 from blazar.gateway.ollama_admin import full_access
+from blazar.paths import alive
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -72,9 +74,17 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     if dest.is_file():
         return 200, [], b""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.parent / f".partial-{hexd[:16]}-{secrets.token_hex(4)}"
+    declared = _declared(req)
+    if declared is not None and declared > shutil.disk_usage(dest.parent).free - RESERVE_BYTES:
+        raise HttpError(
+            507, f"the blob ({declared} bytes) does not fit on this server's disk", "blazar_error"
+        )
+    sweep(dest.parent)
+    partial = dest.parent / f".partial-{os.getpid()}-{hexd[:16]}-{secrets.token_hex(4)}"
     try:
-        got = await _receive(proto, partial, float(sup.cfg.request_body_timeout_secs))
+        got, size = await _receive(proto, partial, float(sup.cfg.request_body_timeout_secs))
+        if declared is not None and size < declared:
+            raise ClientGone("before its upload ended")
         if got != hexd:
             raise HttpError(
                 400,
@@ -84,16 +94,42 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     except OSError as e:
         raise HttpError(507, f"the blob could not be stored: {e.strerror or e}", "blazar_error") from None
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
+        if partial.exists():  # a multi-GB file's blocks are freed off the event loop
+            await asyncio.to_thread(_unlink, partial)
     return 201, [], b""
 
 
-async def _receive(proto: Any, partial: Path, idle: float) -> str:
-    """Stream the request body into ``partial``; its sha256 hex."""
+RESERVE_BYTES = 512 << 20
+"""Disk an upload leaves free: one that would not is refused before a byte is written (507)."""
+
+
+def _declared(req: Request) -> int | None:
+    value = req.headers.get("content-length")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        raise HttpError(400, f"invalid content-length header {value!r}") from None
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def sweep(folder: Path) -> None:
+    """Remove the partial uploads of processes that are gone (a daemon killed mid-upload)."""
+    for old in folder.glob(".partial-*"):
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and not alive(int(pid)):
+            _unlink(old)
+
+
+async def _receive(proto: Any, partial: Path, idle: float) -> tuple[str, int]:
+    """Stream the request body into ``partial``, flushed to disk before it is renamed: its sha256 hex and size
+    (a client that hangs up ends Granian's body early: the size tells)."""
     sha = hashlib.sha256()
     chunks: list[bytes] = []
-    held = 0
+    held = size = 0
     stream = proto.__aiter__()
     with partial.open("wb") as f:
         while True:
@@ -111,18 +147,21 @@ async def _receive(proto: Any, partial: Path, idle: float) -> str:
                 raise ClientGone("before its upload ended") from None
             chunks.append(chunk)
             held += len(chunk)
+            size += len(chunk)
             if held >= FLUSH_BYTES:
                 await asyncio.to_thread(_write, f, sha, b"".join(chunks))
                 chunks.clear()
                 held = 0
-        if chunks:
-            await asyncio.to_thread(_write, f, sha, b"".join(chunks))
-    return sha.hexdigest()
+        await asyncio.to_thread(_write, f, sha, b"".join(chunks), True)
+    return sha.hexdigest(), size
 
 
-def _write(f: IO[bytes], sha: Any, data: bytes) -> None:
+def _write(f: IO[bytes], sha: Any, data: bytes, last: bool = False) -> None:
     f.write(data)
     sha.update(data)
+    if last:  # on disk before the rename: a blob that exists is one whose bytes were verified
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def take(sup: Supervisor, hexd: str) -> Path:

@@ -19,8 +19,9 @@ replaced once its new weights are made). The stream is Ollama's: ``quantizing F1
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import orjson
 
 from blazar import ggml_whisper, names, presets, quantize
 from blazar.catalog import ModelRow, read_header
+from blazar.errors import BlazarError
 from blazar.gateway import blobs, core, ollama_admin, proxy
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.ollama_admin import full_access
@@ -192,15 +194,22 @@ async def _from_blob(
                 400, "'files' and 'adapters' together: create the model, then its adapter from it"
             )
         _filename, hexd = _one_blob(files, "files")
-        path = blobs.take(sup, hexd)
-        if (
-            await asyncio.to_thread(_readable, path) and fields
-        ):  # before a model of that name is replaced by it
-            raise HttpError(400, f"the uploaded file is a whisper.cpp speech model: {_FOR_LANGUAGE_MODELS}")
         old = sup.catalog.find(full)
-        if old is not None:
-            await ollama_admin.remove_model(sup, full, old, "replaced by /api/create")
-        row = await asyncio.to_thread(sup.catalog.import_file, path, full, sha256=hexd)
+        if old is not None and old.sha256 == hexd:  # the same weights again (an edited Modelfile): the preset
+            sup.catalog.set_preset(full, presets.merge(None, fields) if fields else None)
+            sup.routes.clear()
+            blobs.drop(sup, hexd)
+            return hexd
+        path = blobs.take(sup, hexd)
+        async with _blob_errors(path, hexd):
+            # checked before a model of this name is replaced by it
+            if await asyncio.to_thread(_readable, path) and fields:
+                raise HttpError(
+                    400, f"the uploaded file is a whisper.cpp speech model: {_FOR_LANGUAGE_MODELS}"
+                )
+            if old is not None:
+                await ollama_admin.remove_model(sup, full, old, "replaced by /api/create")
+            row = await asyncio.to_thread(sup.catalog.import_file, path, full, sha256=hexd)
         blobs.drop(sup, hexd)
         if fields:
             sup.catalog.set_preset(row.name, presets.merge(None, fields))
@@ -213,9 +222,19 @@ async def _from_blob(
         )
     _filename, hexd = _one_blob(adapters, "adapters")
     path = blobs.take(sup, hexd)
-    await asyncio.to_thread(sup.loras.add, path, base, full)
+    async with _blob_errors(path, hexd):
+        await asyncio.to_thread(sup.loras.add, path, base, full)
     blobs.drop(sup, hexd)
     return hexd
+
+
+@contextlib.asynccontextmanager
+async def _blob_errors(path: Path, hexd: str) -> AsyncIterator[None]:
+    """A catalog or adapter error about the blob names it by digest: never the server's path to it."""
+    try:
+        yield
+    except BlazarError as e:
+        raise HttpError(e.status, str(e).replace(str(path), f"the uploaded file sha256:{hexd}")) from None
 
 
 def _readable(path: Path) -> bool:
