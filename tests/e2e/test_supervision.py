@@ -190,7 +190,9 @@ def test_the_engine_listens_on_its_unix_socket_and_no_tcp_port(daemon_factory: o
     assert [c for c in engine.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
     assert any(c.laddr == str(sock) for c in engine.net_connections(kind="unix"))
     wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], 30, "idle eviction of the engine child")
-    assert not sock.exists()
+    # The stop removes the socket in the step that removes the pid files; a CI run on an overloaded machine once
+    # saw the socket a moment after them. A socket left behind for good still fails here.
+    wait_for(lambda: not sock.exists(), 10, "the engine's socket to go with it")
 
 
 def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:
