@@ -72,12 +72,17 @@ def test_a_preset_is_stored_and_copied(catalog: Catalog, model_file: Path) -> No
     row = catalog.import_file(model_file, "base")
     assert row.preset is None
     preset = {"system": "Be brief.", "parameters": {"temperature": 0.2}}
+    before = catalog.generation
     assert catalog.set_preset("base", preset).preset == preset
+    assert catalog.generation > before  # what tells a memo of rows (the gateway's routes) it is stale
     assert catalog.copy("base", "twin").preset == preset  # a copy is the same model, preset and all
     assert catalog.set_preset("base", None).preset is None
     assert catalog.get("twin").preset == preset
     with pytest.raises(ModelNotFound):
         catalog.set_preset("nosuch", preset)
+    before = catalog.generation
+    catalog.remove("twin")
+    assert catalog.generation > before
 
 
 def test_duplicate_name_refused(catalog: Catalog, model_file: Path) -> None:

@@ -164,6 +164,9 @@ class Catalog:
         self.data = data
         self.files = ModelFiles(data)
         self._filling: dict[Path, asyncio.Task[str | None]] = {}
+        self.generation = 0
+        """Bumped by every change this process makes to a model row (add, remove, preset): what a memo of rows
+        (``gateway.core``'s routes) compares to know it is stale."""
 
     def get(self, name: str) -> ModelRow:
         full = names.normalize(name)
@@ -339,6 +342,7 @@ class Catalog:
         sha256: str | None,
     ) -> None:
         """One ``models`` row; ``facts`` is (architecture, parameter_count, context_length, quantization)."""
+        self.generation += 1
         with self.store.transaction():
             self.store.conn.execute(
                 "INSERT INTO models (name, path, format, size_bytes, architecture, parameter_count,"
@@ -463,6 +467,7 @@ class Catalog:
         """Replace model ``name``'s preset (None: no preset)."""
         full = self.get(name).name
         stored = None if not preset else orjson.dumps(preset).decode()
+        self.generation += 1
         with self.store.transaction():
             self.store.conn.execute("UPDATE models SET preset_json = ? WHERE name = ?", (stored, full))
         return self.get(full)
@@ -493,6 +498,7 @@ class Catalog:
                 + (f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)")
             )
         self.check_removable(row)
+        self.generation += 1
         with self.store.transaction():
             self.check_removable(row)  # again inside the write: an adapter added meanwhile keeps the model
             self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))

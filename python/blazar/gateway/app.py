@@ -45,6 +45,7 @@ from blazar.gateway.http import (
     HttpError,
     Request,
     accept_trace_id,
+    declared_length,
 )
 from blazar.gateway.tenancy import Gate
 from blazar.supervisor import Supervisor
@@ -362,12 +363,8 @@ def _too_large(size: int | None) -> HttpError:
 
 
 async def _read_body(scope: Any, proto: Any) -> bytes:
-    declared = scope.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise HttpError(400, f"invalid content-length header {declared!r}") from None
+    size = declared_length(scope.headers)
+    if size is not None:
         if size > MAX_BODY_BYTES:
             raise _too_large(size)
         try:

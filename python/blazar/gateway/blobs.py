@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
-from blazar.gateway.http import ClientGone, HttpError, Request
+from blazar.gateway.http import ClientGone, HttpError, Request, declared_length
 from blazar.gateway.ollama_admin import full_access
 from blazar.paths import alive
 from blazar.supervisor import Supervisor
@@ -74,7 +74,7 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     if dest.is_file():
         return 200, [], b""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    declared = _declared(req)
+    declared = declared_length(req.headers)
     if declared is not None and declared > shutil.disk_usage(dest.parent).free - RESERVE_BYTES:
         raise HttpError(
             507, f"the blob ({declared} bytes) does not fit on this server's disk", "blazar_error"
@@ -101,14 +101,6 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 RESERVE_BYTES = 512 << 20
 """Disk an upload leaves free: one that would not is refused before a byte is written (507)."""
-
-
-def _declared(req: Request) -> int | None:
-    value = req.headers.get("content-length")
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        raise HttpError(400, f"invalid content-length header {value!r}") from None
 
 
 def _unlink(path: Path) -> None:

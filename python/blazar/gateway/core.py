@@ -76,8 +76,9 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> Route:
     language model, text for a whisper model), which ``claim_local`` raises once the key's scope is checked, and
     the model's preset (``presets``), which it applies. Memoised per client-given name in ``sup.routes`` for the
     catalog's language models (the config is immutable, so their answer never changes, and they take every kind
-    but audio) for ``ROUTE_MEMO_SECS``, so a preset changed from another process (``blazar rm`` and a new
-    create of that name) is seen within that; adapters, whisper models and unknown names are looked up each
+    but audio) while this process has not changed a model row (``Catalog.generation``), and for at most
+    ``ROUTE_MEMO_SECS``, so a change from another process (``blazar rm`` and an import of that name) is seen
+    within that; adapters, whisper models and unknown names are looked up each
     time, as they may change at run time."""
     embedding = canon.kind == "embedding"
     audio = canon.kind == "audio"
@@ -85,7 +86,7 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> Route:
     use = (canon.model, embedding, canon.late_chunking)
     hit = routes.get(use) if not audio else None
     now = time.monotonic()
-    if hit is not None and now < hit[2]:
+    if hit is not None and now < hit[2] and hit[3] == sup.catalog.generation:
         return hit[0], None, hit[1]
     name = names.normalize(canon.model)
     adapter = sup.loras.find(name)
@@ -103,7 +104,7 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> Route:
     preset = presets.compile(row.preset)
     if len(routes) >= _ROUTES_MAX:
         routes.clear()
-    routes[use] = (target, preset, now + ROUTE_MEMO_SECS)
+    routes[use] = (target, preset, now + ROUTE_MEMO_SECS, sup.catalog.generation)
     return target, wrong, preset
 
 

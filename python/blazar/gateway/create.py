@@ -74,12 +74,12 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
             f" 'files', 'adapters', 'quantize', 'system', 'parameters', 'messages', 'license'); '{given[0]}' is"
             f" not supported: {_NOT_TAKEN[given[0]]}",
         )
-    files, adapters = body.get("files"), body.get("adapters")
-    if files not in (None, {}) and body.get("from") not in (None, ""):
+    files, adapters = body.get("files") or None, body.get("adapters") or None  # empty: not given
+    if files is not None and body.get("from") not in (None, ""):
         raise HttpError(400, "'files' and 'from' name two sources for the new model; send one of them")
     source = (
         ""
-        if files not in (None, {})
+        if files is not None
         else _string(
             body, "from", "the catalog model to create the new one from (or 'files': an uploaded GGUF)"
         )
@@ -101,7 +101,7 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     if not isinstance(allow, bool):
         raise HttpError(400, "'allow_requantize' must be true or false")
     quantized = qtype is not None and qtype.strip() != ""
-    if files not in (None, {}) or adapters not in (None, {}):
+    if files is not None or adapters is not None:
         row_digest = await _from_blob(sup, name, files, adapters, source, fields, quantized)
         events = _copied(row_digest)
     elif not quantized:
@@ -116,7 +116,6 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
             sup.catalog, sup.store, source, str(qtype), name, allow_requantize=allow, replace=True
         )
         events = _quantized(sup, job, src.preset if preset is None else preset)
-    sup.routes.clear()
     if body.get("stream", True) is False:
 
         async def drain() -> None:
@@ -188,8 +187,8 @@ async def _from_blob(
             "create the model from its file first, then quantize it with a second create ('from' + 'quantize')",
         )
     full = names.normalize(name)
-    if files not in (None, {}):
-        if adapters not in (None, {}):
+    if files is not None:
+        if adapters is not None:
             raise HttpError(
                 400, "'files' and 'adapters' together: create the model, then its adapter from it"
             )
@@ -197,7 +196,6 @@ async def _from_blob(
         old = sup.catalog.find(full)
         if old is not None and old.sha256 == hexd:  # the same weights again (an edited Modelfile): the preset
             sup.catalog.set_preset(full, presets.merge(None, fields) if fields else None)
-            sup.routes.clear()
             blobs.drop(sup, hexd)
             return hexd
         path = blobs.take(sup, hexd)
@@ -252,7 +250,6 @@ async def _made(sup: Supervisor, src: ModelRow, name: str, preset: Mapping[str, 
     or from the model it is a copy of) only its preset changes; with others it is replaced."""
     old = sup.catalog.find(name)
     if old is not None and _same_weights(old, src):
-        sup.routes.clear()
         return sup.catalog.set_preset(name, src.preset if preset is None else preset)
     if old is not None:
         await ollama_admin.remove_model(sup, name, old, "replaced by /api/create")
@@ -292,6 +289,5 @@ async def _quantized(
         await steps.aclose()
     if preset:
         sup.catalog.set_preset(job.name, preset)
-    sup.routes.clear()
     yield Event("writing manifest")
     yield Event("success")

@@ -204,3 +204,12 @@ def parse_multipart(
                 raise HttpError(400, f"the multipart field '{name[:40]}' must hold a file, not more parts")
             fields[name] = (part.get_filename(), body[start:end])
         pos = end + 2 + len(delim)
+
+
+def declared_length(headers: Any) -> int | None:
+    """The request's ``content-length``, None when it sent none (a chunked body); 400 when it is not a number."""
+    value = headers.get("content-length")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        raise HttpError(400, f"invalid content-length header {value!r}") from None

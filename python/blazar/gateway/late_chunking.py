@@ -84,7 +84,9 @@ async def embed(sup: Supervisor, req: Request, child: Child, canon: CanonicalReq
         total += len(tokens)
         if total > limit:
             raise _too_long(f"at least {total} tokens", limit, cfg_limit)
-    before, after = await _frame(sup, req, child, chunks[0], pieces[0])
+    if child.token_frame is None:  # the model's, so once per engine
+        child.token_frame = await _frame(sup, req, child, chunks[0], pieces[0])
+    before, after = child.token_frame
     total += len(before) + len(after)
     if total > limit:
         raise _too_long(f"{total} tokens with the model's special tokens", limit, cfg_limit)

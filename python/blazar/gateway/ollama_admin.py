@@ -262,4 +262,3 @@ async def remove_model(sup: Supervisor, name: str, row: ModelRow | None, reason:
     for key in [k for k, c in sup.children.items() if c.model == name]:
         await sup.evict(key, reason, gone=True)
     sup.catalog.remove(name)
-    sup.routes.clear()

@@ -105,6 +105,8 @@ class Child:
         re-import) make the supervisor restart it."""
         self.stopped_for: str | None = None
         """Why the supervisor stopped this child on purpose (evicted: idle, deleted, keep_alive 0, ...)."""
+        self.token_frame: tuple[list[int], list[int]] | None = None
+        """Late chunking: the special tokens this engine's model puts before and after a text, found once."""
         self.model_gone = (
             False  # stopped because its model left the catalog: a request given it is not retried
         )

@@ -98,8 +98,9 @@ class Supervisor:
         self._reaper: asyncio.Task[None] | None = None
         self._hinter: asyncio.Task[None] | None = None
         self._hot: dict[tuple[str, bool, bool], Child] = {}  # (client-given name, use) -> its ready child
-        # gateway.core.route_target's memo: (name, embedding, late chunking) -> (target, preset, until)
-        self.routes: dict[tuple[str, bool, bool], tuple[tuple[str, str, int], Preset | None, float]] = {}
+        # gateway.core.route_target's memo: (name, embedding, late chunking) -> (target, preset, until, catalog
+        # generation)
+        self.routes: dict[tuple[str, bool, bool], tuple[tuple[str, str, int], Preset | None, float, int]] = {}
         self.stopping = False  # stop_all has begun: an engine stopped under a request is not replaced for it
         self.breakers = Breakers()
         self.remotes = Remotes(cfg.remotes)
