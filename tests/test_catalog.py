@@ -18,10 +18,10 @@ from blazar import catalog as catalog_mod
 from blazar import catalog_files
 from blazar.catalog import Catalog, DigestCancelled, ModelRow, split_digest
 from blazar.digests import sha256_file
-from blazar.errors import CatalogError, ModelNotFound
+from blazar.errors import CatalogError, ModelNotFound, StoreError
 from blazar.paths import DataDir
 from blazar.store import LATEST_SCHEMA_VERSION, MIGRATIONS, Store
-from tests.fakehub import split_gguf
+from tests.fakehub import split_gguf, tiny_gguf
 
 SHARDS = split_gguf("tiny-Q8_0", 2, 100_000)
 
@@ -115,6 +115,61 @@ def test_names_that_share_files_are_refused(
     catalog.copy(first, "elsewhere")  # an unrelated name is fine
     catalog.remove("elsewhere")
     assert kept.path.is_file()
+
+
+def test_replace_swaps_a_model_in_one_step_and_a_failure_keeps_it(
+    catalog: Catalog, model_file: Path, model_sha: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = catalog.import_file(model_file, "m")
+    other = tmp_path / "tiny.gguf"
+    other.write_bytes(tiny_gguf())
+    tiny_sha = hashlib.sha256(other.read_bytes()).hexdigest()
+    with pytest.raises(CatalogError, match="already exists"):
+        catalog.import_file(other, "m")  # without replace, as before
+    # a file that is no GGUF is refused before anything changes
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"PK\x03\x04" + bytes(4096))
+    with pytest.raises(CatalogError, match="not a usable GGUF file"):
+        catalog.import_file(junk, "m", replace=True)
+    assert catalog.get("m").sha256 == model_sha and sha256_file(old.path) == model_sha
+    # a failure while the new row is written puts the old file and row back
+    real = catalog._insert
+
+    def broken(*a: object, **k: object) -> None:
+        raise StoreError("disk I/O error")
+
+    monkeypatch.setattr(catalog, "_insert", broken)
+    with pytest.raises(StoreError):
+        catalog.import_file(other, "m", replace=True)
+    monkeypatch.setattr(catalog, "_insert", real)
+    assert [(r.name, r.sha256) for r in catalog.list()] == [("m:latest", model_sha)]
+    assert sha256_file(old.path) == model_sha
+    assert not any((catalog.data.models / ".importing").iterdir())
+    # and a good one replaces it: same name and path, the new weights, the old preset gone with its row
+    catalog.set_preset("m", {"system": "old"})
+    new = catalog.import_file(other, "m", replace=True, sha256=tiny_sha)
+    assert new.path == old.path and new.sha256 == tiny_sha and new.preset is None
+    assert sha256_file(new.path) == tiny_sha and model_file.is_file()
+    # a copy over it is one step too (a hard link of the source)
+    catalog.import_file(model_file, "src")
+    again = catalog.copy("src", "m", replace=True)
+    assert again.sha256 == model_sha and os.path.samefile(again.path, model_file)
+    assert sorted(r.name for r in catalog.list()) == ["m:latest", "src:latest"]
+
+
+def test_replace_is_refused_for_a_model_with_adapters_and_for_an_adapter_name(
+    catalog: Catalog, model_file: Path, tmp_path: Path
+) -> None:
+    catalog.import_file(model_file, "m")
+    catalog.store.conn.execute(
+        "INSERT INTO loras (name, base, path, sha256, size_bytes, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        ("ad:latest", "m:latest", str(tmp_path / "ad.gguf"), "0" * 64, 1, datetime.now(UTC).isoformat()),
+    )
+    with pytest.raises(CatalogError, match="has LoRA adapters"):
+        catalog.import_file(model_file, "m", replace=True)
+    with pytest.raises(CatalogError, match="names a LoRA adapter"):
+        catalog.import_file(model_file, "ad", replace=True)
+    assert [r.name for r in catalog.list()] == ["m:latest"] and catalog.get("m").path.is_file()
 
 
 def test_corrupt_and_truncated_files_are_refused(catalog: Catalog, model_file: Path, tmp_path: Path) -> None:

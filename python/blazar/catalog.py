@@ -30,7 +30,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -210,6 +210,18 @@ class Catalog:
             )
         self.check_free(full)
 
+    def _check_replaceable(self, full: str) -> None:
+        """``_check_new``, except that a model of that name may exist (it is to be replaced) unless LoRA
+        adapters are served on it."""
+        for _ in self.store.conn.execute("SELECT 1 FROM loras WHERE name = ?", (full,)):
+            raise CatalogError(
+                f"'{full}' names a LoRA adapter; remove it first (blazar lora rm {full}) or pick another name"
+            )
+        self.check_free(full)
+        old = self.find(full)
+        if old is not None:
+            self.check_removable(old)
+
     def import_file(
         self,
         src: Path,
@@ -217,10 +229,13 @@ class Catalog:
         progress: CopyProgress | None = None,
         *,
         sha256: str | None = None,
+        replace: bool = False,
     ) -> ModelRow:
         """Add one GGUF file, or a whisper.cpp model (``ggml_whisper``: format ``whisper``). ``sha256`` is its
         digest when the caller already verified it (a pull); without it the bytes are hashed here, while copying
-        them or, after a hard link, read once."""
+        them or, after a hard link, read once. ``replace`` (Ollama's create over an existing name): a model of
+        that name is replaced in one step once the new file is in hand, so a failure on the way keeps it; its
+        engines must be stopped first."""
         known = None if sha256 is None else _check_sha256(sha256)
         src = src.expanduser().resolve()
         if not src.is_file():
@@ -228,25 +243,51 @@ class Catalog:
         whisper = ggml_whisper.read(src)
         header = read_header(src) if whisper is None else {}
         full = names.normalize(name) if name is not None else names.default_name_for_file(src.stem)
-        self._check_new(full)  # early, before a long copy; checked again under the claim
+        (self._check_replaceable if replace else self._check_new)(full)  # early; again under the claim
         dest = self.files.file_for(full, ".gguf" if whisper is None else ".bin")
         aside = self.files.staging()
         try:
             digest = link_or_copy(src, aside / dest.name, progress, digest=known is None) or known
-            with self.files.claim(lambda: self._check_new(full)):
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(aside / dest.name, dest)
-                try:
-                    if whisper is None:
-                        self._insert(full, dest, summarize(header), header, sha256=digest)
-                    else:
-                        self._insert_whisper(full, dest, whisper, digest)
-                except BaseException:
-                    dest.unlink(missing_ok=True)
-                    raise
+
+            def write_row() -> None:
+                if whisper is None:
+                    self._insert(full, dest, summarize(header), header, sha256=digest)
+                else:
+                    self._insert_whisper(full, dest, whisper, digest)
+
+            self._place(full, aside / dest.name, dest, replace, write_row)
         finally:
             shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
+
+    def _place(
+        self, full: str, staged: Path, dest: Path, replace: bool, write_row: Callable[[], None]
+    ) -> None:
+        """Under the name's claim: move the ``staged`` file to ``dest`` and ``write_row``. With ``replace`` the
+        model of that name, if any, goes in the same transaction: its file at ``dest`` is kept beside ``staged``
+        (in its staging folder, which the caller removes) until the new row is written, and put back if that
+        fails; its files elsewhere are removed after."""
+        check = self._check_replaceable if replace else self._check_new
+        with self.files.claim(lambda: check(full)):
+            old = self.find(full) if replace else None
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            kept = None
+            if old is not None and old.path == dest:
+                kept = staged.with_name(f"replaced-{dest.name}")
+                os.replace(dest, kept)
+            os.replace(staged, dest)
+            try:
+                with self.store.transaction():
+                    if old is not None:
+                        self._delete_row(old)
+                    write_row()
+            except BaseException:
+                dest.unlink(missing_ok=True)
+                if kept is not None:
+                    os.replace(kept, dest)
+                raise
+        if old is not None and old.path != dest:
+            self._discard_files(old)
 
     def import_split(
         self, shards: Sequence[Path], name: str, sha256s: Sequence[str] | None = None
@@ -428,39 +469,48 @@ class Catalog:
             shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
 
-    def copy(self, src_name: str, dest_name: str) -> ModelRow:
-        """``_copy``, with the source's preset."""
+    def copy(self, src_name: str, dest_name: str, *, replace: bool = False) -> ModelRow:
+        """``_copy``, with the source's preset. ``replace``: a model named ``dest_name`` is replaced (its engines
+        must be stopped first), in one step for a single-file source."""
         src = self.get(src_name)
-        row = self._copy(src, dest_name)
+        row = self._copy(src, dest_name, replace=replace)
         return self.set_preset(row.name, src.preset) if src.preset else row
 
-    def _copy(self, src: ModelRow, dest_name: str) -> ModelRow:
+    def _copy(self, src: ModelRow, dest_name: str, *, replace: bool = False) -> ModelRow:
         """A second name for the same weights, as a hard link (zero copy on one filesystem).
 
         The copy takes the source's digest as it is, never hashing (``/api/copy`` runs on the event loop); a
         source without one leaves the copy without one too, and each is filled when first wanted.
         """
+        full = names.normalize(dest_name)
+        shards = None if src.path.is_dir() else split_set(src.path)
+        if (src.path.is_dir() or shards is not None) and replace and self.find(full) is not None:
+            self.remove(
+                full
+            )  # folders and split sets are placed by their own paths: the old model goes first
         if src.path.is_dir():
-            full = names.normalize(dest_name)
             summary = inspect_dir(src.path, only=[p.name for p in src.path.iterdir() if p.is_file()])
             return self._add_dir(src.path, summary, full, None, src.sha256, compute=False)
-        shards = split_set(src.path)
         if shards is not None:
             return self._add_split(shards, dest_name, src.sha256, compute=False)
-        full = names.normalize(dest_name)
-        self._check_new(full)
+        (self._check_replaceable if replace else self._check_new)(full)
         dest = self.files.file_for(full, src.path.suffix or ".gguf")
-        link_or_copy(src.path, dest, None)
+        aside = self.files.staging()
         try:
-            whisper = ggml_whisper.read(dest) if src.format == "whisper" else None
-            if whisper is not None:
-                self._insert_whisper(full, dest, whisper, src.sha256)
-            else:
-                header = read_header(dest)
-                self._insert(full, dest, summarize(header), header, sha256=src.sha256)
-        except Exception:
-            dest.unlink(missing_ok=True)
-            raise
+            staged = aside / dest.name
+            link_or_copy(src.path, staged, None)
+            whisper = ggml_whisper.read(staged) if src.format == "whisper" else None
+            header = read_header(staged) if whisper is None else {}
+
+            def write_row() -> None:
+                if whisper is not None:
+                    self._insert_whisper(full, dest, whisper, src.sha256)
+                else:
+                    self._insert(full, dest, summarize(header), header, sha256=src.sha256)
+
+            self._place(full, staged, dest, replace, write_row)
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
         return self.get(full)
 
     def set_preset(self, name: str, preset: Mapping[str, Any] | None) -> ModelRow:
@@ -498,11 +548,20 @@ class Catalog:
                 + (f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)")
             )
         self.check_removable(row)
-        self.generation += 1
         with self.store.transaction():
-            self.check_removable(row)  # again inside the write: an adapter added meanwhile keeps the model
-            self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))
-            self.store.conn.execute("DELETE FROM profiles WHERE model = ?", (row.name,))
+            self._delete_row(row)
+        self._discard_files(row)
+        return row
+
+    def _delete_row(self, row: ModelRow) -> None:
+        """Delete ``row`` and its profiles, inside the caller's transaction."""
+        self.generation += 1
+        self.check_removable(row)  # again inside the write: an adapter added meanwhile keeps the model
+        self.store.conn.execute("DELETE FROM models WHERE name = ?", (row.name,))
+        self.store.conn.execute("DELETE FROM profiles WHERE model = ?", (row.name,))
+
+    def _discard_files(self, row: ModelRow) -> None:
+        """Remove the files of a deleted row that the catalog owns (under ``models/``), and empty folders."""
         if row.path.is_relative_to(self.data.models) and row.path.is_dir():
             self.files.discard(row.path)
             self.files.prune(row.path.parent)
@@ -510,7 +569,6 @@ class Catalog:
             for p in split_set(row.path) or [row.path]:
                 p.unlink(missing_ok=True)
             self.files.prune(row.path.parent)
-        return row
 
     # -- digests of rows written before they were recorded ------------------------------------------------
 

@@ -84,6 +84,8 @@ class Job:
     name: str
     tool: Path
     log: Path
+    replace: bool = False
+    """A model of that name may exist, and is replaced by the result (Ollama's create)."""
 
     def argv(self, out: Path) -> list[str]:
         flags = [] if self.source.quantization in FULL_PRECISION else ["--allow-requantize"]
@@ -146,7 +148,7 @@ def plan(
 ) -> Job:
     """Check everything a quantization needs before it starts; raises a teaching error otherwise. With
     ``replace`` (Ollama's create) a catalog model of that name may exist: ``run_async``'s ``before_import``
-    removes it once the new file is made."""
+    stops its engines once the new file is made, and the import replaces it."""
     qtype = parse_type(qtype)
     source = catalog.get(source_name)
     if source.format != "gguf" or source.path.is_dir():
@@ -172,7 +174,7 @@ def plan(
         raise CatalogError(f"model '{full}' is being made by another quantization now; choose another name")
     tool = find_tool(store)
     log = catalog.data.logs / f"quantize-{safe_component(full)}.log"
-    return Job(source=source, type=qtype, name=full, tool=tool, log=log)
+    return Job(source=source, type=qtype, name=full, tool=tool, log=log, replace=replace)
 
 
 def _step(line: bytes) -> tuple[int, int] | None:
@@ -234,9 +236,10 @@ async def run_async(
         if rc != 0 or not out.is_file():
             raise _failed(job, rc)
         digest = await asyncio.to_thread(sha256_file, out)
-        if before_import is not None:  # the model it replaces goes only once its successor is made
+        if before_import is not None:  # the engines of the model it replaces stop once its successor is made
             await before_import()
-        catalog.import_file(out, job.name, sha256=digest)
+        # a model of that name (``plan``'s ``replace``) is replaced in one step, so a failure here keeps it
+        catalog.import_file(out, job.name, sha256=digest, replace=job.replace)
     finally:
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):

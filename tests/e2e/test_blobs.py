@@ -106,6 +106,8 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
         assert r.status_code == 400 and needle in r.json()["error"], (body, r.text)
         assert str(d.data_dir) not in r.text  # the blob is named by its digest, never by the server's path
     assert head(d, digest) == 200
+    got = httpx.get(d.url + f"/api/blobs/{digest}", timeout=30)  # a blob is not read back
+    assert got.status_code == 405 and got.headers["allow"] == "HEAD, POST" and "HEAD" in got.json()["error"]
     assert httpx.get(d.url + "/api/tags", timeout=30).json()["models"] == []
 
     # more than the disk holds: refused before a byte is written

@@ -61,6 +61,20 @@ def test_create_quantizes_with_the_official_client_and_the_model_answers(daemon:
     assert steps[-1].status == "success" and steps[0].status.startswith("using existing layer sha256:")
     assert "smol-copy:latest" in {m.model for m in client.list().models}
 
+    # a name that exists is made again from other weights, as Ollama overwrites it: its engine stops, the
+    # name has the new weights (swapped in one step) and answers with them
+    say = [{"role": "user", "content": "Say hello."}]
+    assert client.chat(model="smol-copy", messages=say, options={"num_predict": 2}).message.content
+    assert "smol-copy:latest" in {m.model for m in client.ps().models}
+    client.create(model="smol-copy", from_="smollm2")
+    assert "smol-copy:latest" not in {m.model for m in client.ps().models}
+    tags = {m.model: m for m in client.list().models}
+    assert tags["smol-copy:latest"].digest == tags["smollm2:latest"].digest != tags["smol8:latest"].digest
+    details = tags["smol-copy:latest"].details
+    assert details is not None and details.quantization_level == "Q4_1"
+    assert client.chat(model="smol-copy", messages=say, options={"num_predict": 2}).message.content
+    assert not any((daemon.data_dir / "models" / ".importing").iterdir())
+
 
 def test_create_refuses_what_it_cannot_build_in_ollamas_shape(daemon: Daemon) -> None:
     def post(body: object) -> httpx.Response:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
@@ -205,9 +206,11 @@ async def _from_blob(
                 raise HttpError(
                     400, f"the uploaded file is a whisper.cpp speech model: {_FOR_LANGUAGE_MODELS}"
                 )
-            if old is not None:
-                await ollama_admin.remove_model(sup, full, old, "replaced by /api/create")
-            row = await asyncio.to_thread(sup.catalog.import_file, path, full, sha256=hexd)
+            if old is not None:  # replaced in one step once the file is in hand: a failure keeps it
+                await ollama_admin.stop_engines(sup, full, old, "replaced by /api/create")
+            row = await asyncio.to_thread(
+                functools.partial(sup.catalog.import_file, path, full, sha256=hexd, replace=old is not None)
+            )
         blobs.drop(sup, hexd)
         if fields:
             sup.catalog.set_preset(row.name, presets.merge(None, fields))
@@ -252,8 +255,8 @@ async def _made(sup: Supervisor, src: ModelRow, name: str, preset: Mapping[str, 
     if old is not None and _same_weights(old, src):
         return sup.catalog.set_preset(name, src.preset if preset is None else preset)
     if old is not None:
-        await ollama_admin.remove_model(sup, name, old, "replaced by /api/create")
-    row = sup.catalog.copy(src.name, name)
+        await ollama_admin.stop_engines(sup, name, old, "replaced by /api/create")
+    row = sup.catalog.copy(src.name, name, replace=old is not None)
     return row if preset is None else sup.catalog.set_preset(row.name, preset)
 
 
@@ -279,7 +282,7 @@ async def _quantized(
     async def replace_old() -> None:  # a name that exists is made again, as Ollama overwrites it
         old = sup.catalog.find(job.name)
         if old is not None:
-            await ollama_admin.remove_model(sup, job.name, old, "replaced by /api/create")
+            await ollama_admin.stop_engines(sup, job.name, old, "replaced by /api/create")
 
     steps = quantize.run_async(sup.catalog, job, replace_old)
     try:

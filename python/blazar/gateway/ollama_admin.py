@@ -257,8 +257,14 @@ async def delete(sup: Supervisor, req: Request, proto: Any) -> Response:
 async def remove_model(sup: Supervisor, name: str, row: ModelRow | None, reason: str) -> None:
     """Remove catalog model ``name`` (``row``, when found) and stop its engines (``reason``); a model with LoRA
     adapters is refused before its engines stop, so a refused removal leaves them serving."""
+    await stop_engines(sup, name, row, reason)
+    sup.catalog.remove(name)
+
+
+async def stop_engines(sup: Supervisor, name: str, row: ModelRow | None, reason: str) -> None:
+    """Stop the engines of catalog model ``name`` before it is removed or replaced (``reason``); a model with
+    LoRA adapters is refused first (they are served on it), so its engines keep serving."""
     if row is not None:
         sup.catalog.check_removable(row)
     for key in [k for k, c in sup.children.items() if c.model == name]:
         await sup.evict(key, reason, gone=True)
-    sup.catalog.remove(name)
