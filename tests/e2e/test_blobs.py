@@ -5,6 +5,7 @@ the official `ollama` client: the file is uploaded as a blob (`HEAD`/`POST /api/
 from __future__ import annotations
 
 import hashlib
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,17 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
     # more than the disk holds: refused before a byte is written
     huge = raw(d, f"POST /api/blobs/{never} HTTP/1.1\r\nHost: x\r\nContent-Length: {10**15}\r\n\r\n".encode())
     assert huge.startswith(b"HTTP/1.1 507") and b"does not fit on this server's disk" in huge
+    # two uploads that each fit alone but not together: the second is refused while the first is in flight
+    size = (shutil.disk_usage(d.data_dir).free - (512 << 20)) * 3 // 5
+    first = f"POST /api/blobs/{never} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode()
+    host, port = d.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as held:
+        held.sendall(first + b"x" * 10)
+        wait_for(lambda: list((d.data_dir / "blobs").glob(".partial-*")), 10, "the first upload to start")
+        second = raw(d, first.replace(never.encode(), other.encode()))
+        assert (
+            second.startswith(b"HTTP/1.1 507") and b"beside the" in second and b"uploads in flight" in second
+        )
     # a client that hangs up mid-upload leaves nothing behind
     cut = f"POST /api/blobs/{never} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n".encode() + b"x" * 10
     raw(d, cut, close_early=True)

@@ -83,12 +83,15 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
         return 200, [], b""
     dest.parent.mkdir(parents=True, exist_ok=True)
     declared = declared_length(req.headers)
-    if declared is not None and declared > shutil.disk_usage(dest.parent).free - RESERVE_BYTES:
+    promised = _PROMISED[0]
+    if declared is not None and declared > shutil.disk_usage(dest.parent).free - RESERVE_BYTES - promised:
+        others = f" beside the {promised} bytes of the uploads in flight" if promised else ""
         raise HttpError(
-            507, f"the blob ({declared} bytes) does not fit on this server's disk", "blazar_error"
+            507, f"the blob ({declared} bytes) does not fit on this server's disk{others}", "blazar_error"
         )
     sweep(dest.parent)
     partial = dest.parent / f".partial-{os.getpid()}-{hexd[:16]}-{secrets.token_hex(4)}"
+    _PROMISED[0] += declared or 0
     try:
         got, size = await _receive(proto, partial, float(sup.cfg.request_body_timeout_secs))
         if declared is not None and size < declared:
@@ -102,6 +105,7 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     except OSError as e:
         raise HttpError(507, f"the blob could not be stored: {e.strerror or e}", "blazar_error") from None
     finally:
+        _PROMISED[0] -= declared or 0
         if partial.exists():  # a multi-GB file's blocks are freed off the event loop
             await asyncio.to_thread(_unlink, partial)
     return 201, [], b""
@@ -109,6 +113,9 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 RESERVE_BYTES = 512 << 20
 """Disk an upload leaves free: one that would not is refused before a byte is written (507)."""
+_PROMISED = [0]
+"""Bytes the uploads in flight in this process declared (their Content-Length): counted as used, so two
+uploads that each fit alone are not both let in to fill the disk."""
 
 
 def _unlink(path: Path) -> None:
