@@ -45,6 +45,27 @@ def test_add_list_and_remove(loras: Loras, tmp_path: Path) -> None:
         loras.remove("pirate")
 
 
+def test_replace_swaps_an_adapter_and_a_failure_keeps_it(loras: Loras, tmp_path: Path) -> None:
+    old = loras.add(adapter(tmp_path), "smollm2", "pirate")
+    with pytest.raises(CatalogError, match="already exists"):
+        loras.add(adapter(tmp_path, "b.gguf", seed=1), "smollm2", "pirate")  # without replace, as before
+    with pytest.raises(CatalogError, match="not a LoRA adapter GGUF"):  # refused before anything changes
+        junk = tmp_path / "junk.gguf"
+        junk.write_bytes(tiny_gguf())
+        loras.add(junk, "smollm2", "pirate", replace=True)
+    assert loras.get("pirate") == old and old.path.is_file()
+    with pytest.raises(ModelNotFound):  # a base that is not there: refused, the adapter kept
+        loras.add(adapter(tmp_path, "b.gguf", seed=1), "ghost", "pirate", replace=True)
+    assert loras.get("pirate") == old and old.path.is_file()
+    new = loras.add(adapter(tmp_path, "b.gguf", seed=1), "smollm2", "pirate", replace=True)
+    assert new.sha256 != old.sha256 and new.path.is_file() and not old.path.exists()
+    assert [r.name for r in loras.list()] == ["pirate:latest"]
+    same = loras.add(adapter(tmp_path, "b.gguf", seed=1), "smollm2", "pirate", replace=True)
+    assert same.path == new.path and same.path.is_file()  # the same bytes again keep their file
+    with pytest.raises(CatalogError, match="names a catalog model"):
+        loras.add(adapter(tmp_path), "smollm2", "smollm2", replace=True)
+
+
 def test_a_base_removed_while_its_adapter_is_added_gets_no_adapter(
     loras: Loras, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

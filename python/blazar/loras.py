@@ -80,8 +80,13 @@ class Loras:
             for r in self.store.conn.execute(f"SELECT {_COLS} FROM loras WHERE base = ? ORDER BY id", (base,))
         ]
 
-    def add(self, src: Path, base: str, name: str | None = None, scale: float = 1.0) -> LoraRow:
-        """Register the adapter file ``src`` for catalog model ``base`` as ``name`` (default: the file's name)."""
+    def add(
+        self, src: Path, base: str, name: str | None = None, scale: float = 1.0, *, replace: bool = False
+    ) -> LoraRow:
+        """Register the adapter file ``src`` for catalog model ``base`` as ``name`` (default: the file's name).
+        ``replace`` (Ollama's create over an existing name): an adapter of that name is replaced in the same
+        transaction, so a failure on the way keeps it; the caller forgets it on the engines
+        (``Supervisor.forget_lora``)."""
         if not 0 < scale <= MAX_SCALE:
             raise CatalogError(f"scale must be above 0 and at most {MAX_SCALE:g}, not {scale!r}")
         src = src.expanduser().resolve()
@@ -110,13 +115,16 @@ class Loras:
                 " an adapter only fits the model it was trained on"
             )
         full = names.normalize(name) if name is not None else names.default_name_for_file(src.stem)
-        self._check_new(full)
+        check = self._check_replaceable if replace else self._check_new
+        check(full)
         aside = self.catalog.files.staging()
+        old = None
         try:
             digest = link_or_copy(src, aside / "adapter.gguf", None, digest=True)
             assert digest is not None
             dest = self.catalog.data.models / ".loras" / f"{safe_component(full)}-{digest[:12]}.gguf"
-            with self.catalog.files.claim(lambda: self._check_new(full)):
+            with self.catalog.files.claim(lambda: check(full)):
+                old = self.find(full) if replace else None
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(aside / "adapter.gguf", dest)
                 try:
@@ -127,17 +135,28 @@ class Loras:
                             raise CatalogError(
                                 f"model '{model.name}' was removed while adapter '{full}' was being added"
                             )
+                        if old is not None:
+                            conn.execute("DELETE FROM loras WHERE name = ?", (full,))
                         conn.execute(
                             "INSERT INTO loras (name, base, path, sha256, size_bytes, scale, created_at)"
                             " VALUES (?, ?, ?, ?, ?, ?, ?)",
                             (full, model.name, str(dest), digest, dest.stat().st_size, scale, utc_now_iso()),
                         )
                 except BaseException:
-                    dest.unlink(missing_ok=True)
+                    if old is None or old.path != dest:  # the same bytes again are the old adapter's file
+                        dest.unlink(missing_ok=True)
                     raise
         finally:
             shutil.rmtree(aside, ignore_errors=True)
+        if old is not None and old.path != dest and old.path.is_relative_to(self.catalog.data.models):
+            old.path.unlink(missing_ok=True)
         return self.get(full)
+
+    def _check_replaceable(self, full: str) -> None:
+        """``_check_new``, except that an adapter of that name may exist (it is to be replaced)."""
+        if self.catalog.find(full) is not None:
+            raise CatalogError(f"'{full}' names a catalog model; give the adapter another name")
+        self.catalog.check_free(full)
 
     def _check_new(self, full: str) -> None:
         if self.find(full) is not None:

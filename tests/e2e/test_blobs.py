@@ -69,6 +69,15 @@ def test_a_gguf_uploaded_as_a_blob_becomes_a_model(
         and tags["pirate:latest"].details.parent_model == "fromfile:latest"
     )
     assert client.chat(model="pirate", messages=USER, options={"num_predict": 4}).message.content
+    # the adapter made again from another file, as Ollama overwrites a name: the new file replaces the old one
+    # and the base model's engine restarts to load it
+    loras = d.data_dir / "models" / ".loras"
+    (before,) = loras.iterdir()
+    lora.write_bytes(lora_gguf("llama", 30, 576, {"attn_q": 576, "attn_v": 192}, spread=0.5, seed=1))
+    client.create(model="pirate", from_="fromfile", adapters={"pirate.gguf": client.create_blob(lora)})
+    (after,) = loras.iterdir()
+    assert after != before and "pirate:latest" in {m.model for m in client.list().models}
+    assert client.chat(model="pirate", messages=USER, options={"num_predict": 4}).message.content
     made = {"model": "x", "from": "pirate", "system": "s", "stream": False}
     refused = httpx.post(d.url + "/api/create", json=made, timeout=30)
     assert refused.status_code == 400 and "'pirate:latest' is a LoRA adapter" in refused.json()["error"]

@@ -223,8 +223,11 @@ async def _from_blob(
         )
     _filename, hexd = _one_blob(adapters, "adapters")
     path = blobs.take(sup, hexd)
+    old = sup.loras.find(full)  # made again, as Ollama overwrites a name
     async with _blob_errors(path, hexd):
-        await asyncio.to_thread(sup.loras.add, path, base, full)
+        await asyncio.to_thread(functools.partial(sup.loras.add, path, base, full, replace=old is not None))
+    if old is not None:
+        sup.forget_lora(full)
     blobs.drop(sup, hexd)
     return hexd
 

@@ -177,11 +177,15 @@ class Supervisor:
     def remove_lora(self, name: str) -> None:
         """Remove a LoRA adapter and forget it at once: no request is sent with it after this returns (an engine
         that loaded it keeps it, unapplied, until it restarts)."""
-        row = self.loras.remove(name)
+        self.forget_lora(self.loras.remove(name).name)
+
+    def forget_lora(self, name: str) -> None:
+        """Drop what the engines and memos know of adapter ``name`` (removed, or replaced by another file: its
+        base model's engine restarts to load the new one when it is next asked for)."""
         for child in self.children.values():
-            child.adapters.pop(row.name, None)
-        self._hot = {k: c for k, c in self._hot.items() if names.normalize(k[0]) != row.name}
-        self.routes = {k: v for k, v in self.routes.items() if v[0][0] != row.name}
+            child.adapters.pop(name, None)
+        self._hot = {k: c for k, c in self._hot.items() if names.normalize(k[0]) != name}
+        self.routes = {k: v for k, v in self.routes.items() if v[0][0] != name}
 
     def _resolve(self, model_name: str, embeddings: bool) -> tuple[ModelRow, LoraRow | None]:
         """The catalog model that serves ``model_name``: the model itself, or a LoRA adapter's base model and the
