@@ -223,10 +223,10 @@ async def _from_blob(
         )
     _filename, hexd = _one_blob(adapters, "adapters")
     path = blobs.take(sup, hexd)
-    old = sup.loras.find(full)  # made again, as Ollama overwrites a name
+    again = sup.loras.find(full) is not None  # made again, as Ollama overwrites a name
     async with _blob_errors(path, hexd):
-        await asyncio.to_thread(functools.partial(sup.loras.add, path, base, full, replace=old is not None))
-    if old is not None:
+        await asyncio.to_thread(functools.partial(sup.loras.add, path, base, full, replace=again))
+    if again:
         sup.forget_lora(full)
     blobs.drop(sup, hexd)
     return hexd
