@@ -113,8 +113,36 @@ def test_create_refuses_what_it_cannot_build_in_ollamas_shape(daemon: Daemon) ->
     assert r.status_code == 400 and "is Q4_1 already" in r.json()["error"]
     r = httpx.post(daemon.url + "/api/create", content=b"{bad", timeout=30)
     assert r.status_code == 400
+    r = post({"name": "x", "modelfile": "FROM smollm2\nTEMPLATE {{ .Prompt }}"})
+    assert r.status_code == 400 and "'template' is not supported" in r.json()["error"]
+    r = post({"name": "x", "modelfile": "FROM ./model.gguf"})
+    assert r.status_code == 400 and r.json()["error"].startswith("modelfile: line 1: FROM './model.gguf'")
+    r = post({"name": "x", "modelfile": 7})
+    assert r.status_code == 400 and "'modelfile' must be the Modelfile's text" in r.json()["error"]
     names = {m["name"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
     assert "x:latest" not in names
+
+
+def test_an_older_clients_modelfile_text_makes_the_model(daemon: Daemon) -> None:
+    """`{"name", "modelfile"}`, what Ollama clients sent before the create API took JSON fields; what /api/show
+    gives back as `modelfile` makes the same model again."""
+    text = 'FROM smollm2\nPARAMETER num_predict 3\nPARAMETER stop "###"\nSYSTEM """Answer in French."""\n'
+    r = httpx.post(
+        daemon.url + "/api/create", json={"name": "french", "modelfile": text, "stream": False}, timeout=60
+    )
+    assert r.status_code == 200 and r.json() == {"status": "success"}, r.text
+    shown = httpx.post(daemon.url + "/api/show", json={"model": "french"}, timeout=30).json()
+    assert shown["system"] == "Answer in French." and "num_predict" in shown["parameters"]
+    answer = httpx.post(
+        daemon.url + "/api/chat",
+        json={"model": "french", "messages": [{"role": "user", "content": "Hi"}], "stream": False},
+        timeout=60,
+    ).json()
+    assert answer["done_reason"] == "length" and answer["eval_count"] == 3  # the preset's num_predict
+    again = {"name": "french2", "modelfile": shown["modelfile"], "stream": False}
+    assert httpx.post(daemon.url + "/api/create", json=again, timeout=60).status_code == 200
+    copy = httpx.post(daemon.url + "/api/show", json={"model": "french2"}, timeout=30).json()
+    assert (copy["system"], copy["parameters"]) == (shown["system"], shown["parameters"])
 
 
 def test_a_client_that_leaves_stops_the_tool_and_leaves_nothing(daemon: Daemon) -> None:

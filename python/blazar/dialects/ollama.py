@@ -186,6 +186,17 @@ def is_request_option(key: str) -> bool:
     return key in _SAMPLING or key in ("num_ctx", "num_predict", "stop")
 
 
+def option_type(key: str) -> str | None:
+    """The JSON type ("int", "float", "bool", "string") of Ollama option ``key``; None for no such option."""
+    if key in _SAMPLING:
+        return _SAMPLING[key][0]
+    if key in ("num_ctx", "num_predict"):
+        return "int"
+    if key == "stop":
+        return "string"
+    return _LOAD_TIME.get(key) or _RETIRED.get(key)
+
+
 def render_error(status: int, message: str) -> bytes:
     """Ollama's error body, ``{"error": "..."}``; the status travels on the response line."""
     del status

@@ -7,9 +7,10 @@ new name), ``from``, ``files``, ``adapters``, ``quantize`` (a type for ``llama-q
 ``parameters``, ``messages``, ``license`` and ``stream``; plus ``allow_requantize`` to quantize a model that is
 quantized already (Ollama refuses those). A model made from another keeps its source's preset, each field given
 replacing that field (parameters one by one). Options that are set when an engine starts (``num_gpu``,
-``num_thread``, ...) cannot be a preset's: they are left out and named in ``x-blazar-ignored``. Go templates and
-Modelfile text (``template``, ``modelfile``) are refused with a 400 that says what to do instead: nothing is
-silently dropped. A name that exists is made again, as Ollama overwrites it (``_made``; a quantized one is
+``num_thread``, ...) cannot be a preset's: they are left out and named in ``x-blazar-ignored``. Older clients'
+``modelfile`` (the Modelfile's text) is read into those fields (``blazar.modelfile``). Go templates
+(``template``, ``TEMPLATE``) and a Modelfile on the server's disk (``path``) are refused with a 400 that says
+what to do instead: nothing is silently dropped. A name that exists is made again, as Ollama overwrites it (``_made``; a quantized one is
 replaced once its new weights are made). The stream is Ollama's: ``quantizing F16 model to Q4_K_M`` (with
 ``total``/``completed`` tensors), ``writing manifest``, ``success``; a failure after it started is a last
 ``{"error": ...}`` line, and a client that leaves stops the tool and leaves nothing. The work is
@@ -28,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from blazar import ggml_whisper, names, presets, quantize
+from blazar import ggml_whisper, modelfile, names, presets, quantize
 from blazar.catalog import ModelRow, read_header
 from blazar.errors import BlazarError
 from blazar.gateway import blobs, core, ollama_admin, proxy
@@ -45,11 +46,10 @@ _NOT_TAKEN = {
         "Blazar applies the model's own chat template (the GGUF's Jinja template; chat_template_file under"
         ' [models."NAME"] in config.toml replaces it), not Go templates: drop TEMPLATE from the Modelfile'
     ),
-    "modelfile": "send the Modelfile's fields as JSON (model, from, system, parameters, messages), as ollama create does",
     "path": "send the Modelfile's fields as JSON (model, from, system, parameters, messages), as ollama create does",
 }
-"""Ollama's create fields that need Go templates or Modelfile text, which Blazar does not build from, and what to
-do instead."""
+"""Ollama's create fields that need Go templates or a Modelfile on the server's disk, which Blazar does not build
+from, and what to do instead."""
 
 
 def _string(body: dict[str, Any], field: str, what: str) -> str:
@@ -67,6 +67,15 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     if "quantize" not in body and "quantization" in body:
         body["quantize"] = body["quantization"]
     name = _string(body, "model", "the new model's name[:tag]")
+    text = body.pop("modelfile", None)
+    if text not in (None, ""):  # older clients send the Modelfile itself; JSON fields sent beside it win
+        if not isinstance(text, str):
+            raise HttpError(400, "'modelfile' must be the Modelfile's text, a string")
+        try:
+            for field, value in modelfile.parse(text).items():
+                body.setdefault(field, value)
+        except modelfile.ModelfileError as e:
+            raise HttpError(400, f"modelfile: {e}") from None
     given = [f for f in _NOT_TAKEN if body.get(f) not in (None, "", [], {})]
     if given:
         raise HttpError(
