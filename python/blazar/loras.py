@@ -150,6 +150,7 @@ class Loras:
             shutil.rmtree(aside, ignore_errors=True)
         if old is not None and old.path != dest and old.path.is_relative_to(self.catalog.data.models):
             old.path.unlink(missing_ok=True)
+        self.catalog.generation += 1  # a base model's engine is no longer shared (``supervisor.sharing``)
         return self.get(full)
 
     def _check_replaceable(self, full: str) -> None:
@@ -172,6 +173,7 @@ class Loras:
         row = self.get(name)
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM loras WHERE name = ?", (row.name,))
+        self.catalog.generation += 1
         if row.path.is_relative_to(self.catalog.data.models):
             row.path.unlink(missing_ok=True)
         return row

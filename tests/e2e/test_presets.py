@@ -12,7 +12,7 @@ import ollama
 import openai
 import pytest
 
-from tests.conftest import Daemon, closing
+from tests.conftest import Daemon, closing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -164,3 +164,24 @@ def test_a_preset_stop_and_a_model_made_again(daemon: Daemon) -> None:
         tags["terse:latest"].details is not None and tags["terse:latest"].details.quantization_level == "Q5_0"
     )
     assert chat(client, "terse", [USER], num_predict=4).message.content
+
+
+def test_models_over_one_weights_file_share_one_engine(daemon_factory: Any) -> None:
+    """A model made from another (its weights file hard-linked) runs on that model's llama-server, as Ollama keeps
+    one runner per weights file: the memory of one engine, each name with its own preset."""
+    d: Daemon = daemon_factory()
+    client = closing(ollama.Client(host=d.url, timeout=120))
+    client.create(model="persona", from_="smollm2", system=SYSTEM, parameters={"num_predict": 3})
+    assert chat(client, "smollm2", [USER], num_predict=2).eval_count == 2
+    pids = d.child_pids()
+    assert len(pids) == 1
+    got = chat(client, "persona", [USER])
+    assert (got.eval_count, got.done_reason) == (3, "length")  # its own preset, on the same engine
+    assert d.child_pids() == pids and [m.model for m in client.ps().models] == ["smollm2:latest"]
+    # keep_alive 0 for the persona unloads the engine it runs on
+    assert client.chat(model="persona", messages=[], keep_alive=0).done_reason == "unload"
+    wait_for(lambda: not client.ps().models, 30, "the shared engine to unload")
+    # with the model it shared removed, the persona keeps its weights and starts an engine of its own
+    client.delete("smollm2")
+    assert chat(client, "persona", [USER]).eval_count == 3
+    assert [m.model for m in client.ps().models] == ["persona:latest"] and len(d.child_pids()) == 1

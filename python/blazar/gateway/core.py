@@ -98,7 +98,8 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> Route:
     )
     ov = sup.cfg.model_override(base)
     slots = 1 if whisper else ov.parallel if ov.parallel is not None else sup.cfg.parallel
-    target = name, child_key(base, embedding, canon.late_chunking), slots
+    engine = sup.sharing.owner(base)  # a model over another's weights file shares its engine
+    target = name, child_key(engine, embedding, canon.late_chunking), slots
     if row is None or whisper:
         return target, wrong, None
     preset = presets.compile(row.preset)
@@ -351,7 +352,7 @@ async def _cache_probe(
 
 def _lane(sup: Supervisor, name: str) -> str:
     """The engine kind that serves ``name``: the running child's, else the one routing would pick."""
-    child = sup.children.get(child_key(name, False))
+    child = sup.children.get(child_key(sup.sharing.owner(name), False))
     if child is not None:
         return child.lane
     return serving_lane(sup.cfg, sup.catalog.get(name), registry.list_all(sup.store)).kind

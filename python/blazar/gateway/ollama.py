@@ -33,7 +33,8 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> 
     name, _key, _slots = core.claim_local(sup, req, canon)
     if canon.keep_alive == 0:
         sup.catalog.get(name)  # 404 for a model that is not there
-        for child in [c for c in sup.children.values() if c.model == name]:
+        engine = sup.sharing.owner(name)  # a model that shares another's engine unloads it, as in Ollama
+        for child in [c for c in sup.children.values() if c.model == engine]:
             core.keep(child, canon, req)  # requests in flight finish first, as in Ollama
             core.after(sup, child, req)
         return "unload"

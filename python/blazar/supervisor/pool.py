@@ -33,6 +33,7 @@ from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
 from blazar.supervisor.remotes import Remote, Remotes
+from blazar.supervisor.sharing import Sharing
 
 log = logging.getLogger("blazar.supervisor")
 
@@ -104,6 +105,7 @@ class Supervisor:
         self.stopping = False  # stop_all has begun: an engine stopped under a request is not replaced for it
         self.breakers = Breakers()
         self.remotes = Remotes(cfg.remotes)
+        self.sharing = Sharing(cfg, self.catalog)  # names over one weights file share an engine
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -188,10 +190,11 @@ class Supervisor:
         self.routes = {k: v for k, v in self.routes.items() if v[0][0] != name}
 
     def _resolve(self, model_name: str, embeddings: bool) -> tuple[ModelRow, LoraRow | None]:
-        """The catalog model that serves ``model_name``: the model itself, or a LoRA adapter's base model and the
-        adapter (one namespace: an adapter is served by its own name)."""
+        """The catalog model whose engine serves ``model_name``: the model itself (or the one it shares an engine
+        with), or a LoRA adapter's base model and the adapter (one namespace: an adapter is served by its own
+        name)."""
         try:
-            return self.catalog.get(model_name), None
+            return self._engine_row(self.catalog.get(model_name)), None
         except ModelNotFound:
             adapter = self.loras.find(model_name)
             if adapter is None:
@@ -201,7 +204,13 @@ class Supervisor:
                 f"'{adapter.name}' is a LoRA adapter, which changes what a model generates; embed with its base model"
                 f" '{adapter.base}'"
             )
-        return self.catalog.get(adapter.base), adapter
+        return self._engine_row(self.catalog.get(adapter.base)), adapter
+
+    def _engine_row(self, row: ModelRow) -> ModelRow:
+        """The catalog model whose engine serves ``row`` (``sharing``: itself, or the model whose weights file
+        and settings it shares)."""
+        owner = self.sharing.owner(row.name)
+        return row if owner == row.name else self.catalog.find(owner) or row
 
     async def _ensure_ready(
         self, model_name: str, embeddings: bool, num_ctx: int | None, tokens: bool = False
