@@ -4,6 +4,8 @@ the new model then answers on the real engine."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import ollama
 import orjson
@@ -61,18 +63,20 @@ def test_create_quantizes_with_the_official_client_and_the_model_answers(daemon:
     assert steps[-1].status == "success" and steps[0].status.startswith("using existing layer sha256:")
     assert "smol-copy:latest" in {m.model for m in client.list().models}
 
-    # a name that exists is made again from other weights, as Ollama overwrites it: its engine stops, the
-    # name has the new weights (swapped in one step) and answers with them
+    # a name that exists is made again from other weights, as Ollama overwrites it: the name has the new
+    # weights (swapped in one step) and answers with them. A copy runs on its source's engine (one weights
+    # file, one engine) when their settings are the same: smol-copy ran on smol8's; smollm2 has settings of its
+    # own in this daemon's config.toml, so smol-copy now starts an engine of its own.
     say = [{"role": "user", "content": "Say hello."}]
     assert client.chat(model="smol-copy", messages=say, options={"num_predict": 2}).message.content
-    assert "smol-copy:latest" in {m.model for m in client.ps().models}
+    assert {m.model for m in client.ps().models} == {"smol8:latest"}
     client.create(model="smol-copy", from_="smollm2")
-    assert "smol-copy:latest" not in {m.model for m in client.ps().models}
     tags = {m.model: m for m in client.list().models}
     assert tags["smol-copy:latest"].digest == tags["smollm2:latest"].digest != tags["smol8:latest"].digest
     details = tags["smol-copy:latest"].details
     assert details is not None and details.quantization_level == "Q4_1"
     assert client.chat(model="smol-copy", messages=say, options={"num_predict": 2}).message.content
+    assert "smol-copy:latest" in {m.model for m in client.ps().models}
     assert not any((daemon.data_dir / "models" / ".importing").iterdir())
 
 
@@ -159,6 +163,24 @@ def test_a_client_that_leaves_stops_the_tool_and_leaves_nothing(daemon: Daemon) 
     wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), 10, "the partial file to be removed")
     names = {m["name"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
     assert "smol-gone:latest" not in names
+
+
+def test_a_client_that_leaves_after_the_last_progress_line_gets_nothing_made(daemon: Daemon) -> None:
+    """The tool has finished; its output is hashed and imported in one step of the stream: a client gone by
+    then stops that too, and a model of that name stays as it was."""
+    before = {m["name"]: m["digest"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
+    body = {"model": "smollm2", "from": "smollm2", "quantize": "q4_0", "allow_requantize": True}
+    with httpx.stream("POST", daemon.url + "/api/create", json=body, timeout=60) as resp:
+        for raw in resp.iter_lines():
+            line = orjson.loads(raw)
+            if "total" in line and line["completed"] == line["total"]:
+                break  # the last progress line: the client leaves
+    wait_for(lambda: not _quantizers(daemon), 15, "llama-quantize to end")
+    time.sleep(1.0)  # what would have been made by now
+    after = {m["name"]: m["digest"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
+    assert after == before
+    shown = httpx.post(daemon.url + "/api/show", json={"model": "smollm2"}, timeout=30).json()
+    assert shown["details"]["quantization_level"] == "Q4_1"
 
 
 def test_blazar_quantize_cli(daemon: Daemon) -> None:

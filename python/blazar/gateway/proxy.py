@@ -242,11 +242,12 @@ per request at c=16), which a fast answer should not pay; a slow one (a real gen
 client that leaves early costs the engine at most this much work."""
 
 
-async def unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
+async def unless_gone(work: Coroutine[Any, Any, T], client: Any, after: float = WATCH_AFTER_SECS) -> T:
     """``work``'s result, unless the client disconnects first: then ``work`` is cancelled and ClientGone raised.
 
-    ``work`` runs in the calling task; after ``WATCH_AFTER_SECS`` the client's disconnect future is watched with a
-    done callback that cancels that task: no extra Tasks and no ``asyncio.wait`` per request.
+    ``work`` runs in the calling task; after ``after`` seconds (``WATCH_AFTER_SECS``: a quick answer costs no
+    watch) the client's disconnect future is watched with a done callback that cancels that task: no extra Tasks
+    and no ``asyncio.wait`` per request.
     """
     loop = asyncio.get_running_loop()
     task = asyncio.current_task(loop)
@@ -267,7 +268,7 @@ async def unless_gone(work: Coroutine[Any, Any, T], client: Any) -> T:
         gone = client.client_disconnect()
         gone.add_done_callback(on_gone)
 
-    timer = loop.call_later(WATCH_AFTER_SECS, watch)
+    timer = loop.call_later(after, watch)
     try:
         return await work
     except asyncio.CancelledError:

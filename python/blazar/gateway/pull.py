@@ -18,7 +18,8 @@ import orjson
 
 from blazar import pull as pulling
 from blazar.errors import BlazarError
-from blazar.gateway.http import JSON_HEADERS, HttpError, Request
+from blazar.gateway import proxy
+from blazar.gateway.http import JSON_HEADERS, ClientGone, HttpError, Request
 from blazar.supervisor import Supervisor
 
 log = logging.getLogger("blazar.gateway")
@@ -48,6 +49,10 @@ async def pull(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     return None
 
 
+async def _next(events: AsyncGenerator[pulling.Event, None]) -> pulling.Event:
+    return await anext(events)
+
+
 async def stream_events(
     req: Request,
     proto: Any,
@@ -70,8 +75,13 @@ async def stream_events(
                 log.info("%s: the client went away (%s); %s", what, e, on_leave)
                 return
             try:
-                event = await anext(events)
+                # watched while the work runs, not only when a line is sent: the last step (a quantization's
+                # hash and import) happens in one ``anext``, and a client gone by then stops it too
+                event = await proxy.unless_gone(_next(events), req.client, after=0.0)
             except StopAsyncIteration:
+                return
+            except ClientGone as e:
+                log.info("%s: the client went away (%s); %s", what, e, on_leave)
                 return
             except Exception as e:
                 if not isinstance(e, BlazarError):

@@ -98,7 +98,9 @@ class Supervisor:
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._hinter: asyncio.Task[None] | None = None
-        self._hot: dict[tuple[str, bool, bool], Child] = {}  # (client-given name, use) -> its ready child
+        # (client-given name, use) -> its ready child, and the catalog generation it was found in (a row changed
+        # since may have moved the name to another engine: ``sharing``)
+        self._hot: dict[tuple[str, bool, bool], tuple[Child, int]] = {}
         # gateway.core.route_target's memo: (name, embedding, late chunking) -> (target, preset, until, catalog
         # generation)
         self.routes: dict[tuple[str, bool, bool], tuple[tuple[str, str, int], Preset | None, float, int]] = {}
@@ -146,10 +148,11 @@ class Supervisor:
         engine (per-token embeddings), not its pooled one."""
         if num_ctx is not None and num_ctx <= 0:
             num_ctx = None
-        hot = self._hot.get((model_name, embeddings, tokens))
+        hot, seen = self._hot.get((model_name, embeddings, tokens), (None, -1))
         now = time.monotonic()
         if (
             hot is not None
+            and seen == self.catalog.generation
             and hot.state is State.READY
             and not wants_restart(hot, num_ctx)
             and now - hot.catalog_checked < CATALOG_RECHECK_SECS
@@ -166,7 +169,7 @@ class Supervisor:
         child.catalog_checked = time.monotonic()
         if len(self._hot) >= _HOT_MAX:
             self._hot.clear()
-        self._hot[(model_name, embeddings, tokens)] = child
+        self._hot[(model_name, embeddings, tokens)] = child, self.catalog.generation
         return child
 
     async def _woken(self, child: Child) -> bool:
@@ -186,7 +189,7 @@ class Supervisor:
         base model's engine restarts to load the new one when it is next asked for)."""
         for child in self.children.values():
             child.adapters.pop(name, None)
-        self._hot = {k: c for k, c in self._hot.items() if names.normalize(k[0]) != name}
+        self._hot = {k: v for k, v in self._hot.items() if names.normalize(k[0]) != name}
         self.routes = {k: v for k, v in self.routes.items() if v[0][0] != name}
 
     def _resolve(self, model_name: str, embeddings: bool) -> tuple[ModelRow, LoraRow | None]:
