@@ -169,7 +169,27 @@ def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None
     assert stat.S_ISSOCK(sock.lstat().st_mode)
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not pid_alive(pid), 5, "the child to die")
-    assert sock.exists()  # left behind by the dead engine: the respawn clears it before llama-server binds
+    # the dead engine leaves its socket behind; the respawn clears it before llama-server binds (unless the idle
+    # loop forgot the dead engine first, which removes it too)
+    r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_an_idle_engine_that_dies_leaves_ps_at_once_and_is_forgotten(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("idle_timeout_secs = 4\n")  # the idle loop looks every second
+    load = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": -1}, timeout=60)
+    assert load.json()["done_reason"] == "load"
+    [pid] = d.child_pids()
+    assert [m["name"] for m in httpx.get(d.url + "/api/ps", timeout=10).json()["models"]] == [
+        "smollm2:latest"
+    ]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), 5, "the child to die")
+    assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []  # not shown as loaded
+    wait_for(lambda: not d.child_pids(), 10, "the idle loop to forget the dead engine")
+    assert "exited with code -9 while idle" in d.log.read_text()
+    assert not (d.data_dir / "run" / "smollm2--latest.sock").exists()
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 200, r.text
 

@@ -116,7 +116,7 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
     now_mono = time.monotonic()
     now_wall = time.time()
     for child in list(sup.children.values()):
-        if child.state is not State.READY:
+        if child.state is not State.READY or not child.alive():  # an engine that died is not loaded
             continue
         m = sup.catalog.find(child.model)
         if m is None or not visible(req, m.name):

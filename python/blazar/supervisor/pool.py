@@ -474,6 +474,9 @@ class Supervisor:
             sleeps = [s for s in (*configured, *(c.spec.sleep_secs for c in self.children.values())) if s > 0]
             await asyncio.sleep(min(base, max(min(sleeps) / 4, 0.25)) if sleeps else base)
             children = list(self.children.values())
+            for c in children:
+                if c.state is State.READY and not c.alive() and c.inflight == 0:
+                    await self._forget_dead(c)
             for c in idle_victims(children, time.monotonic(), timeout):
                 try:
                     await self.evict(c.key, "idle", only=c)
@@ -485,6 +488,21 @@ class Supervisor:
                         await sleep.keep_awake(c)
                     except Exception:
                         log.exception("keeping %s awake failed", c.key)
+
+    async def _forget_dead(self, child: Child) -> None:
+        """An idle engine that exited by itself: counted for its breaker and forgotten, so ``ps`` and the idle
+        timers stop showing it; the next request for its model starts a new one."""
+        async with self._locks.setdefault(child.key, asyncio.Lock()):
+            if self.children.get(child.key) is not child or child.alive() or child.state is not State.READY:
+                return
+            code = child.proc.returncode if child.proc else None
+            log.warning("engine for %s exited with code %s while idle; it starts again when next asked for",
+                        child.key, code)  # fmt: skip
+            if child.stopped_for is None:
+                self._crashed(child, f"it exited with code {code} while idle")
+            self.children.pop(child.key, None)
+            await child.stop(grace=self.cfg.stop_grace_secs)
+            child.state = State.EVICTED
 
     async def _hint_loop(self) -> None:
         every = float(self.cfg.engine_metrics_secs)
