@@ -97,6 +97,9 @@ def test_list_show_ps(daemon: Daemon, client: Make, model_file: Path) -> None:
 def test_embed(daemon: Daemon, client: Make) -> None:
     r = client(daemon).embed(model="smollm2", input=["hello", "world"])
     assert len(r.embeddings) == 2 and len(r.embeddings[0]) == 576
+    short = client(daemon).embed(model="smollm2", input=["hello", "world"], dimensions=32)
+    assert [len(v) for v in short.embeddings] == [32, 32]  # cut and normalised again, as Ollama does
+    assert all(abs(sum(x * x for x in v) - 1) < 1e-4 for v in short.embeddings)
     legacy = httpx.post(
         daemon.url + "/api/embeddings", json={"model": "smollm2", "prompt": "hello"}, timeout=60
     )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import socket
+import struct
 import time
 from typing import Any
 
@@ -102,6 +105,27 @@ def test_embeddings(daemon: Daemon) -> None:
     r = client(daemon).embeddings.create(model="smollm2", input=["hello world", "blue sky"])
     assert len(r.data) == 2
     assert len(r.data[0].embedding) == 576  # SmolLM2-135M's embedding length
+    # dimensions: the first 64 values, normalised again (llama-server ignores the field), floats and base64
+    short = client(daemon).embeddings.create(model="smollm2", input=["hello world"], dimensions=64)
+    head = r.data[0].embedding[:64]
+    norm = math.sqrt(sum(v * v for v in head))
+    assert len(short.data[0].embedding) == 64
+    assert all(abs(a - b / norm) < 1e-5 for a, b in zip(short.data[0].embedding, head, strict=True))
+    assert abs(sum(v * v for v in short.data[0].embedding) - 1) < 1e-4
+    raw = httpx.post(
+        daemon.url + "/v1/embeddings",
+        json={"model": "smollm2", "input": "hello world", "dimensions": 64, "encoding_format": "base64"},
+        timeout=60,
+    ).json()
+    got = struct.unpack("<64f", base64.b64decode(raw["data"][0]["embedding"]))
+    assert all(abs(a - b) < 1e-5 for a, b in zip(got, short.data[0].embedding, strict=True))
+    whole = httpx.post(
+        daemon.url + "/v1/embeddings",
+        json={"model": "smollm2", "input": "hi", "dimensions": 4096},
+        timeout=60,
+    )
+    assert len(whole.json()["data"][0]["embedding"]) == 576
+    assert "dimensions 4096: the model's vectors have 576" in whole.headers["x-blazar-ignored"]
 
 
 def test_trace_id_on_every_response(daemon: Daemon) -> None:

@@ -24,7 +24,7 @@ from blazar.dialects.ollama import WHOLE_CONTEXT
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
-from blazar.gateway import forced_tools, proxy, remote, semcache, watch
+from blazar.gateway import forced_tools, proxy, remote, semcache, vectors, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
@@ -518,10 +518,17 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
         raise remote.not_here(canon.model, "late_chunking (it pools one engine's per-token embeddings)")
     hit = claim_remote(sup, req, canon)
     if hit is not None:
-        return await remote.embed(sup, req, canon, *hit), 0
-    _name, key, slots = claim_local(sup, req, canon)
-    with await req.gate.admit(req, key, slots, canon):
-        return await once_more_if_wedged(lambda: _embed(sup, req, canon))
+        body, load_ns = await remote.embed(sup, req, canon, *hit), 0
+    else:
+        _name, key, slots = claim_local(sup, req, canon)
+        with await req.gate.admit(req, key, slots, canon):
+            body, load_ns = await once_more_if_wedged(lambda: _embed(sup, req, canon))
+    dims = canon.params.get("dimensions")
+    if isinstance(dims, int) and not canon.late_chunking:
+        size = vectors.shorten(body, dims)
+        if size is not None:
+            note_ignored(req, f"dimensions {dims}: the model's vectors have {size}, so they are sent whole")
+    return body, load_ns
 
 
 async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
