@@ -118,6 +118,8 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
     assert head(d, digest) == 200
     got = httpx.get(d.url + f"/api/blobs/{digest}", timeout=30)  # a blob is not read back
     assert got.status_code == 405 and got.headers["allow"] == "HEAD, POST" and "HEAD" in got.json()["error"]
+    put = httpx.put(d.url + f"/api/blobs/{digest}", content=b"x", timeout=30)
+    assert put.status_code == 405 and put.headers["allow"] == "HEAD, POST"
     assert httpx.get(d.url + "/api/tags", timeout=30).json()["models"] == []
 
     # more than the disk holds: refused before a byte is written

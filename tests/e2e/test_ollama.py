@@ -262,6 +262,18 @@ def test_copy_and_delete(daemon_factory: object, client: Make) -> None:
     assert "smol2:copy" in [m.model for m in c.list().models]
     c.delete("smol2:copy")
     assert "smol2:copy" not in [m.model for m in c.list().models]
+    # a copy onto a model that exists replaces it, as Ollama overwrites the destination; onto itself is a no-op
+    c.create(model="other", from_="smollm2", system="Be brief.")
+    c.copy("smollm2", "other")
+    assert httpx.post(d.url + "/api/show", json={"model": "other"}, timeout=30).json()["system"] == ""
+    c.copy("other", "other")
+    # a catalog file gone from disk: the error names it under <data dir>, never the server's path
+    (d.data_dir / "models" / "other" / "latest.gguf").unlink()
+    r = httpx.post(d.url + "/api/show", json={"model": "other"}, timeout=30)
+    assert r.status_code >= 400 and str(d.data_dir) not in r.text and "<data dir>" in r.text, r.text
+    # null fields are their defaults, as in Ollama
+    made = {"model": "nulls", "from": "smollm2", "stream": None, "allow_requantize": None, "system": None}
+    assert httpx.post(d.url + "/api/create", json=made, timeout=60).status_code == 200
 
 
 def test_errors_are_ollama_shaped(daemon: Daemon, client: Make) -> None:

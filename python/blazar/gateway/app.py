@@ -135,7 +135,7 @@ _MESSAGE_BATCH_ROUTE = Route(
 )
 _MESSAGE_BATCH_CANCEL_ROUTE = Route(_ANTHROPIC, {"POST": anthropic_batch.batch_cancel})
 _MESSAGE_BATCH_RESULTS_ROUTE = Route(_ANTHROPIC, {"GET": anthropic_batch.batch_results})
-_BLOB_ROUTE = Route(_OLLAMA, {"GET": blobs.exists, "POST": blobs.push}, raw_body=True)
+_BLOB_ROUTE = Route(_OLLAMA, {"HEAD": blobs.exists, "POST": blobs.push}, raw_body=True)  # never read back
 
 
 def _id_route(path: str, prefix: str, suffix: str) -> bool:
@@ -261,6 +261,7 @@ class App:
                 retry = getattr(e, "retry_after", None)
                 if retry:
                     extra.append(("retry-after", str(retry)))
+            message = self.sup.data.redact(message)  # a catalog file named in an error: never where it lives
             self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
                           render_error(dialect, status, message, kind))  # fmt: skip
         except Exception:
@@ -292,8 +293,9 @@ class App:
     async def _handle(self, scope: Any, proto: Any, route: Route | None, req: Request) -> int:
         if route is None:
             raise HttpError(404, f"no route for {scope.method} {scope.path}", "not_found_error")
-        method = "GET" if scope.method == "HEAD" else scope.method
-        handler = route.methods.get(method)
+        handler = route.methods.get(scope.method)
+        if handler is None and scope.method == "HEAD":  # a HEAD is the GET without its body
+            handler = route.methods.get("GET")
         if handler is None:
             allowed = ", ".join(route.methods)
             raise HttpError(

@@ -58,15 +58,8 @@ def missing(hexd: str) -> HttpError:
 
 
 async def exists(sup: Supervisor, req: Request, proto: Any) -> Response:
-    """``HEAD /api/blobs/sha256:<hex>``: 200 when the blob is here, else 404. The router serves a HEAD with the
-    GET handler, so a GET lands here too: it is a 405, as a blob is never read back (Ollama has no GET for it)."""
-    if req.method != "HEAD":
-        raise HttpError(
-            405,
-            f"{req.path} accepts HEAD (is this blob on the server?) and POST (upload it), not {req.method}: a"
-            " blob is not read back",
-            headers=(("allow", "HEAD, POST"),),
-        )
+    """``HEAD /api/blobs/sha256:<hex>``: 200 when the blob is here, else 404. There is no GET: a blob is never
+    read back (Ollama has none either), so the router answers it with a 405 naming HEAD and POST."""
     hexd = hex_of(req.path[len(BLOBS) :])
     if not path_of(sup, hexd).is_file():
         raise HttpError(404, f"blob sha256:{hexd} is not on this server", "not_found_error")

@@ -61,8 +61,8 @@ def _string(body: dict[str, Any], field: str, what: str) -> str:
 
 async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     full_access(req, "creating models")
-    body = req.json_object()
-    if "model" not in body and "name" in body:  # the older field names
+    body = {k: v for k, v in req.json_object().items() if v is not None}  # a null field is its default
+    if not body.get("model") and "name" in body:  # the older field names
         body["model"] = body["name"]
     if "quantize" not in body and "quantization" in body:
         body["quantize"] = body["quantization"]

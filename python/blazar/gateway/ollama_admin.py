@@ -240,7 +240,12 @@ async def copy(sup: Supervisor, req: Request, proto: Any) -> Response:
     src, dst = body.get("source"), body.get("destination")
     if not isinstance(src, str) or not isinstance(dst, str) or not src or not dst:
         raise HttpError(400, "'source' and 'destination' are required strings")
-    sup.catalog.copy(src, dst)
+    source, old = sup.catalog.get(src), sup.catalog.find(names.normalize(dst))
+    if old is not None and old.name == source.name:  # onto itself: nothing to do
+        return 200, [], b""
+    if old is not None:  # Ollama overwrites the destination; here it is replaced in one step
+        await stop_engines(sup, old.name, old, "replaced by /api/copy")
+    sup.catalog.copy(source.name, dst, replace=old is not None)
     return 200, [], b""
 
 
