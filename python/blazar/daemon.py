@@ -41,8 +41,9 @@ def serve(cfg: Config, config_path: Path) -> int:
         return EXIT_BIND_CONFLICT
     data = DataDir(cfg.data_dir).ensure()
     data.sweep_run()
-    if (data.root / "blobs").is_dir():  # uploads a daemon killed mid-way left behind
+    if (data.root / "blobs").is_dir():  # uploads a daemon killed mid-way left behind, and unused old blobs
         blobs.sweep(data.root / "blobs")
+        blobs.prune(data.root / "blobs")
     store = Store.open(data.db)
     sup = Supervisor(cfg, data, store)
     gate = Gate(cfg, store, data, config_path)

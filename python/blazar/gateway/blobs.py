@@ -19,6 +19,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -122,6 +123,24 @@ def sweep(folder: Path) -> None:
         pid = old.name.split("-")[1]
         if pid.isdigit() and not alive(int(pid)):
             _unlink(old)
+
+
+PRUNE_AFTER_SECS = 24 * 3600
+"""A blob no create took over within this long is removed when the daemon starts (Ollama prunes the blobs no
+model uses at start-up): an upload whose create failed or never came does not hold its disk for ever."""
+
+
+def prune(folder: Path, now: float | None = None) -> list[str]:
+    """Remove the blobs uploaded more than ``PRUNE_AFTER_SECS`` ago (a create takes a blob over, so any blob
+    here is one no model uses); their names."""
+    cutoff = (time.time() if now is None else now) - PRUNE_AFTER_SECS
+    gone = []
+    for blob in folder.glob("sha256-*"):
+        with contextlib.suppress(FileNotFoundError):
+            if blob.stat().st_mtime < cutoff:
+                blob.unlink()
+                gone.append(blob.name)
+    return gone
 
 
 async def _receive(proto: Any, partial: Path, idle: float) -> tuple[str, int]:
