@@ -6,7 +6,7 @@ the native translator (model name as the client asked, usage-only chunk dropped 
 
 from __future__ import annotations
 
-import time
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -28,7 +28,8 @@ MODELS_PREFIX = "/v1/models/"
 
 
 def _model_object(m: ModelRow | LoraRow) -> dict[str, Any]:
-    created = int(time.mktime(time.strptime(m.created_at[:19], "%Y-%m-%dT%H:%M:%S")))
+    when = datetime.fromisoformat(m.created_at)
+    created = int((when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp())  # stored in UTC
     return {"id": m.name, "object": "model", "created": created, "owned_by": "blazar"}
 
 
