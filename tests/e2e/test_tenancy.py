@@ -190,6 +190,20 @@ def test_usage_survives_restart(daemon_factory: object, tmp_path: Path) -> None:
     assert again.status_code == 429 and "daily_tokens" in again.json()["error"]["message"]
 
 
+def test_embeddings_are_charged_to_the_keys_daily_tokens(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    cfg = KEYS.replace('name = "rated"\nsecret', 'name = "rated"\ndaily_tokens = 40\nsecret').replace(
+        "rpm = 2\n", ""
+    )
+    d: Daemon = daemon_factory(cfg)
+    body = {"model": "smollm2", "input": "hello " * 60}
+    first = post(d, "/v1/embeddings", body, bearer(RATED))
+    assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] > 40, first.json()["usage"]
+    for path, what in (("/v1/embeddings", body), ("/v1/chat/completions", CHAT)):
+        over = post(d, path, what, bearer(RATED))
+        assert over.status_code == 429 and "daily_tokens" in over.json()["error"]["message"], over.text
+
+
 def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("queue_wait_secs = 1\n")

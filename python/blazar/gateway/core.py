@@ -523,6 +523,10 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
         _name, key, slots = claim_local(sup, req, canon)
         with await req.gate.admit(req, key, slots, canon):
             body, load_ns = await once_more_if_wedged(lambda: _embed(sup, req, canon))
+    usage = body.get("usage")
+    used = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if isinstance(used, int) and not isinstance(used, bool):  # charged to the key's tpm and daily_tokens
+        req.summary = {"usage": {"prompt_tokens": used, "completion_tokens": 0}}
     dims = canon.params.get("dimensions")
     if isinstance(dims, int) and not canon.late_chunking:
         size = vectors.shorten(body, dims)

@@ -29,7 +29,9 @@ MODELS_PREFIX = "/v1/models/"
 
 def _model_object(m: ModelRow | LoraRow) -> dict[str, Any]:
     when = datetime.fromisoformat(m.created_at)
-    created = int((when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp())  # stored in UTC
+    created = int(
+        (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+    )  # stored in UTC
     return {"id": m.name, "object": "model", "created": created, "owned_by": "blazar"}
 
 
