@@ -99,6 +99,20 @@ def test_completions(daemon: Daemon) -> None:
         assert "".join(c.choices[0].text for c in chunks if c.choices) == r.choices[0].text
         usage = [c.usage for c in chunks if c.usage is not None]
         assert (len(usage), usage[0].completion_tokens if usage else 0) == ((1, 8) if asked else (0, 0))
+    # several prompts in one stream: llama-server's `data: null` between them is not passed on as a chunk
+    many = list(
+        client(daemon).completions.create(
+            model="smollm2", prompt=["Once", "Twice"], max_tokens=2, temperature=0, stream=True
+        )
+    )
+    assert many and all(c is not None and c.choices is not None for c in many)
+    with httpx.stream(
+        "POST",
+        daemon.url + "/v1/completions",
+        json={"model": "smollm2", "prompt": ["Once", "Twice"], "max_tokens": 2, "stream": True},
+        timeout=60,
+    ) as resp:
+        assert b"data: null" not in resp.read()
 
 
 def test_embeddings(daemon: Daemon) -> None:

@@ -707,6 +707,8 @@ class StreamTranslator:
             self.saw_done = True
             self._close(now)
             return
+        if data.strip() == "null":  # llama-server's separator between a multi-prompt completion's prompts
+            return
         try:
             chunk = json.loads(data)
             if not isinstance(chunk, dict):

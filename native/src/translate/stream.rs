@@ -210,6 +210,11 @@ impl State {
             self.close(now);
             return;
         }
+        if ev.data.trim() == "null" {
+            // llama-server's separator between the prompts of a multi-prompt completion: nothing to send
+            // (an OpenAI client would read it as a chunk that is not one)
+            return;
+        }
         let chunk: Completion<'_> = match parse_object(ev.data) {
             Ok(chunk) => chunk,
             Err(err) => return self.bad_chunk(ev.data, &err),

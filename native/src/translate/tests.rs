@@ -137,6 +137,16 @@ fn progress_is_not_relayed_to_other_dialects() {
 }
 
 #[test]
+fn a_multi_prompt_separator_is_not_relayed_nor_an_error() {
+    // llama-server writes `data: null` between the prompts of a multi-prompt completion stream
+    for dialect in [Dialect::OpenAi, Dialect::OllamaChat, Dialect::Anthropic] {
+        let (with, tr) = run(dialect, &[b"data: null\n\n", HELLO]);
+        assert_eq!(text(&with), text(&run(dialect, &[HELLO]).0), "{dialect:?}");
+        assert!(tr.summary().errors.is_empty(), "{dialect:?}");
+    }
+}
+
+#[test]
 fn redact_cuts_a_credential_out_of_relayed_engine_errors() {
     let stream: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n\
 data: {\"error\":{\"message\":\"bad key sk-SECRET1 for upstream\",\"type\":\"sk-SECRET1\",\"code\":\"sk-SECRET1\"}}\n\n";
