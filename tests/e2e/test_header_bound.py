@@ -162,3 +162,28 @@ def test_a_long_whole_answer_ends_only_itself_and_the_engine_keeps_running(daemo
     assert chat(d, QUICK).status_code == 200
     assert d.child_pids() == [pid]
     assert "retrying the request" not in d.log.read_text()
+
+
+def test_a_stream_whose_engine_wedges_midway_ends_with_the_error_event(daemon_factory: object) -> None:
+    """Past its head, a stream that goes quiet for the same bound gets the engine's health checked: a wedged
+    engine is stopped and the client's stream ends with the dialect's error event, not pings for ever."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("child_header_timeout_secs = 4\n")
+    pid = serving(d)
+    body = {**LONG, "stream": True, "max_tokens": 2000}
+    t0 = time.monotonic()
+    with httpx.stream("POST", d.url + "/v1/chat/completions", json=body, timeout=120) as s:
+        assert s.status_code == 200
+        lines = s.iter_lines()
+        first = next(line for line in lines if '"content"' in line)
+        assert first.startswith("data: ")
+        os.kill(pid, signal.SIGSTOP)  # wedged mid-stream
+        stopped = time.monotonic()
+        rest = "\n".join(lines)
+    assert time.monotonic() - stopped < 60, "the stream should end soon after the bound"
+    assert "was stopped while serving the request (nothing sent mid-stream" in rest, rest[-500:]
+    assert rest.rstrip().endswith("data: [DONE]")
+    wait_for(lambda: not pid_alive(pid), 10, "the wedged engine to be gone")
+    assert "sent nothing mid-stream for 4s and fails its health check" in d.log.read_text()
+    assert chat(d, QUICK).status_code == 200  # a fresh engine
+    assert time.monotonic() - t0 < 120

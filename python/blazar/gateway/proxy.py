@@ -8,6 +8,7 @@ loop to the native link (``blazar.supervisor.links``), which decodes, translates
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -62,6 +63,10 @@ TICK_SECS = 5.0
 
 WEDGED = "no response headers within child_header_timeout_secs"
 """``Child.stopped_for`` of an engine stopped as wedged."""
+
+STALLED = "nothing sent mid-stream within child_header_timeout_secs"
+"""``Child.stopped_for`` of an engine stopped because a stream it was sending went quiet for that long and it no
+longer answered its health check."""
 
 WEDGED_GRACE_SECS = 2.0
 """How long a wedged engine (no response headers in time) gets between SIGTERM and SIGKILL: it is stuck, and the
@@ -144,6 +149,22 @@ async def no_head_in_time(sup: Supervisor, child: Child) -> HttpError:
 def _retrieved(fut: asyncio.Future[bool]) -> None:
     if not fut.cancelled():
         fut.exception()
+
+
+def _logged(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("checking a quiet stream's engine failed", exc_info=fut.exception())
+
+
+async def _stream_stuck(sup: Supervisor, child: Child) -> None:
+    """A stream from ``child`` has been quiet for ``child_header_timeout_secs``: an engine that still answers
+    ``/health`` is slow and keeps going; one that does not is wedged and stopped, which ends the stream."""
+    if await child.responsive():
+        return
+    secs = sup.cfg.child_header_timeout_secs
+    log.warning("engine for %s sent nothing mid-stream for %ss and fails its health check; stopping it",
+                child.key, secs)  # fmt: skip
+    await sup.evict(child.key, STALLED, grace=WEDGED_GRACE_SECS, only=child, crash=True)
 
 
 async def _is_wedged(sup: Supervisor, child: Child) -> bool:
@@ -242,11 +263,11 @@ per request at c=16), which a fast answer should not pay; a slow one (a real gen
 client that leaves early costs the engine at most this much work."""
 
 
-async def unless_gone(work: Coroutine[Any, Any, T], client: Any, after: float = WATCH_AFTER_SECS) -> T:
+async def unless_gone(work: Coroutine[Any, Any, T], client: Any, after: float | None = None) -> T:
     """``work``'s result, unless the client disconnects first: then ``work`` is cancelled and ClientGone raised.
 
-    ``work`` runs in the calling task; after ``after`` seconds (``WATCH_AFTER_SECS``: a quick answer costs no
-    watch) the client's disconnect future is watched with a done callback that cancels that task: no extra Tasks
+    ``work`` runs in the calling task; after ``after`` seconds (default ``WATCH_AFTER_SECS``: a quick answer costs
+    no watch) the client's disconnect future is watched with a done callback that cancels that task: no extra Tasks
     and no ``asyncio.wait`` per request.
     """
     loop = asyncio.get_running_loop()
@@ -268,7 +289,7 @@ async def unless_gone(work: Coroutine[Any, Any, T], client: Any, after: float = 
         gone = client.client_disconnect()
         gone.add_done_callback(on_gone)
 
-    timer = loop.call_later(after, watch)
+    timer = loop.call_later(WATCH_AFTER_SECS if after is None else after, watch)
     try:
         return await work
     except asyncio.CancelledError:
@@ -349,13 +370,23 @@ async def _through_aiohttp(
 
 class _Ticker:
     """While a stream is relayed, a timer every few seconds (never per token): the link writes what the dialect
-    owes a quiet client (Anthropic's ``ping`` after 10 s without output), and an engine quiet for ``stall.secs``
-    is reported once."""
+    owes a quiet client (Anthropic's ``ping`` after 10 s without output), an engine quiet for ``stall.secs`` is
+    reported once, and one quiet for ``bound`` seconds (``child_header_timeout_secs``, the bound its response
+    head had) gets ``stuck`` called, once per ``bound`` of silence: the health check that stops a wedged engine,
+    which ends the stream with the dialect's error event instead of pings for ever."""
 
-    __slots__ = ("conn", "every", "handle", "loop", "stall")
+    __slots__ = ("bound", "check", "conn", "every", "handle", "loop", "next", "stall", "stuck")
 
-    def __init__(self, conn: EngineConn, stall: Stall | None) -> None:
+    def __init__(
+        self,
+        conn: EngineConn,
+        stall: Stall | None,
+        stuck: Callable[[], Awaitable[None]] | None = None,
+        bound: float = 0.0,
+    ) -> None:
         self.conn, self.stall = conn, stall
+        self.stuck, self.bound, self.next = stuck, bound, bound
+        self.check: asyncio.Future[None] | None = None
         self.every = TICK_SECS if stall is None else min(TICK_SECS, max(stall.secs / 2, 0.05))
         self.loop = asyncio.get_running_loop()
         self.handle = self.loop.call_later(self.every, self.tick)
@@ -367,6 +398,13 @@ class _Ticker:
         if self.stall is not None and quiet >= self.stall.secs:
             stall, self.stall = self.stall, None
             stall.report(quiet)
+        if self.stuck is not None and self.bound > 0:
+            if quiet < self.bound:  # output came since the last check
+                self.next = self.bound
+            elif quiet >= self.next and (self.check is None or self.check.done()):
+                self.next = quiet + self.bound
+                self.check = asyncio.ensure_future(self.stuck())
+                self.check.add_done_callback(_logged)
         self.handle = self.loop.call_later(self.every, self.tick)
 
     def cancel(self) -> None:
@@ -404,7 +442,11 @@ async def forward_stream(
             async def failed(e: LinkError) -> str:
                 return (await _engine_failed(sup, child, e)).message
 
-            await relay(conn, proto, headers, translator, content_type, child.model, failed, stall)
+            bound = float(sup.cfg.child_header_timeout_secs)
+            stuck = functools.partial(_stream_stuck, sup, child)
+            await relay(
+                conn, proto, headers, translator, content_type, child.model, failed, stall, stuck, bound
+            )
         finally:
             child.links.release(conn)  # a stream the client left is unfinished: closed, so the engine stops
 
@@ -418,14 +460,17 @@ async def relay(
     who: str,
     failed: Callable[[LinkError], Awaitable[str]],
     stall: Stall | None,
+    stuck: Callable[[], Awaitable[None]] | None = None,
+    bound: float = 0.0,
 ) -> None:
     """Send the response head and relay the stream whose head ``conn`` read, natively, to its end; a connection
     that fails ends the client's stream with the dialect's error event carrying ``failed``'s message. ``who``
-    names the model in logs. The caller releases ``conn`` (to its ``pool``)."""
+    names the model in logs; ``stuck`` is called once the stream has been quiet for ``bound`` seconds (see
+    ``_Ticker``). The caller releases ``conn`` (to its ``pool``)."""
     transport = proto.response_stream(
         200, [*headers, ("content-type", content_type), ("cache-control", "no-cache")]
     )
-    ticker = _Ticker(conn, stall)
+    ticker = _Ticker(conn, stall, stuck, bound)
     try:
         try:
             gone = await conn.pool.relay(conn, translator, transport.send_bytes)
