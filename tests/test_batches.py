@@ -22,7 +22,7 @@ from blazar.gateway.batch import (
     file_content,
     file_item,
 )
-from blazar.gateway.http import HttpError, parse_multipart
+from blazar.gateway.http import MAX_PARTS, HttpError, parse_multipart
 from blazar.keys import KeyRegistry
 from blazar.paths import DataDir
 from blazar.store import Store
@@ -81,6 +81,12 @@ def test_a_multipart_upload_as_clients_send_it() -> None:
               b"--C\r\n\r\nx\r\n--C--\r\n--B--\r\n")  # fmt: skip
     with pytest.raises(HttpError, match="must hold a file"):
         parse_form("multipart/form-data; boundary=B", nested)
+    part = b'--B\r\nContent-Disposition: form-data; name="f"\r\n\r\nx\r\n'
+    assert parse_form("multipart/form-data; boundary=B", part * MAX_PARTS + b"--B--\r\n") == {
+        "f": (None, b"x")
+    }
+    with pytest.raises(HttpError, match=f"more than {MAX_PARTS} parts"):  # each head is parsed: bounded
+        parse_form("multipart/form-data; boundary=B", part * (MAX_PARTS + 1) + b"--B--\r\n")
 
 
 def test_a_busy_answer_is_retried_after_its_retry_after_or_a_growing_pause() -> None:

@@ -332,6 +332,9 @@ def test_key_management_over_http(daemon_factory: object) -> None:
     ]:
         r = post(d, "/api/keys", body, bearer(ADMIN))
         assert r.status_code == 400 and needle in r.json()["error"]["message"], (body, r.text)
+    taken = post(d, "/api/keys", {"name": "one"}, bearer(ADMIN))
+    assert taken.status_code >= 400 and "already exists (in config.toml)" in taken.text, taken.text
+    assert str(d.root) not in taken.text  # the file is named, never where it is
     assert (d.root / "config.toml").read_text() == before
     mine = "sk-mine-0123456789abcdef"
     kept = post(d, "/api/keys", {"name": "k6", "secret": mine, "models": ["smollm2"]}, bearer(ADMIN))

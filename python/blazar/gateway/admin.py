@@ -10,15 +10,20 @@ manage keys; an authless gateway refuses with the seed's 403.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 
 from blazar import keys, names
 from blazar.engines.check import read_check
+from blazar.errors import BlazarError
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import visible
 from blazar.supervisor import Supervisor
+
+T = TypeVar("T")
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -38,6 +43,15 @@ async def list_keys(sup: Supervisor, req: Request, proto: Any) -> Response:
     return 200, JSON_HEADERS, orjson.dumps({"keys": [k.as_dict() for k in gate.keys.listing()]})
 
 
+async def _edit(gate: Any, edit: Callable[..., T], *args: Any) -> T:
+    """``edit(config_path, *args)`` in a thread; its errors name the file ``config.toml``, never where it is."""
+    try:
+        return await asyncio.to_thread(edit, gate.config_path, *args)
+    except BlazarError as e:
+        e.args = tuple(str(a).replace(str(gate.config_path), "config.toml") for a in e.args)
+        raise
+
+
 async def add_key(sup: Supervisor, req: Request, proto: Any) -> Response:
     gate = req.gate
     gate.keys.check_management(req.key)
@@ -52,8 +66,8 @@ async def add_key(sup: Supervisor, req: Request, proto: Any) -> Response:
     given = body.get("secret")
     if given is not None and not isinstance(given, str):
         raise HttpError(400, "'secret' must be a string (omit it to have one generated)")
-    key, secret = await asyncio.to_thread(
-        keys.add_key, gate.config_path, _name(body), models, secret=given, registry=gate.keys, **limits
+    key, secret = await _edit(
+        gate, functools.partial(keys.add_key, secret=given, registry=gate.keys, **limits), _name(body), models
     )
     info = {"name": key.name, "secret": secret, "models": list(key.models), "weight": key.weight}
     return 200, JSON_HEADERS, orjson.dumps(info)
@@ -63,7 +77,7 @@ async def remove_key(sup: Supervisor, req: Request, proto: Any) -> Response:
     gate = req.gate
     gate.keys.check_management(req.key)
     name = _name(req.json_object())
-    await asyncio.to_thread(keys.remove_key, gate.config_path, name, registry=gate.keys)
+    await _edit(gate, functools.partial(keys.remove_key, registry=gate.keys), name)
     return 200, JSON_HEADERS, orjson.dumps({"removed": name})
 
 
@@ -71,7 +85,7 @@ async def rotate_key(sup: Supervisor, req: Request, proto: Any) -> Response:
     gate = req.gate
     gate.keys.check_management(req.key)
     name = _name(req.json_object())
-    key, secret = await asyncio.to_thread(keys.rotate_key, gate.config_path, name, registry=gate.keys)
+    key, secret = await _edit(gate, functools.partial(keys.rotate_key, registry=gate.keys), name)
     return 200, JSON_HEADERS, orjson.dumps({"name": key.name, "secret": secret})
 
 

@@ -170,6 +170,10 @@ def _boundary(content_type: str | None, expect: str) -> bytes:
     return boundary.encode("latin-1", "replace")
 
 
+MAX_PARTS = 256
+"""Parts a multipart/form-data body may have (a transcription's form has a handful)."""
+
+
 def parse_multipart(
     content_type: str | None, body: bytes, expect: str
 ) -> dict[str, tuple[str | None, bytes]]:
@@ -185,9 +189,15 @@ def parse_multipart(
         raise unreadable
     fields: dict[str, tuple[str | None, bytes]] = {}
     pos = at + len(delim)
+    parts = 0
     while True:
         if body[pos : pos + 2] == b"--":
             return fields
+        parts += 1
+        if parts > MAX_PARTS:  # each part's head is parsed in Python: bounded, as the form's fields are few
+            raise HttpError(
+                400, f"the multipart/form-data body has more than {MAX_PARTS} parts; send {expect}"
+            )
         if body[pos : pos + 2] != b"\r\n":
             raise unreadable
         head_end = body.find(b"\r\n\r\n", pos + 2)
