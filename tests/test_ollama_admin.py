@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import subprocess
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,7 +124,12 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
             remotes=Remotes(()),
             remote_for=lambda _m: None,
         )
-        status, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
+        with subprocess.Popen(["sleep", "60"]) as proc:  # a running process: ps lists only engines that run
+            child.proc = proc  # type: ignore[assignment]
+            try:
+                status, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
+            finally:
+                proc.kill()
         [entry] = orjson.loads(body)["models"]
         expires = datetime.fromisoformat(entry["expires_at"])
         assert status == 200 and 9 < (expires - datetime.now(UTC)).days / 365 <= 10

@@ -107,7 +107,9 @@ def test_a_model_deleted_mid_stream_ends_the_stream_saying_so(daemon_factory: ob
     """Deleting a model stops its engine on purpose: the open stream's error says so (not that the engine died
     and the next request restarts it: the next one gets 404), and the log has no ERROR for a crash."""
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory()
+    # settings of its own, so the copy runs an engine of its own (with smollm2's it would share smollm2's engine,
+    # which deleting the copy leaves running: see test_presets)
+    d: Daemon = daemon_factory('[models."tmpm:latest"]\nctx_size = 2048\n')
     assert (
         httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "tmpm"}).status_code == 200
     )
