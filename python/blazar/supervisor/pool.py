@@ -476,7 +476,10 @@ class Supervisor:
             children = list(self.children.values())
             for c in children:
                 if c.state is State.READY and not c.alive() and c.inflight == 0:
-                    await self._forget_dead(c)
+                    try:
+                        await self._forget_dead(c)
+                    except Exception:
+                        log.exception("forgetting the dead engine %s failed", c.key)
             for c in idle_victims(children, time.monotonic(), timeout):
                 try:
                     await self.evict(c.key, "idle", only=c)
