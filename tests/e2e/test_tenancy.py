@@ -204,6 +204,30 @@ def test_embeddings_are_charged_to_the_keys_daily_tokens(daemon_factory: object)
         assert over.status_code == 429 and "daily_tokens" in over.json()["error"]["message"], over.text
 
 
+def test_every_choice_of_an_n_request_is_charged(daemon_factory: object) -> None:
+    """llama-server's usage for n choices counts one choice's completion tokens: the key is charged for all."""
+    assert callable(daemon_factory)
+    cfg = "parallel = 2\n" + KEYS.replace(
+        'name = "rated"\nsecret', 'name = "rated"\ndaily_tokens = 1\nsecret'
+    ).replace("rpm = 2\n", "")
+    for stream in (False, True):
+        d: Daemon = daemon_factory(cfg)
+        body = {**CHAT, "n": 2, "max_tokens": 6, "ignore_eos": True}
+        prompt = post(d, "/v1/chat/completions", body, bearer(ADMIN)).json()["usage"]["prompt_tokens"]
+        with httpx.stream(
+            "POST",
+            d.url + "/v1/chat/completions",
+            json={**body, "stream": stream},
+            headers=bearer(RATED),
+            timeout=60,
+        ) as r:
+            assert r.status_code == 200 and r.read()
+        over = post(d, "/v1/chat/completions", CHAT, bearer(RATED))
+        assert over.status_code == 429
+        assert f"used {prompt + 2 * 6} tokens today" in over.json()["error"]["message"], (stream, over.text)
+        d.stop()
+
+
 def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("queue_wait_secs = 1\n")

@@ -402,6 +402,8 @@ async def _dispatch(
     keep(child, canon, req)
     try:
         choices = canon.choices()
+        if child.lane == "llama-cpp":  # its usage is one choice's: each is charged (``Request.choices``)
+            req.choices = choices
         if choices > slots and child.lane == "llama-cpp":
             raise HttpError(
                 400,
