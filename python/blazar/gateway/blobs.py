@@ -101,7 +101,7 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     finally:
         _PROMISED[0] -= declared or 0
         if partial.exists():  # a multi-GB file's blocks are freed off the event loop
-            await asyncio.to_thread(_unlink, partial)
+            await asyncio.to_thread(partial.unlink, missing_ok=True)
     return 201, [], b""
 
 
@@ -112,17 +112,12 @@ _PROMISED = [0]
 uploads that each fit alone are not both let in to fill the disk."""
 
 
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-
-
 def sweep(folder: Path) -> None:
     """Remove the partial uploads of processes that are gone (a daemon killed mid-upload)."""
     for old in folder.glob(".partial-*"):
         pid = old.name.split("-")[1]
         if pid.isdigit() and not alive(int(pid)):
-            _unlink(old)
+            old.unlink(missing_ok=True)
 
 
 PRUNE_AFTER_SECS = 24 * 3600

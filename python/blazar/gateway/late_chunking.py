@@ -14,15 +14,13 @@ finds its engine. It must not parse the engine's vectors in Python.
 from __future__ import annotations
 
 import asyncio
-import base64
-import struct
 from typing import Any
 
 import orjson
 
 from blazar._native import pool_token_spans
 from blazar.dialects.canonical import CanonicalRequest
-from blazar.gateway import proxy
+from blazar.gateway import proxy, vectors
 from blazar.gateway.core import ask_engine, embed_token_limit
 from blazar.gateway.http import HttpError, Request
 from blazar.supervisor import Child, Supervisor
@@ -100,23 +98,16 @@ async def embed(sup: Supervisor, req: Request, child: Child, canon: CanonicalReq
         sup, child, "/embeddings", orjson.dumps({"content": content}), req.client
     )
     try:
-        vectors = await asyncio.to_thread(pool_token_spans, data, spans)
+        pooled = await asyncio.to_thread(pool_token_spans, data, spans)
     except ValueError as e:
         raise HttpError(502, str(e), "engine_error") from None
     b64 = canon.params.get("encoding_format") == "base64"
     return {
         "object": "list",
         "data": [
-            {"object": "embedding", "index": i, "embedding": _encoded(raw, b64)}
-            for i, raw in enumerate(vectors)
+            {"object": "embedding", "index": i, "embedding": vectors.encoded(raw, b64)}
+            for i, raw in enumerate(pooled)
         ],
         "model": canon.model,
         "usage": {"prompt_tokens": total, "total_tokens": total},
     }
-
-
-def _encoded(raw: bytes, b64: bool) -> Any:
-    """A vector of little-endian float32 bytes as OpenAI sends it: base64 of those bytes, or the floats."""
-    if b64:
-        return base64.b64encode(raw).decode()
-    return list(struct.unpack(f"<{len(raw) // 4}f", raw))

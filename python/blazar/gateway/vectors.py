@@ -20,9 +20,7 @@ def shorten(body: dict[str, Any], dims: int) -> int | None:
     for item in body.get("data") or []:
         raw = item.get("embedding")
         b64 = isinstance(raw, str)
-        values = (
-            list(struct.unpack(f"<{len(base64.b64decode(raw)) // 4}f", base64.b64decode(raw))) if b64 else raw
-        )
+        values = _floats(base64.b64decode(raw)) if isinstance(raw, str) else raw
         if not isinstance(values, list):
             continue
         if len(values) <= dims:
@@ -31,5 +29,14 @@ def shorten(body: dict[str, Any], dims: int) -> int | None:
         norm = math.sqrt(sum(v * v for v in cut))
         if norm > 0:
             cut = [v / norm for v in cut]
-        item["embedding"] = base64.b64encode(struct.pack(f"<{dims}f", *cut)).decode() if b64 else cut
+        item["embedding"] = encoded(struct.pack(f"<{dims}f", *cut), b64)
     return None
+
+
+def encoded(raw: bytes, b64: bool) -> Any:
+    """A vector of little-endian float32 bytes as OpenAI sends it: base64 of those bytes, or the floats."""
+    return base64.b64encode(raw).decode() if b64 else _floats(raw)
+
+
+def _floats(raw: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))

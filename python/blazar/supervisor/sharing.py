@@ -15,6 +15,7 @@ It owns that mapping; ``gateway.core`` keys admission by it and ``Supervisor`` s
 from __future__ import annotations
 
 import os
+import stat
 from collections import defaultdict
 
 from blazar.catalog import Catalog, ModelRow
@@ -53,7 +54,7 @@ class Sharing:
                 st = os.stat(row.path)
             except OSError:
                 continue
-            if not os.path.isdir(row.path):
+            if not stat.S_ISDIR(st.st_mode):  # directory models are never shared
                 groups[(st.st_dev, st.st_ino)].append(row)
         owners: dict[str, str] = {}
         for rows in groups.values():
