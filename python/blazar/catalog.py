@@ -204,17 +204,13 @@ class Catalog:
             raise CatalogError(
                 f"model '{full}' already exists; remove it first (blazar rm {full}) or pick another name (--name)"
             )
-        for _ in self.store.conn.execute("SELECT 1 FROM loras WHERE name = ?", (full,)):
-            raise CatalogError(  # one namespace with the LoRA adapters (``loras``), which are served by name too
-                f"'{full}' names a LoRA adapter; remove it first (blazar lora rm {full}) or pick another name"
-            )
-        self.check_free(full)
+        self._check_replaceable(full)
 
     def _check_replaceable(self, full: str) -> None:
         """``_check_new``, except that a model of that name may exist (it is to be replaced) unless LoRA
         adapters are served on it."""
         for _ in self.store.conn.execute("SELECT 1 FROM loras WHERE name = ?", (full,)):
-            raise CatalogError(
+            raise CatalogError(  # one namespace with the LoRA adapters (``loras``), which are served by name too
                 f"'{full}' names a LoRA adapter; remove it first (blazar lora rm {full}) or pick another name"
             )
         self.check_free(full)
@@ -485,9 +481,8 @@ class Catalog:
         full = names.normalize(dest_name)
         shards = None if src.path.is_dir() else split_set(src.path)
         if (src.path.is_dir() or shards is not None) and replace and self.find(full) is not None:
-            self.remove(
-                full
-            )  # folders and split sets are placed by their own paths: the old model goes first
+            # folders and split sets are placed by their own paths: the old model goes first
+            self.remove(full)
         if src.path.is_dir():
             summary = inspect_dir(src.path, only=[p.name for p in src.path.iterdir() if p.is_file()])
             return self._add_dir(src.path, summary, full, None, src.sha256, compute=False)
@@ -533,10 +528,11 @@ class Catalog:
                 " first (blazar lora rm NAME)"
             )
 
-    def check_new(self, name: str) -> str:
-        """``name`` normalised, or a CatalogError when a model or LoRA adapter has it (or its files)."""
+    def check_new(self, name: str, *, replace: bool = False) -> str:
+        """``name`` normalised, or a CatalogError when a model or LoRA adapter has it (or its files); with
+        ``replace``, a model of that name may exist unless adapters are served on it."""
         full = names.normalize(name)
-        self._check_new(full)
+        (self._check_replaceable if replace else self._check_new)(full)
         return full
 
     def remove(self, name: str) -> ModelRow:

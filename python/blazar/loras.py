@@ -156,17 +156,15 @@ class Loras:
     def _check_replaceable(self, full: str) -> None:
         """``_check_new``, except that an adapter of that name may exist (it is to be replaced)."""
         if self.catalog.find(full) is not None:
-            raise CatalogError(f"'{full}' names a catalog model; give the adapter another name")
-        self.catalog.check_free(full)
+            raise CatalogError(f"'{full}' names a catalog model; give the adapter another name (--name)")
+        self.catalog.check_free(full)  # nor one that differs from a model's or adapter's only in case
 
     def _check_new(self, full: str) -> None:
         if self.find(full) is not None:
             raise CatalogError(
                 f"LoRA adapter '{full}' already exists; remove it first (blazar lora rm {full})"
             )
-        if self.catalog.find(full) is not None:
-            raise CatalogError(f"'{full}' names a catalog model; give the adapter another name (--name)")
-        self.catalog.check_free(full)  # nor one that differs from a model's or adapter's only in case
+        self._check_replaceable(full)
 
     def remove(self, name: str) -> LoraRow:
         """Drop the adapter's row, then its file (an engine that loaded it keeps it until it restarts)."""

@@ -167,9 +167,7 @@ def plan(
             f" quantizing its F16/BF16/F32 original; import that instead, or pass --allow-requantize"
             ' (`"allow_requantize": true` over HTTP) to do it anyway'
         )
-    full = names.normalize(name if name is not None else default_name(source, qtype))
-    if not (replace and catalog.find(full) is not None):
-        catalog.check_new(full)  # a model's or adapter's
+    full = catalog.check_new(name if name is not None else default_name(source, qtype), replace=replace)
     if full in MAKING:
         raise CatalogError(f"model '{full}' is being made by another quantization now; choose another name")
     tool = find_tool(store)
