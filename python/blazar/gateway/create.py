@@ -112,20 +112,17 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         raise HttpError(400, "'allow_requantize' must be true or false")
     quantized = qtype is not None and qtype.strip() != ""
     if files is not None or adapters is not None:
-        row_digest = await _from_blob(sup, name, files, adapters, source, fields, quantized)
-        events = _copied(row_digest)
-    elif not quantized:
-        src = _source(sup, source, fields)
-        preset = presets.merge(src.preset, fields) if fields else None
-        row = await _made(sup, src, names.normalize(name), preset)
-        events = _copied(row.sha256)
+        events = _copied(await _from_blob(sup, name, files, adapters, source, fields, quantized))
     else:
         src = _source(sup, source, fields)
         preset = presets.merge(src.preset, fields) if fields else None
-        job = quantize.plan(
-            sup.catalog, sup.store, source, str(qtype), name, allow_requantize=allow, replace=True
-        )
-        events = _quantized(sup, job, src.preset if preset is None else preset)
+        if not quantized:
+            events = _copied((await _made(sup, src, names.normalize(name), preset)).sha256)
+        else:
+            job = quantize.plan(
+                sup.catalog, sup.store, source, str(qtype), name, allow_requantize=allow, replace=True
+            )
+            events = _quantized(sup, job, src.preset if preset is None else preset)
     if body.get("stream", True) is False:
 
         async def drain() -> None:

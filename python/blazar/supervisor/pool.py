@@ -254,11 +254,7 @@ class Supervisor:
                 child.state = State.EVICTED
             elif child is not None:
                 log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
-                if not child.alive() and child.stopped_for is None:
-                    code = child.proc.returncode if child.proc else None
-                    self._crashed(child, f"it exited with code {code} while idle")
-                await child.stop(grace=self.cfg.stop_grace_secs)
-                self.children.pop(key, None)
+                await self._drop_gone(child)
             self.breakers.check(key, model.name, self.data.log_name(key))
             engines = registry.list_all(self.store)
             engine = serving_lane(self.cfg, model, engines)
@@ -501,11 +497,16 @@ class Supervisor:
             code = child.proc.returncode if child.proc else None
             log.warning("engine for %s exited with code %s while idle; it starts again when next asked for",
                         child.key, code)  # fmt: skip
-            if child.stopped_for is None:
-                self._crashed(child, f"it exited with code {code} while idle")
-            self.children.pop(child.key, None)
-            await child.stop(grace=self.cfg.stop_grace_secs)
-            child.state = State.EVICTED
+            await self._drop_gone(child)
+
+    async def _drop_gone(self, child: Child) -> None:
+        """Forget a child that no longer serves (the caller holds its key's lock): a death nobody stopped it for
+        counts for its breaker, and its run files go."""
+        if not child.alive() and child.stopped_for is None:
+            code = child.proc.returncode if child.proc else None
+            self._crashed(child, f"it exited with code {code} while idle")
+        await child.stop(grace=self.cfg.stop_grace_secs)
+        self.children.pop(child.key, None)
 
     async def _hint_loop(self) -> None:
         every = float(self.cfg.engine_metrics_secs)
