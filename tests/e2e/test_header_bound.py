@@ -184,6 +184,6 @@ def test_a_stream_whose_engine_wedges_midway_ends_with_the_error_event(daemon_fa
     assert "was stopped while serving the request (nothing sent mid-stream" in rest, rest[-500:]
     assert rest.rstrip().endswith("data: [DONE]")
     wait_for(lambda: not pid_alive(pid), 10, "the wedged engine to be gone")
-    assert "sent nothing mid-stream for 4s and fails its health check" in d.log.read_text()
+    assert "sent nothing mid-stream for 4s and failed its health check" in d.log.read_text()
     assert chat(d, QUICK).status_code == 200  # a fresh engine
     assert time.monotonic() - t0 < 120

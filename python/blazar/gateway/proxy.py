@@ -159,19 +159,16 @@ def _logged(fut: asyncio.Future[None]) -> None:
 async def _stream_stuck(sup: Supervisor, child: Child) -> None:
     """A stream from ``child`` has been quiet for ``child_header_timeout_secs``: an engine that still answers
     ``/health`` is slow and keeps going; one that does not is wedged and stopped, which ends the stream."""
-    if await child.responsive():
-        return
-    secs = sup.cfg.child_header_timeout_secs
-    log.warning("engine for %s sent nothing mid-stream for %ss and fails its health check; stopping it",
-                child.key, secs)  # fmt: skip
-    await sup.evict(child.key, STALLED, grace=WEDGED_GRACE_SECS, only=child, crash=True)
+    if await _is_wedged(sup, child, STALLED):
+        log.warning("engine for %s sent nothing mid-stream for %ss and failed its health check; it was stopped",
+                    child.key, sup.cfg.child_header_timeout_secs)  # fmt: skip
 
 
-async def _is_wedged(sup: Supervisor, child: Child) -> bool:
-    """Whether ``child`` fails its health check now; a wedged one is stopped before this returns."""
+async def _is_wedged(sup: Supervisor, child: Child, why: str = WEDGED) -> bool:
+    """Whether ``child`` fails its health check now; a wedged one is stopped (``why``) before this returns."""
     if await child.responsive():
         return False
-    await sup.evict(child.key, WEDGED, grace=WEDGED_GRACE_SECS, only=child, crash=True)
+    await sup.evict(child.key, why, grace=WEDGED_GRACE_SECS, only=child, crash=True)
     return True
 
 
