@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import subprocess
 import threading
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from blazar.catalog import Catalog
 from blazar.config import Config
 from blazar.dialects.canonical import DialectError
 from blazar.gateway import ollama_admin
-from blazar.gateway.http import Request
+from blazar.gateway.http import HttpError, Request
 from blazar.loras import Loras
 from blazar.paths import DataDir
 from blazar.profile import LaunchSpec
@@ -64,6 +65,38 @@ def test_tags_and_show_serve_the_recorded_digest(tmp_path: Path, model_file: Pat
             f"# digest sha256:{row.sha256}",
         ]
         assert "digest" not in orjson.loads(body)  # Ollama's /api/show has no such field
+
+
+def test_show_verbose_gives_the_tokenizer_arrays_and_the_tensors(tmp_path: Path, model_file: Path) -> None:
+    """As Ollama's /api/show: the vocabulary, merges and token types are shown empty, and the tensor list is
+    left out, unless the request says ``verbose``; a verbose that is not a boolean is a 400."""
+    data = DataDir(tmp_path / "data").ensure()
+    with Store.open(data.db) as store:
+        cat = Catalog(store, data)
+        cat.import_file(model_file, "smollm2")
+        _, _, body = asyncio.run(ollama_admin.show(_sup(cat), _show("smollm2"), None))
+        plain = orjson.loads(body)
+        assert plain["model_info"]["tokenizer.ggml.tokens"] == []
+        assert plain["model_info"]["tokenizer.ggml.model"] == "gpt2"
+        assert "tensors" not in plain
+        req = Request("POST", "/api/show", "", {}, orjson.dumps({"model": "smollm2", "verbose": True}), "t")
+        _, _, body = asyncio.run(ollama_admin.show(_sup(cat), req, None))
+        full = orjson.loads(body)
+        info = full["model_info"]
+        assert (
+            len(info["tokenizer.ggml.tokens"]) == 49152
+            and info["tokenizer.ggml.tokens"][0] == "<|endoftext|>"
+        )
+        assert len(info["tokenizer.ggml.merges"]) > 40_000
+        tensors = full["tensors"]
+        assert len(tensors) > 100 and len(tensors) == len({t["name"] for t in tensors})
+        embd = next(t for t in tensors if t["name"] == "token_embd.weight")
+        assert embd == {"name": "token_embd.weight", "type": embd["type"], "shape": [576, 49152]}
+        assert sum(math.prod(t["shape"]) for t in tensors) == info["general.parameter_count"]
+        bad = Request("POST", "/api/show", "", {}, b'{"model": "smollm2", "verbose": "yes"}', "t")
+        with pytest.raises(HttpError) as e:
+            asyncio.run(ollama_admin.show(_sup(cat), bad, None))
+        assert e.value.status == 400 and e.value.message == 'verbose must be a boolean, got string "yes"'
 
 
 def test_tags_fill_an_older_row_off_the_loop(

@@ -40,7 +40,7 @@ class GgufArray:
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
-def parse_gguf_metadata(data: bytes, max_array_len: int = 1024) -> dict[str, object]:
+def parse_gguf_metadata(data: bytes, max_array_len: int = 1024, tensors: bool = False) -> dict[str, object]:
     """Parse the header region of a GGUF file held in ``data``; tensor data is never read.
 
     Returns ``{"version": int, "tensor_count": int, "metadata_kv_count": int,
@@ -52,10 +52,16 @@ def parse_gguf_metadata(data: bytes, max_array_len: int = 1024) -> dict[str, obj
     ``max_tensor_offset`` the largest tensor data offset, relative to the data section, which starts
     at ``header_size`` rounded up to ``general.alignment`` (default 32).
 
+    With ``tensors``, ``"tensors"`` lists every tensor info in file order as
+    ``{"name": str, "type": str, "shape": list[int]}`` (type as in ``tensor_types``; shape innermost
+    dimension first, as ggml stores it).
+
     Raises :class:`GgufError` for malformed data and ``ValueError`` if ``max_array_len < 0``.
     """
 
-def read_gguf_metadata(path: str | os.PathLike[str], max_array_len: int = 1024) -> dict[str, object]:
+def read_gguf_metadata(
+    path: str | os.PathLike[str], max_array_len: int = 1024, tensors: bool = False
+) -> dict[str, object]:
     """Like :func:`parse_gguf_metadata` on the file at ``path``, which is memory-mapped so only
     its header pages are read. The GIL is released while the header is parsed.
 

@@ -111,10 +111,11 @@ def _row(r: tuple[object, ...]) -> ModelRow:
     )
 
 
-def read_header(path: Path) -> dict[str, object]:
-    """The GGUF header of ``path``; a corrupt or truncated file is a CatalogError naming the file."""
+def read_header(path: Path, *, max_array_len: int = 1024, tensors: bool = False) -> dict[str, object]:
+    """The GGUF header of ``path`` (``read_gguf_metadata``'s); a corrupt or truncated file is a CatalogError
+    naming the file."""
     try:
-        header = read_gguf_metadata(str(path))
+        header = read_gguf_metadata(str(path), max_array_len, tensors)
         size = path.stat().st_size
     except GgufError as e:
         raise CatalogError(f"{path} is not a usable GGUF file: {e}") from None

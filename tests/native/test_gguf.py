@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 from pathlib import Path
 
@@ -46,6 +47,24 @@ def test_full_arrays_on_request(head: bytes) -> None:
     assert isinstance(tokens, list) and len(tokens) == 49152 and all(isinstance(t, str) for t in tokens[:10])
     with pytest.raises(ValueError):
         parse_gguf_metadata(head, max_array_len=-1)
+
+
+def test_tensor_infos_on_request(model_file: Path) -> None:
+    """``tensors=True`` lists every tensor info in file order: name, ggml type, dimensions; their products add up
+    to the parameter count and their types to ``tensor_types``."""
+    assert "tensors" not in read_gguf_metadata(model_file)
+    h = read_gguf_metadata(model_file, tensors=True)
+    tensors = h["tensors"]
+    assert isinstance(tensors, list) and len(tensors) == h["tensor_count"]
+    first = tensors[0]
+    assert set(first) == {"name", "type", "shape"}
+    embd = next(t for t in tensors if t["name"] == "token_embd.weight")
+    assert embd["shape"] == [576, 49152]
+    assert sum(math.prod(t["shape"]) for t in tensors) == h["parameter_count"]
+    types: dict[str, int] = {}
+    for t in tensors:
+        types[t["type"]] = types.get(t["type"], 0) + 1
+    assert types == h["tensor_types"]
 
 
 def test_every_truncation_is_an_error(head: bytes) -> None:

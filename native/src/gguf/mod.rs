@@ -15,4 +15,4 @@ mod types;
 pub use error::GgufError;
 pub use parse::parse;
 pub use python::init_pymodule;
-pub use types::{ggml_type_name, GgufHeader, Value, ValueType, MAX_ARRAY_DEPTH, MAX_TENSOR_DIMS};
+pub use types::{ggml_type_name, GgufHeader, TensorInfo, Value, ValueType, MAX_ARRAY_DEPTH, MAX_TENSOR_DIMS};

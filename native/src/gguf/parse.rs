@@ -7,11 +7,13 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::error::{self, GgufError, What};
-use super::types::{GgufHeader, Value, ValueType, MAX_ARRAY_DEPTH, MAX_TENSOR_DIMS};
+use super::types::{GgufHeader, TensorInfo, Value, ValueType, MAX_ARRAY_DEPTH, MAX_TENSOR_DIMS};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 /// Smallest metadata entry: key length (8) + value type (4) + a one-byte value.
 const MIN_KV_SIZE: u64 = 13;
+/// Smallest tensor info: name length (8) + dimension count (4) + type (4) + data offset (8).
+const MIN_TENSOR_INFO_SIZE: u64 = 24;
 
 /// Parses the header region of a GGUF file held in `data`.
 ///
@@ -47,24 +49,27 @@ pub fn parse(data: &[u8], max_array_len: u64) -> Result<GgufHeader<'_>, GgufErro
     let mut parameter_count = 0u64;
     let mut max_tensor_offset = 0u64;
     let mut tensor_types = BTreeMap::new();
+    let mut tensors = Vec::with_capacity(r.capacity_for(tensor_count, MIN_TENSOR_INFO_SIZE));
+    let mut shape = [0u64; MAX_TENSOR_DIMS as usize];
     for t in 0..tensor_count {
         let name_len = r.u64(What::Tensor(t, "name length"))?;
-        r.skip(name_len, What::Tensor(t, "name"))?;
+        let name = r.bytes(name_len, What::Tensor(t, "name"))?;
         let offset = r.offset();
         let n_dims = r.u32(What::Tensor(t, "dimension count"))?;
         if n_dims > MAX_TENSOR_DIMS {
             return Err(error::too_many_dims(t, n_dims, offset));
         }
         let mut elements = 1u64;
-        for _ in 0..n_dims {
-            let dim = r.u64(What::Tensor(t, "dimensions"))?;
-            elements = elements.checked_mul(dim).ok_or_else(|| error::parameter_overflow(t))?;
+        for dim in shape.iter_mut().take(n_dims as usize) {
+            *dim = r.u64(What::Tensor(t, "dimensions"))?;
+            elements = elements.checked_mul(*dim).ok_or_else(|| error::parameter_overflow(t))?;
         }
         let ggml_type = r.u32(What::Tensor(t, "type"))?;
         max_tensor_offset = max_tensor_offset.max(r.u64(What::Tensor(t, "data offset"))?);
         parameter_count =
             parameter_count.checked_add(elements).ok_or_else(|| error::parameter_overflow(t))?;
         *tensor_types.entry(ggml_type).or_insert(0) += 1;
+        tensors.push(TensorInfo::new(name, ggml_type, &shape[..n_dims as usize]));
     }
 
     Ok(GgufHeader {
@@ -76,6 +81,7 @@ pub fn parse(data: &[u8], max_array_len: u64) -> Result<GgufHeader<'_>, GgufErro
         tensor_types,
         header_size: r.offset(),
         max_tensor_offset,
+        tensors,
     })
 }
 

@@ -58,29 +58,31 @@ impl GgufArray {
 
 /// Parses GGUF header bytes into a dict; see `_native.pyi` for its shape.
 #[pyfunction]
-#[pyo3(signature = (data, max_array_len = 1024))]
+#[pyo3(signature = (data, max_array_len = 1024, tensors = false))]
 fn parse_gguf_metadata<'py>(
     py: Python<'py>,
     data: &[u8],
     max_array_len: i64,
+    tensors: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let limit = array_limit(max_array_len)?;
     let header = py.allow_threads(|| parse(data, limit))?;
-    header_to_dict(py, &header)
+    header_to_dict(py, &header, tensors)
 }
 
 /// Maps the file at `path` and parses its header region, without reading tensor data.
 #[pyfunction]
-#[pyo3(signature = (path, max_array_len = 1024))]
+#[pyo3(signature = (path, max_array_len = 1024, tensors = false))]
 fn read_gguf_metadata<'py>(
     py: Python<'py>,
     path: PathBuf,
     max_array_len: i64,
+    tensors: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let limit = array_limit(max_array_len)?;
     let map = py.allow_threads(|| map_file(&path)).map_err(|err| os_error(py, err, &path))?;
     let header = py.allow_threads(|| parse(&map, limit))?;
-    header_to_dict(py, &header)
+    header_to_dict(py, &header, tensors)
 }
 
 fn map_file(path: &Path) -> io::Result<Mmap> {
@@ -121,7 +123,11 @@ fn os_error(py: Python<'_>, err: io::Error, path: &Path) -> PyErr {
     PyOSError::new_err((code, strerror, path.as_os_str().to_os_string()))
 }
 
-fn header_to_dict<'py>(py: Python<'py>, header: &GgufHeader<'_>) -> PyResult<Bound<'py, PyDict>> {
+fn header_to_dict<'py>(
+    py: Python<'py>,
+    header: &GgufHeader<'_>,
+    tensors: bool,
+) -> PyResult<Bound<'py, PyDict>> {
     let metadata = PyDict::new(py);
     for (key, value) in &header.metadata {
         metadata.set_item(key, value_to_py(py, value)?)?;
@@ -139,6 +145,17 @@ fn header_to_dict<'py>(py: Python<'py>, header: &GgufHeader<'_>) -> PyResult<Bou
     out.set_item("tensor_types", tensor_types)?;
     out.set_item("header_size", header.header_size)?;
     out.set_item("max_tensor_offset", header.max_tensor_offset)?;
+    if tensors {
+        let list = PyList::empty(py);
+        for info in &header.tensors {
+            let item = PyDict::new(py);
+            item.set_item("name", String::from_utf8_lossy(info.name))?;
+            item.set_item("type", ggml_type_name(info.ggml_type))?;
+            item.set_item("shape", info.shape())?;
+            list.append(item)?;
+        }
+        out.set_item("tensors", list)?;
+    }
     Ok(out)
 }
 

@@ -223,6 +223,19 @@ fn tensor_infos_give_parameters_types_and_header_size() {
     assert_eq!(types, [("F32".into(), 1), ("Q4_1".into(), 1), ("type99".into(), 1)]);
     assert_eq!(h.header_size, header_len);
     assert_eq!(h.max_tensor_offset, 2 * 4096); // the third tensor's data offset
+    let infos: Vec<_> = h
+        .tensors
+        .iter()
+        .map(|t| (String::from_utf8_lossy(t.name), t.ggml_type, t.shape().to_vec()))
+        .collect();
+    assert_eq!(
+        infos,
+        [
+            ("token_embd.weight".into(), 3, vec![576, 49152]),
+            ("output_norm.weight".into(), 0, vec![576]),
+            ("odd".into(), 99, vec![2, 3, 4]),
+        ]
+    );
 }
 
 #[test]

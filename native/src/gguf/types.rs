@@ -123,6 +123,31 @@ pub struct GgufHeader<'a> {
     /// The largest tensor data offset (relative to the aligned start of the data section): a file that ends
     /// before it is truncated.
     pub max_tensor_offset: u64,
+    /// Every tensor info in file order (Ollama's verbose `/api/show` lists them).
+    pub tensors: Vec<TensorInfo<'a>>,
+}
+
+/// One tensor info: its name (bytes as stored; not checked as UTF-8), ggml type id and dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo<'a> {
+    pub name: &'a [u8],
+    pub ggml_type: u32,
+    n_dims: u32,
+    dims: [u64; MAX_TENSOR_DIMS as usize],
+}
+
+impl<'a> TensorInfo<'a> {
+    pub(super) fn new(name: &'a [u8], ggml_type: u32, shape: &[u64]) -> Self {
+        let mut dims = [0; MAX_TENSOR_DIMS as usize];
+        let n = shape.len().min(dims.len());
+        dims[..n].copy_from_slice(&shape[..n]);
+        Self { name, ggml_type, n_dims: n as u32, dims }
+    }
+
+    /// The dimensions, innermost first, as ggml stores them.
+    pub fn shape(&self) -> &[u64] {
+        &self.dims[..self.n_dims as usize]
+    }
 }
 
 /// The ggml name of a tensor type id (`"F32"`, `"Q4_K"`, ...), or `"type<N>"` when unknown.

@@ -17,6 +17,7 @@ import orjson
 
 from blazar import ggml_whisper, names, presets
 from blazar.catalog import ModelRow, read_header
+from blazar.dialects.canonical import shown
 from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
@@ -168,15 +169,24 @@ def _modelfile(m: ModelRow, digest: str | None, preset: Mapping[str, Any]) -> st
     return "\n".join([*lines, f"FROM {m.name}", *presets.modelfile_lines(preset), ""])
 
 
+VERBOSE_ARRAY_LEN = 1 << 24
+"""The longest metadata array a verbose ``/api/show`` builds (a tokenizer's vocabulary and merges have some
+100,000 to a few million items; a GGUF's own header bounds what it can declare)."""
+
+
 async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
     body = req.json_object()
     name = _model_name(body)
+    verbose = body.get("verbose")
+    if verbose is not None and not isinstance(verbose, bool):
+        raise HttpError(400, f"verbose must be a boolean, got {shown(verbose)}")
     require_visible(req, name)
     if sup.remote_for(name) is not None:
         raise remote.not_here(name, "/api/show (the model's file and template)")
     adapter = sup.loras.find(name) if sup.catalog.find(name) is None else None
     m = sup.catalog.get(name if adapter is None else adapter.base)
     digest = await sup.catalog.digest(m)
+    tensors: object = None
     if m.path.is_dir():  # safetensors / MLX: what config.json and the tokenizer files say
         md: dict[str, Any] = {}
         model_info: dict[str, object] = dict(small_config(read_config(m.path)))
@@ -188,14 +198,17 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
         md, template = {}, ""
         model_info = {"general.architecture": "whisper", **(info.metadata() if info is not None else {})}
     else:
-        header = read_header(m.path)
+        # as Ollama's: the tokenizer's long arrays (vocabulary, merges, token types) and the tensor list come
+        # with verbose only; without it such an array is shown empty
+        header = read_header(
+            m.path, max_array_len=VERBOSE_ARRAY_LEN if verbose else 1024, tensors=bool(verbose)
+        )
         meta = header.get("metadata")
         md = dict(meta) if isinstance(meta, dict) else {}
         template = md.pop("tokenizer.chat_template", "")
-        model_info = {
-            k: (v if isinstance(v, str | int | float | bool | list) else None) for k, v in md.items()
-        }
+        model_info = {k: (v if isinstance(v, str | int | float | bool | list) else []) for k, v in md.items()}
         model_info["general.parameter_count"] = header.get("parameter_count")
+        tensors = header.get("tensors")
     ctx = model_settings(sup.cfg, m.name).ctx_size
     preset = (m.preset or {}) if adapter is None else {}  # an adapter is served without its base's preset
     own = presets.show_parameters(preset)
@@ -210,6 +223,7 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
         modelfile += f"ADAPTER @sha256:{adapter.sha256}\n"
         details["parent_model"] = adapter.base
     licence = "\n".join(preset["license"]) if preset.get("license") else md.get("general.license", "")
+    extra = {"tensors": tensors} if tensors is not None else {}
     return _json(
         {
             "license": licence,
@@ -222,6 +236,7 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
             "model_info": model_info,
             "capabilities": caps,
             "modified_at": m.created_at,
+            **extra,
         }
     )
 
