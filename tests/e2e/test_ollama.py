@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -185,6 +186,22 @@ def test_an_unload_waits_for_the_requests_in_flight_and_the_latest_keep_alive_wi
     assert httpx.post(d.url + "/api/chat", json=plain, timeout=60).status_code == 200
     [back] = httpx.get(d.url + "/api/ps").json()["models"]
     assert int(back["expires_at"][:4]) <= year + 1, back  # the daemon's idle timeout again, not "forever"
+
+
+def test_a_load_keeps_the_model_for_its_keep_alive_from_the_load(daemon_factory: object) -> None:
+    """A load-only request's keep_alive counts from that request, as Ollama's preload does: not from the last
+    answer the engine gave, which would unload a model preloaded after a quiet spell at once."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    plain = {"model": "smollm2", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}
+    assert httpx.post(d.url + "/api/generate", json=plain, timeout=60).status_code == 200
+    time.sleep(4)
+    loaded_at = time.time()
+    load = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": "30s"}, timeout=60)
+    assert load.status_code == 200 and load.json()["done_reason"] == "load", load.text
+    [entry] = httpx.get(d.url + "/api/ps").json()["models"]
+    expires = datetime.fromisoformat(entry["expires_at"].replace("Z", "+00:00")).timestamp()
+    assert expires >= loaded_at + 29, (entry["expires_at"], loaded_at)
 
 
 def test_a_request_waiting_when_an_unload_is_due_keeps_the_model(daemon_factory: object) -> None:

@@ -39,7 +39,8 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> 
             core.after(sup, child, req)
         return "unload"
     child, _ = await core.ready_child(sup, req, canon)
-    core.keep(child, canon, req)
+    with sup.lease(child):  # a load is a use: its keep_alive counts from now, not from the last answer
+        core.keep(child, canon, req)
     return "load"
 
 
