@@ -29,14 +29,17 @@ from blazar.store import Store
 from blazar.supervisor import State
 from blazar.supervisor.child import Child
 from blazar.supervisor.remotes import Remotes
+from blazar.supervisor.sharing import Sharing
 from tests.test_catalog import older_database
 
 
-def _sup(cat: Catalog) -> Any:
+def _sup(cat: Catalog, cfg: Config | None = None) -> Any:
+    cfg = cfg or Config()
     return SimpleNamespace(
         catalog=cat,
         loras=Loras(cat),
-        cfg=Config(),
+        cfg=cfg,
+        sharing=Sharing(cfg, cat),
         children={},
         remotes=Remotes(()),
         remote_for=lambda _m: None,
@@ -166,6 +169,32 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
         [entry] = orjson.loads(body)["models"]
         expires = datetime.fromisoformat(entry["expires_at"])
         assert status == 200 and 9 < (expires - datetime.now(UTC)).days / 365 <= 10
+
+
+def test_show_and_ps_give_the_context_of_one_request(tmp_path: Path, model_file: Path) -> None:
+    """As Ollama's num_ctx and context_length: what one request can use, the engine's context over its slots,
+    from the running engine when there is one, else from the config."""
+    data = DataDir(tmp_path / "data").ensure()
+    with Store.open(data.db) as store:
+        cat = Catalog(store, data)
+        cat.import_file(model_file, "smollm2", sha256="0" * 64)
+        sup = _sup(cat, Config(ctx_size=4096, parallel=4))
+        _, _, body = asyncio.run(ollama_admin.show(sup, _show("smollm2"), None))
+        assert orjson.loads(body)["parameters"].splitlines()[0] == "num_ctx 1024"
+        spec = LaunchSpec(("x",), ctx_size=6144, parallel=2)
+        child = Child("smollm2:latest", "smollm2:latest", spec, data)
+        child.state = State.READY
+        sup.children[child.key] = child
+        _, _, body = asyncio.run(ollama_admin.show(sup, _show("smollm2"), None))
+        assert orjson.loads(body)["parameters"].splitlines()[0] == "num_ctx 3072"
+        with subprocess.Popen(["sleep", "60"]) as proc:  # a running process: ps lists only engines that run
+            child.proc = proc  # type: ignore[assignment]
+            try:
+                _, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
+            finally:
+                proc.kill()
+        [entry] = orjson.loads(body)["models"]
+        assert entry["context_length"] == 3072
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from blazar.gateway.tenancy import require_visible, visible
 from blazar.gguf_info import human_params
 from blazar.loras import LoraRow
 from blazar.model_dir import chat_template, read_config, small_config
-from blazar.paths import TOKENS_SUFFIX
+from blazar.paths import TOKENS_SUFFIX, child_key
 from blazar.profile import model_settings
 from blazar.supervisor import State, Supervisor, sleep
 
@@ -139,7 +139,8 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 "engine": _ENGINE_USE.get(child.key[len(m.name) :], "chat"),
                 "expires_at": expires.isoformat().replace("+00:00", "Z"),
                 "size_vram": 0,
-                "context_length": child.ctx_size,
+                # as Ollama's: what one request can use (its num_ctx), not the engine's total over its slots
+                "context_length": child.spec.ctx_per_slot or child.ctx_size,
                 # Blazar's own: the engine freed its model while idle (idle_sleep_secs); the next request
                 # reloads it
                 "asleep": await sleep.asleep(child),
@@ -209,12 +210,12 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
         model_info = {k: (v if isinstance(v, str | int | float | bool | list) else []) for k, v in md.items()}
         model_info["general.parameter_count"] = header.get("parameter_count")
         tensors = header.get("tensors")
-    ctx = model_settings(sup.cfg, m.name).ctx_size
+    ctx = _request_ctx(sup, m)
     preset = (m.preset or {}) if adapter is None else {}  # an adapter is served without its base's preset
     own = presets.show_parameters(preset)
     params = [own] if own else []
     if "num_ctx" not in preset.get("parameters", {}):
-        params.insert(0, f"num_ctx {ctx or m.context_length}")
+        params.insert(0, f"num_ctx {ctx}")
     caps = ["audio"] if m.format == "whisper" else ["completion"]
     if isinstance(template, str) and "tools" in template:
         caps.append("tools")
@@ -239,6 +240,16 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
             **extra,
         }
     )
+
+
+def _request_ctx(sup: Supervisor, m: ModelRow) -> int:
+    """The context one request to ``m`` gets (Ollama's ``num_ctx``): its running engine's per slot, else the
+    config's ``ctx_size`` (or the model's trained context) over its slots."""
+    child = sup.children.get(child_key(sup.sharing.owner(m.name), False))
+    if child is not None and child.spec.ctx_per_slot > 0:
+        return child.spec.ctx_per_slot
+    st = model_settings(sup.cfg, m.name)
+    return max((st.ctx_size or m.context_length) // max(st.parallel, 1), 1)
 
 
 def full_access(req: Request, what: str) -> None:
