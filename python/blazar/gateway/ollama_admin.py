@@ -249,7 +249,7 @@ def _request_ctx(sup: Supervisor, m: ModelRow) -> int:
     if child is not None and child.spec.ctx_per_slot > 0:
         return child.spec.ctx_per_slot
     st = model_settings(sup.cfg, m.name)
-    return max((st.ctx_size or m.context_length) // max(st.parallel, 1), 1)
+    return max((st.ctx_size or m.context_length or 0) // max(st.parallel, 1), 1)
 
 
 def full_access(req: Request, what: str) -> None:
