@@ -54,7 +54,7 @@ def test_check_prompt_fits_refuses_with_the_levers() -> None:
 
 
 def test_estimate_counts_every_part_of_a_request() -> None:
-    assert estimate_tokens(chat("abcdefgh" * 100)) == 100
+    assert estimate_tokens(chat("abcdefgh" * 100)) == 50
     parts = {
         "role": "user",
         "content": [{"type": "text", "text": "abcd" * 20}, {"type": "image_url", "image_url": {}}],
@@ -65,20 +65,20 @@ def test_estimate_counts_every_part_of_a_request() -> None:
         "tool_calls": [{"function": {"name": "f", "arguments": "wxyz" * 20}}],
     }
     req = CanonicalRequest(model="m", kind="chat", messages=[parts, call])
-    assert estimate_tokens(req) == 20
+    assert estimate_tokens(req) == 10  # 161 bytes
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"description": "desc " * 80}}}]
-    assert estimate_tokens(chat("", tools=tools)) >= 50
+    assert estimate_tokens(chat("", tools=tools)) >= 25
     infill = CanonicalRequest(model="m", kind="completion", prompt="pq" * 40, suffix="st" * 40)
-    assert estimate_tokens(infill) == 20
+    assert estimate_tokens(infill) == 10
     assert estimate_tokens(CanonicalRequest(model="m", kind="completion", prompt=[1, 2, 3])) == 3
     emb = CanonicalRequest(model="m", kind="embedding", input=["ab" * 40, "cd" * 400, [5, 6]])
-    assert estimate_tokens(emb) == 100  # the longest single input
-    assert estimate_tokens(CanonicalRequest(model="m", kind="embedding", input="cd" * 8)) == 2
+    assert estimate_tokens(emb) == 50  # the longest single input
+    assert estimate_tokens(CanonicalRequest(model="m", kind="embedding", input="cd" * 8)) == 1
 
 
 def test_runs_of_one_character_count_little() -> None:
     assert estimate_tokens(chat(" " * 6400)) == 50
-    assert estimate_tokens(chat("=" * 640 + "ab" * 40)) == 15
+    assert estimate_tokens(chat("=" * 640 + "ab" * 40)) == 10
 
 
 def test_images_for_a_model_that_cannot_read_them_are_refused() -> None:
@@ -96,8 +96,8 @@ def test_images_for_a_model_that_cannot_read_them_are_refused() -> None:
 def test_check_request_fits() -> None:
     check_request_fits(chat("word " * 1000), 4096)
     with pytest.raises(PromptTooLong, match="model 'm:latest'"):
-        check_request_fits(chat("word " * 8000, params={"max_tokens": 10}), 4096)
-    check_request_fits(chat("word " * 8000), 0)
+        check_request_fits(chat("word " * 16000, params={"max_tokens": 10}), 4096)
+    check_request_fits(chat("word " * 16000), 0)
 
 
 # --- the lower bound against the real tokenizer ------------------------------------------------------------
@@ -147,6 +147,8 @@ def _samples() -> dict[str, str]:
         "spaces": "a" + " " * 3000 + "b",
         "rules": ("=" * 80 + "\n") * 30,
         "repeated": "the " * 800,
+        "long words": " information" * 600,  # one whole-word token of 12 bytes each time
+        "long mixed words": " internationalization responsibilities characteristically" * 120,
     }
 
 
@@ -194,10 +196,10 @@ def test_small_bodies_skip_the_measurement_and_never_change_the_answer() -> None
 
 
 def test_check_request_fits_with_the_body_size() -> None:
-    big = chat("word " * 8000)
+    big = chat("word " * 16000)
     check_request_fits(big, 4096, body_len=100)  # a 100-byte body cannot hold 4096 tokens: not measured
     with pytest.raises(PromptTooLong):
-        check_request_fits(big, 4096, body_len=40_100)
+        check_request_fits(big, 4096, body_len=80_100)
     ids = CanonicalRequest(model="m:latest", kind="completion", prompt=list(range(5000)))  # type: ignore[arg-type]
     with pytest.raises(PromptTooLong):
         check_request_fits(ids, 4096, body_len=20_000)  # token ids are measured from 2 bytes per token

@@ -1,6 +1,6 @@
 """Prompt preflight: refuse, before dispatch, a request whose prompt cannot fit a slot's context.
 
-The token count is estimated without a tokenizer, as a lower bound: UTF-8 bytes / 8, with long runs of one repeated
+The token count is estimated without a tokenizer, as a lower bound: UTF-8 bytes / 16, with long runs of one repeated
 character (which tokenizers pack tightly) counted at 1/128. A request is refused only when even that lower bound
 leaves no room in the slot, so a prompt that actually fits is never refused; the engine still enforces the exact
 limit for prompts in between. ``max_tokens`` never causes a refusal (clients routinely ask for more than a small
@@ -20,8 +20,10 @@ import orjson
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.errors import BlazarError
 
-BYTES_PER_TOKEN_MAX = 8
-"""No mainstream tokenizer averages more than this many bytes per token on ordinary text."""
+BYTES_PER_TOKEN_MAX = 16
+"""No mainstream tokenizer averages more than this many bytes per token. Ordinary prose averages 4 to 5, but a text
+of one long word repeated is a whole-word token each time: ``" information" * 600`` is 630 SmolLM2 tokens, 11.4
+bytes each (and larger vocabularies hold longer words), so 8 refused prompts that fit."""
 RUN_BYTES_PER_TOKEN_MAX = 128
 """Runs of one repeated character (indentation, rules of '=') pack densely: SmolLM2 holds 60 spaces in one token."""
 _RUN = re.compile(r"(.)\1{15,}", re.DOTALL)
@@ -141,7 +143,7 @@ def check_request_fits(req: CanonicalRequest, ctx_per_slot: int, body_len: int |
 
     With ``body_len`` (the client's JSON body size) a body too small to hold a refusable prompt is passed without
     measuring its text: every counted character came from that body, and JSON never encodes text in fewer bytes
-    than its UTF-8, so the estimate is at most ``body_len / 8`` (``/ 2`` when token ids may be given)."""
+    than its UTF-8, so the estimate is at most ``body_len / BYTES_PER_TOKEN_MAX`` (``/ 2`` when token ids may be given)."""
     if ctx_per_slot <= 0:
         return
     if body_len is not None:

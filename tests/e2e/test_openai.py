@@ -257,7 +257,7 @@ def test_a_body_that_stops_arriving_gets_408(daemon_factory: object) -> None:
 
 
 def test_engine_error_is_passed_with_its_status(daemon: Daemon) -> None:
-    # Digits tokenize densely: this passes Blazar's conservative preflight (a lower bound of bytes/8) but is
+    # Digits tokenize densely: this passes Blazar's conservative preflight (a lower bound of bytes/16) but is
     # longer than the engine's 4096-token context, so llama-server itself refuses it.
     body = {"model": "smollm2", "messages": [{"role": "user", "content": "7 " * 8000}], "max_tokens": 8}
     r = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120)
@@ -269,7 +269,7 @@ def test_engine_error_is_passed_with_its_status(daemon: Daemon) -> None:
 def test_prompt_that_cannot_fit_is_refused_before_dispatch(daemon: Daemon) -> None:
     body = {
         "model": "smollm2",
-        "messages": [{"role": "user", "content": "hello there " * 4000}],
+        "messages": [{"role": "user", "content": "hello there " * 8000}],
         "max_tokens": 8,
     }
     r = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120)
