@@ -362,6 +362,10 @@ def _in_range(key: str, typed: Any, value: Any) -> None:
         raise DialectError(
             400, f'option "repeat_last_n" must be -1 (the whole context), 0 (off) or more, got {shown(value)}'
         )
+    if key == "num_keep" and typed < -1:
+        raise DialectError(
+            400, f'option "num_keep" must be -1 (the whole prompt), 0 or more, got {shown(value)}'
+        )
 
 
 def _token_count(key: str, value: Any) -> int:
