@@ -133,7 +133,7 @@ def test_what_llama_server_refuses_is_refused_here_and_minus_one_is_the_whole_co
     for options, needle in (
         ({"repeat_penalty": 0}, 'option "repeat_penalty" must be greater than 0'),
         ({"repeat_last_n": -2}, 'option "repeat_last_n" must be -1 (the whole context)'),
-        ({"num_keep": -100}, 'option "num_keep" must be -1 (the whole prompt), 0 or more, got -100'),
+        ({"num_keep": -100}, 'option "num_keep" must be -1 (the whole prompt), 0 or more, got integer -100'),
     ):
         with pytest.raises(DialectError, match=re.escape(needle)):
             ollama.parse_chat(chat(options=options))
