@@ -118,6 +118,9 @@ class StreamTranslator:
     replace it with the prompt's real size, start Anthropic's message at once, and are relayed to no
     dialect. ``message_id`` defaults to a fresh ``msg_...`` id. ``redact`` (a credential the upstream
     may quote) is cut out of the engine errors relayed and of the summary's ``engine_error``.
+    ``prefill`` (the assistant message the conversation ends with, which llama-server repeats at the
+    start of its answer) is cut from the start of the content; content that departs from it ends the
+    cut there.
     """
 
     def __new__(
@@ -131,6 +134,7 @@ class StreamTranslator:
         prompt_tokens_hint: int = 0,
         start_ns: int | None = None,
         redact: str | None = None,
+        prefill: str | None = None,
     ) -> Self: ...
     def feed(self, chunk: bytes, now_ns: int | None = None) -> bytes:
         """Engine bytes in (any chunking), client bytes out (possibly empty). An empty chunk
@@ -168,12 +172,14 @@ def translate_whole(
     message_id: str | None = None,
     total_duration_ns: int = 0,
     now_ns: int | None = None,
+    prefill: str | None = None,
 ) -> tuple[bytes, dict[str, object]]:
     """A whole non-streamed engine ``chat.completion`` body to the client's body, with the same
     summary as :meth:`StreamTranslator.summary` (``ttft_ms`` and ``tpot_ms`` are None). Ollama's
     eval durations come from llama.cpp's ``timings``. An engine ``{"error": ...}`` body becomes
-    the dialect's error body. Raises :class:`StreamError` for a body that is not a UTF-8 JSON
-    object and ``ValueError`` for an unknown dialect."""
+    the dialect's error body; ``prefill`` as for :class:`StreamTranslator`. Raises
+    :class:`StreamError` for a body that is not a UTF-8 JSON object and ``ValueError`` for an
+    unknown dialect."""
 
 # ---- late chunking (native/src/pool) ---------------------------------------------------------
 

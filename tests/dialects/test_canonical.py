@@ -416,3 +416,20 @@ def test_modules_are_pure_and_spokes_import_only_the_hub(module: str) -> None:
     assert not {i for i in imports if i.split(".")[0] in _FORBIDDEN or i in _FORBIDDEN}
     blazar = {i for i in imports if i.startswith("blazar")}
     assert blazar <= ({"blazar.dialects.canonical"} if module != "canonical" else set())
+
+
+def test_prefill_is_the_text_of_a_closing_assistant_message() -> None:
+    def chat(*messages: dict[str, Any]) -> CanonicalRequest:
+        return CanonicalRequest(model="m", kind="chat", messages=list(messages))
+
+    user = {"role": "user", "content": "Count"}
+    assert chat(user).prefill() is None
+    assert chat(user, {"role": "assistant", "content": "1, 2,"}).prefill() == "1, 2,"
+    parts = {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    assert chat(user, parts).prefill() == "a\n\nb"  # as llama-server joins them into the prompt
+    assert chat(user, {"role": "assistant", "content": ""}).prefill() is None
+    calls = {"role": "assistant", "content": "x", "tool_calls": [{"id": "1"}]}
+    assert chat(user, calls).prefill() is None
+    image = {"role": "assistant", "content": [{"type": "image_url", "image_url": {}}]}
+    assert chat(user, image).prefill() is None
+    assert CanonicalRequest(model="m", kind="completion", prompt="x").prefill() is None

@@ -36,6 +36,39 @@ def test_messages_whole_and_streamed_agree(daemon: Daemon) -> None:
     assert final.stop_reason == whole.stop_reason
 
 
+def test_a_prefill_is_continued_not_repeated(daemon: Daemon) -> None:
+    """A conversation ending with an assistant message: the answer is its continuation only, as Anthropic's API
+    gives it (llama-server repeats the prefill at the start of its answer; Blazar cuts it), whole and streamed,
+    and in the other dialects too."""
+    count = [
+        {"role": "user", "content": "Count to ten"},
+        {"role": "assistant", "content": "1, 2, 3,"},
+    ]
+    c = client(daemon)
+    whole = c.messages.create(model="smollm2", max_tokens=6, extra_body={"temperature": 0}, messages=count)
+    first = whole.content[0]
+    assert first.type == "text" and first.text.startswith(" 4"), first
+    with c.messages.stream(model="smollm2", max_tokens=6, extra_body={"temperature": 0}, messages=count) as s:
+        assert "".join(s.text_stream) == first.text
+    blocks = [
+        {"role": "user", "content": "Count to ten"},
+        {"role": "assistant", "content": [{"type": "text", "text": "1, 2, 3,"}]},
+    ]
+    again = c.messages.create(model="smollm2", max_tokens=6, extra_body={"temperature": 0}, messages=blocks)
+    assert again.content[0].type == "text" and again.content[0].text == first.text
+    ollama = {
+        "model": "smollm2",
+        "messages": count,
+        "stream": False,
+        "options": {"temperature": 0, "num_predict": 6},
+    }
+    r = httpx.post(daemon.url + "/api/chat", json=ollama, timeout=60)
+    assert r.status_code == 200 and r.json()["message"]["content"] == first.text, r.text
+    openai = {"model": "smollm2", "messages": count, "max_tokens": 6, "temperature": 0}
+    r = httpx.post(daemon.url + "/v1/chat/completions", json=openai, timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == first.text, r.text
+
+
 def test_stream_event_order(daemon: Daemon) -> None:
     events = list(
         client(daemon).messages.create(model="smollm2", max_tokens=8, messages=MESSAGES, stream=True)

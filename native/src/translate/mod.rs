@@ -13,6 +13,7 @@ mod engine;
 mod json;
 mod ollama;
 mod openai;
+mod prefill;
 mod python;
 mod stream;
 #[cfg(test)]

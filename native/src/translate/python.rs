@@ -31,7 +31,7 @@ impl StreamTranslator {
     #[new]
     #[pyo3(signature = (
         dialect, model, *, include_usage = false, load_duration_ns = 0, message_id = None,
-        prompt_tokens_hint = 0, start_ns = None, redact = None
+        prompt_tokens_hint = 0, start_ns = None, redact = None, prefill = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -43,6 +43,7 @@ impl StreamTranslator {
         prompt_tokens_hint: u64,
         start_ns: Option<u64>,
         redact: Option<String>,
+        prefill: Option<String>,
     ) -> PyResult<Self> {
         let opts = Options {
             dialect: parse_dialect(dialect)?,
@@ -52,6 +53,7 @@ impl StreamTranslator {
             message_id,
             prompt_tokens_hint,
             redact: redact.filter(|s| !s.is_empty()),
+            prefill: prefill.filter(|s| !s.is_empty()),
         };
         Ok(Self { inner: Translator::new(opts, start_ns) })
     }
@@ -91,7 +93,7 @@ impl StreamTranslator {
 #[pyfunction]
 #[pyo3(signature = (
     dialect, model, engine_body, *, load_duration_ns = 0, message_id = None, total_duration_ns = 0,
-    now_ns = None
+    now_ns = None, prefill = None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn translate_whole<'py>(
@@ -103,6 +105,7 @@ fn translate_whole<'py>(
     message_id: Option<String>,
     total_duration_ns: u64,
     now_ns: Option<u64>,
+    prefill: Option<String>,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyDict>)> {
     let opts = WholeOptions {
         dialect: parse_dialect(dialect)?,
@@ -111,6 +114,7 @@ fn translate_whole<'py>(
         message_id,
         total_duration_ns,
         now_ns: now_ns.unwrap_or_else(system_ns),
+        prefill: prefill.filter(|s| !s.is_empty()),
     };
     let (out, summary) = whole(&opts, engine_body).map_err(StreamError::new_err)?;
     Ok((PyBytes::new(py, &out), summary_dict(py, &summary)?))

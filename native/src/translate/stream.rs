@@ -12,6 +12,7 @@ use super::engine::{Completion, EngineError, Message, REDACTED};
 use super::json::str_literal;
 use super::ollama::{self, Metrics};
 use super::openai;
+use super::prefill::Prefill;
 use crate::frame::{FrameError, SseEvent, SseParser, DEFAULT_MAX_FRAME};
 
 /// Quiet time after which an Anthropic stream gets a `ping`.
@@ -51,6 +52,9 @@ pub struct Options {
     pub prompt_tokens_hint: u64,
     /// A credential the upstream may quote in its errors: cut out of the errors relayed.
     pub redact: Option<String>,
+    /// The text of the assistant message the conversation ends with, which the engine repeats at
+    /// the start of its answer: cut from it (`prefill`).
+    pub prefill: Option<String>,
 }
 
 /// A fresh Anthropic-style message id.
@@ -97,6 +101,7 @@ struct State {
     saw_done: bool,
     closed: bool,
     last_output_ns: u64,
+    prefill: Prefill,
 }
 
 /// Translates one streamed response.
@@ -123,6 +128,7 @@ impl Translator {
             saw_done: false,
             closed: false,
             last_output_ns: clock.start_ns(),
+            prefill: Prefill::new(opts.prefill.clone()),
             opts,
         };
         Self { parser: SseParser::new(DEFAULT_MAX_FRAME), clock, state, pending: Vec::new() }
@@ -215,12 +221,14 @@ impl State {
             // (an OpenAI client would read it as a chunk that is not one)
             return;
         }
-        let chunk: Completion<'_> = match parse_object(ev.data) {
+        let stripped = if self.prefill.pending() { self.prefill.strip(ev.data) } else { None };
+        let data = stripped.as_deref().unwrap_or(ev.data);
+        let chunk: Completion<'_> = match parse_object(data) {
             Ok(chunk) => chunk,
-            Err(err) => return self.bad_chunk(ev.data, &err),
+            Err(err) => return self.bad_chunk(data, &err),
         };
         if chunk.error.is_some() {
-            self.engine_error(&EngineError::parse(ev.data), now);
+            self.engine_error(&EngineError::parse(data), now);
             return;
         }
         if let Some(progress) = chunk.prompt_progress {
@@ -232,7 +240,7 @@ impl State {
         let thinking = message.and_then(|m| m.reasoning_content.as_ref()).map_or("", |t| t.as_str());
         let out = &mut self.out;
         match self.opts.dialect {
-            Dialect::OpenAi => openai::chunk(out, ev.data, &chunk, &self.model, self.opts.include_usage),
+            Dialect::OpenAi => openai::chunk(out, data, &chunk, &self.model, self.opts.include_usage),
             Dialect::OllamaChat | Dialect::OllamaGenerate => {
                 let generate = self.opts.dialect == Dialect::OllamaGenerate;
                 if !thinking.is_empty() {

@@ -37,6 +37,7 @@ fn opts(dialect: Dialect) -> Options {
         message_id: Some("msg_1".to_owned()),
         prompt_tokens_hint: 3,
         redact: None,
+        prefill: None,
     }
 }
 
@@ -300,6 +301,7 @@ fn whole_bodies() {
         message_id: Some("msg_2".to_owned()),
         total_duration_ns: 9,
         now_ns: 0,
+        prefill: None,
     };
     let (out, s) = translate_whole(&o(Dialect::Anthropic), body).unwrap();
     let out = text(&out);
@@ -424,6 +426,7 @@ data: [DONE]\n\n";
         message_id: None,
         total_duration_ns: 0,
         now_ns: 0,
+        prefill: None,
     };
     let (whole, summary) = translate_whole(&opts, body).unwrap();
     assert!(text(&whole).contains("\"response\":\" there was\""), "{}", text(&whole));
@@ -438,6 +441,7 @@ fn whole_opts(dialect: Dialect) -> WholeOptions {
         message_id: Some("msg_3".to_owned()),
         total_duration_ns: 0,
         now_ns: 0,
+        prefill: None,
     }
 }
 
@@ -568,5 +572,31 @@ fn verbose_never_reaches_a_client() {
         assert_eq!(text(&out), client, "{engine}");
         let (out, _) = run(Dialect::OpenAi, &[format!("data: {engine}\n\n").as_bytes()]);
         assert!(text(&out).starts_with(&format!("data: {client}\n\n")), "{engine}: {}", text(&out));
+    }
+}
+
+#[test]
+fn an_echoed_prefill_is_cut_from_every_dialect() {
+    let echo: &[u8] =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"1, 2, 3, \"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"4\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+data: [DONE]\n\n";
+    for dialect in DIALECTS {
+        let mut tr =
+            Translator::new(Options { prefill: Some("1, 2, 3,".to_owned()), ..opts(dialect) }, Some(0));
+        let mut out = tr.feed(echo, Some(0)).unwrap();
+        out.extend(tr.finish(Some(0)));
+        let out = text(&out);
+        assert_eq!(tr.summary().text, " 4", "{dialect:?}: {out}");
+        assert!(!out.contains("1, 2, 3"), "{dialect:?}: {out}");
+    }
+    let body = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"1, 2, 3, 4"},"finish_reason":"stop"}]}"#;
+    for dialect in DIALECTS {
+        let o = WholeOptions { prefill: Some("1, 2, 3,".to_owned()), ..whole_opts(dialect) };
+        let (out, summary) = translate_whole(&o, body).unwrap();
+        assert_eq!(summary.text, " 4", "{dialect:?}");
+        assert!(!text(&out).contains("1, 2, 3"), "{dialect:?}: {}", text(&out));
     }
 }

@@ -10,6 +10,7 @@ use super::engine::{Completion, EngineError};
 use super::json::str_literal;
 use super::ollama::{self, Metrics};
 use super::openai;
+use super::prefill::Prefill;
 use super::stream::parse_object;
 use super::stream::{new_message_id, Dialect};
 
@@ -22,6 +23,8 @@ pub struct WholeOptions {
     pub message_id: Option<String>,
     pub total_duration_ns: u64,
     pub now_ns: u64,
+    /// The assistant prefill the engine repeats at the start of its answer (see `prefill`).
+    pub prefill: Option<String>,
 }
 
 fn ms_to_ns(ms: Option<f64>) -> u64 {
@@ -33,6 +36,8 @@ fn ms_to_ns(ms: Option<f64>) -> u64 {
 /// becomes the dialect's error body, with the error in the summary.
 pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Summary), String> {
     let body = std::str::from_utf8(body).map_err(|e| format!("engine body is not UTF-8: {e}"))?;
+    let stripped = Prefill::new(opts.prefill.clone()).strip(body);
+    let body = stripped.as_deref().unwrap_or(body);
     let completion: Completion<'_> =
         parse_object(body).map_err(|e| format!("engine body is not a JSON chat completion: {e}"))?;
     let model = str_literal(&opts.model);

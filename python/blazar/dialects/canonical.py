@@ -103,6 +103,23 @@ class CanonicalRequest:
                 return True
         return False
 
+    def prefill(self) -> str | None:
+        """The text of the assistant message a conversation ends with (an Anthropic prefill, Ollama's continued
+        message), which the answer continues; None when it ends otherwise. Text parts are joined with a blank
+        line, as llama-server puts them into the prompt."""
+        if self.kind != "chat" or not self.messages:
+            return None
+        last = self.messages[-1]
+        if last.get("role") != "assistant" or last.get("tool_calls"):
+            return None
+        content = last.get("content")
+        if isinstance(content, list):
+            texts = [p.get("text") for p in content if isinstance(p, dict)]
+            if not texts or not all(isinstance(t, str) for t in texts):
+                return None
+            content = "\n\n".join(texts)  # type: ignore[arg-type]
+        return content if isinstance(content, str) and content else None
+
     def choices(self) -> int:
         """How many choices the client asked for (OpenAI ``n``; llama-server runs each in a slot of its own)."""
         return int(self.params.get("n", 1))

@@ -433,9 +433,15 @@ async def _dispatch(
                 )
             return await _forced_tool_call(sup, req, canon, shape, child, body, schema, load_ns)
         engine_body = orjson.dumps(body)
+        # llama-server starts its answer with the assistant message it continues; the client gets what follows
+        prefill = canon.prefill() if child.lane == "llama-cpp" else None
         if canon.stream:
             translator = StreamTranslator(
-                shape.translator, canon.model, include_usage=canon.include_usage, load_duration_ns=load_ns
+                shape.translator,
+                canon.model,
+                include_usage=canon.include_usage,
+                load_duration_ns=load_ns,
+                prefill=prefill,
             )
             req.mark_overhead()
             await proxy.forward_stream(
@@ -461,6 +467,7 @@ async def _dispatch(
             data,
             load_duration_ns=load_ns,
             total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
+            prefill=prefill,
         )
         if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
             raise proxy.engine_error(502, data)

@@ -115,6 +115,8 @@ def text_of(canon: CanonicalRequest) -> str | None:
         return None
     if canon.tools or canon.response_format is not None or canon.suffix is not None or canon.has_images():
         return None
+    if canon.prefill() is not None:  # the engine's body repeats the prefill, which only this request had
+        return None
     if any(k in canon.params for k in _STRUCTURED):
         return None
     if canon.kind == "completion":
