@@ -120,7 +120,10 @@ class StreamTranslator:
     may quote) is cut out of the engine errors relayed and of the summary's ``engine_error``.
     ``prefill`` (the assistant message the conversation ends with, which llama-server repeats at the
     start of its answer) is cut from the start of the content; content that departs from it ends the
-    cut there.
+    cut there. Usage adds up every report the engine sends (llama-server reports each choice and
+    each prompt on its own), each prompt's tokens counted once for its ``n`` choices; an OpenAI
+    client asking for usage gets one usage chunk, before ``[DONE]``. The summary's ``choices`` is
+    the highest choice index seen plus one, ``usage_reports`` how many reports were added up.
     """
 
     def __new__(
@@ -135,6 +138,7 @@ class StreamTranslator:
         start_ns: int | None = None,
         redact: str | None = None,
         prefill: str | None = None,
+        n: int = 1,
     ) -> Self: ...
     def feed(self, chunk: bytes, now_ns: int | None = None) -> bytes:
         """Engine bytes in (any chunking), client bytes out (possibly empty). An empty chunk
@@ -173,6 +177,7 @@ def translate_whole(
     total_duration_ns: int = 0,
     now_ns: int | None = None,
     prefill: str | None = None,
+    n: int = 1,
 ) -> tuple[bytes, dict[str, object]]:
     """A whole non-streamed engine ``chat.completion`` body to the client's body, with the same
     summary as :meth:`StreamTranslator.summary` (``ttft_ms`` and ``tpot_ms`` are None). Ollama's

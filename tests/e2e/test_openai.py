@@ -304,12 +304,33 @@ def test_n_choices_come_from_the_engine_one_slot_each(daemon_factory: object) ->
 
     text: dict[int, str] = {0: "", 1: ""}
     finished: set[int] = set()
-    for chunk in c.chat.completions.create(model="smollm2", messages=PROMPT, n=2, stream=True, **SAMPLING):
+    usages = []
+    stream = c.chat.completions.create(
+        model="smollm2", messages=PROMPT, n=2, stream=True, stream_options={"include_usage": True}, **SAMPLING
+    )
+    for chunk in stream:
         for ch in chunk.choices:
             text[ch.index] += ch.delta.content or ""
             if ch.finish_reason:
                 finished.add(ch.index)
+        if chunk.usage is not None:
+            assert chunk.choices == []
+            usages.append(chunk.usage)
     assert finished == {0, 1} and all(text.values())
+    # one usage chunk, at the end, as OpenAI sends it: both choices' tokens, the prompt's once
+    assert len(usages) == 1 and usages[0].completion_tokens > 0, usages
+    fixed = {"model": "smollm2", "messages": PROMPT, "max_tokens": 5, "ignore_eos": True}
+    one = httpx.post(d.url + "/v1/chat/completions", json=fixed, timeout=60).json()["usage"]
+    with httpx.stream(
+        "POST",
+        d.url + "/v1/chat/completions",
+        json={**fixed, "n": 2, "stream": True, "stream_options": {"include_usage": True}},
+        timeout=60,
+    ) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    [both] = [json.loads(e)["usage"] for e in events if e != "[DONE]" and json.loads(e).get("usage")]
+    assert (both["prompt_tokens"], both["completion_tokens"]) == (one["prompt_tokens"], 10), both
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["usage"] == both
 
     r = httpx.post(
         d.url + "/v1/chat/completions", json={"model": "smollm2", "messages": PROMPT, "n": 3}, timeout=60

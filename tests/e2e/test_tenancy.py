@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -226,6 +227,40 @@ def test_every_choice_of_an_n_request_is_charged(daemon_factory: object) -> None
         assert over.status_code == 429
         assert f"used {prompt + 2 * 6} tokens today" in over.json()["error"]["message"], (stream, over.text)
         d.stop()
+
+
+def test_every_prompt_of_a_prompt_list_is_charged(daemon_factory: object) -> None:
+    """A /v1/completions prompt list runs a task per prompt: streamed, every task's usage is added up (and the client
+    gets it in one usage chunk); whole, llama-server reports one task's, and each is charged as much."""
+    assert callable(daemon_factory)
+    cfg = "parallel = 2\n" + KEYS.replace(
+        'name = "rated"\nsecret', 'name = "rated"\ndaily_tokens = 1\nsecret'
+    ).replace("rpm = 2\n", "")
+    body = {"model": "smollm2", "prompt": ["Once upon a time", "Hi"], "max_tokens": 4, "ignore_eos": True}
+    d: Daemon = daemon_factory(cfg)
+    whole = post(d, "/v1/completions", body, bearer(RATED))
+    assert whole.status_code == 200 and len(whole.json()["choices"]) == 2, whole.text
+    usage = whole.json()["usage"]  # one task's, as the engine reports it
+    over = post(d, "/v1/completions", body, bearer(RATED))
+    charged = 2 * usage["prompt_tokens"] + 2 * usage["completion_tokens"]
+    assert over.status_code == 429 and f"used {charged} tokens today" in over.json()["error"]["message"], (
+        over.text
+    )
+    d.stop()
+    d = daemon_factory(cfg)
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream(
+        "POST", d.url + "/v1/completions", json=streamed, headers=bearer(RATED), timeout=60
+    ) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    usages = [json.loads(e)["usage"] for e in events if e != "[DONE]" and json.loads(e).get("usage")]
+    assert len(usages) == 1 and usages[0]["completion_tokens"] == 8, usages
+    total = usages[0]["prompt_tokens"] + 8
+    over = post(d, "/v1/completions", body, bearer(RATED))
+    assert over.status_code == 429 and f"used {total} tokens today" in over.json()["error"]["message"], (
+        over.text
+    )
+    d.stop()
 
 
 def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:

@@ -665,7 +665,8 @@ COMPLETION_CHUNKS = [
 @pytest.mark.parametrize("include_usage", [False, True])
 def test_usage_on_a_chunk_with_choices_goes_only_to_who_asked(chunk: bytes, include_usage: bool) -> None:
     """llama.cpp's /v1/completions stream carries usage on its last chunk with choices; OpenAI sends usage only to
-    a client that asked (stream_options.include_usage). Native and oracle cut it alike and leave valid JSON."""
+    a client that asked (stream_options.include_usage), in a usage-only chunk of its own before [DONE]. Native and
+    oracle cut it alike and leave valid JSON."""
     stream = b"data: " + chunk + b"\n\ndata: [DONE]\n\n"
     outs = [
         run(impl, "openai", [stream], include_usage=include_usage)[0]
@@ -677,4 +678,13 @@ def test_usage_on_a_chunk_with_choices_goes_only_to_who_asked(chunk: bytes, incl
     adjacent = (
         chunk.startswith(b'{"usage"') and b'"__verbose"' in chunk
     )  # the one cut that would touch another
-    assert ("usage" in first) == (include_usage or b'"usage":null' in chunk or adjacent), first
+    assert ("usage" in first) == (b'"usage":null' in chunk or adjacent), first
+    events = sse_events(outs[0])
+    if include_usage and json.loads(chunk).get("usage") is not None:
+        last = json.loads(events[1][1])
+        assert last["choices"] == [] and last["usage"] == {"prompt_tokens": 1} and "__verbose" not in last, (
+            last
+        )
+        assert events[2][1] == "[DONE]"
+    else:
+        assert [data for _, data in events[1:]] == ["[DONE]"]

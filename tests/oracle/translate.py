@@ -160,13 +160,16 @@ def _stats(gaps: list[int]) -> dict[str, float | int] | None:
 
 
 class Collector:
-    def __init__(self, start_ns: int) -> None:
+    def __init__(self, start_ns: int, n: int = 1) -> None:
         self.text = ""
         self.reasoning = ""
         self.tools = ToolMerger()
         self.finish_reason: str | None = None
         self.stop_sequence: str | None = None
-        self.usage: tuple[int, int] | None = None
+        self.usage_sum: tuple[int, int] | None = None
+        self.usage_reports = 0
+        self.per_prompt = max(n, 1)
+        self.choices = 0
         self.chunks = 0
         self.token_chunks = 0
         self.errors: list[str] = []
@@ -182,9 +185,12 @@ class Collector:
         self.chunks += 1
         usage = chunk.get("usage")
         if usage is not None:
-            self.usage = (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+            p, c = self.usage_sum or (0, 0)
+            self.usage_sum = (p + usage.get("prompt_tokens", 0), c + usage.get("completion_tokens", 0))
+            self.usage_reports += 1
         tokens = False
         for choice in chunk.get("choices") or []:
+            self.choices = max(self.choices, choice.get("index", 0) + 1)
             if choice.get("index", 0) != 0:
                 if not self._other_choices:
                     self._other_choices = True
@@ -223,6 +229,14 @@ class Collector:
             self.last_token_ns = now
         return slots
 
+    @property
+    def usage(self) -> tuple[int, int] | None:
+        """Every report added up, each prompt's tokens once for its ``n`` choices."""
+        if self.usage_sum is None:
+            return None
+        per_prompt = self.per_prompt if self.usage_reports >= self.per_prompt else 1
+        return self.usage_sum[0] // per_prompt, self.usage_sum[1]
+
     def prompt_tokens(self, hint: int) -> int:
         return hint if self.usage is None else self.usage[0]
 
@@ -254,6 +268,8 @@ class Collector:
             "chunks": self.chunks,
             "errors": list(self.errors),
             "engine_error": self.engine_error,
+            "choices": self.choices,
+            "usage_reports": self.usage_reports,
         }
 
 
@@ -609,7 +625,7 @@ class AnthropicStream:
 
 
 class StreamTranslator:
-    """Same contract as ``blazar._native.StreamTranslator``."""
+    """Same contract as ``blazar._native.StreamTranslator`` (without ``prefill``)."""
 
     def __init__(
         self,
@@ -622,6 +638,7 @@ class StreamTranslator:
         prompt_tokens_hint: int = 0,
         start_ns: int | None = None,
         redact: str | None = None,
+        n: int = 1,
     ) -> None:
         if dialect not in DIALECTS:
             raise ValueError(f"unknown dialect '{dialect}'")
@@ -635,7 +652,8 @@ class StreamTranslator:
         self._start = time.time_ns() if start_ns is None else start_ns
         self._mono = time.monotonic_ns()
         self.parser = SseParser(MAX_FRAME)
-        self.col = Collector(self._start)
+        self.col = Collector(self._start, n)
+        self.usage_event: str | None = None
         self.anthropic = AnthropicStream()
         self.ollama_sent = 0
         self.out: list[str] = []
@@ -737,9 +755,10 @@ class StreamTranslator:
         thinking = message.get("reasoning_content") or ""
         if self.dialect == "openai":
             usage_only = not chunk.get("choices") and chunk.get("usage") is not None
-            if not usage_only or self.include_usage:
-                cut_usage = not self.include_usage and chunk.get("usage") is not None
-                self.out.append(_sse_lines(_replace_model(data, self.model, cut_usage)))
+            if self.include_usage and chunk.get("usage") is not None:
+                self.usage_event = data  # written at the end, once, with every report added up
+            if not usage_only:
+                self.out.append(_sse_lines(_replace_model(data, self.model, chunk.get("usage") is not None)))
         elif self.dialect in ("ollama_chat", "ollama_generate"):
             generate = self.dialect == "ollama_generate"
             if thinking:
@@ -755,6 +774,21 @@ class StreamTranslator:
             if content:
                 self.out.append(self.anthropic.text(content))
             self.out.append(self.anthropic.tools(self.col.tools.calls, slots, self.message_id))
+
+    def _usage_event(self, data: str) -> str:
+        chunk = json.loads(data)
+        total = self.col.usage if self.col.usage_reports > 1 else None
+        if total is None and not chunk.get("choices"):
+            return _sse_lines(_replace_model(data, self.model))
+        chunk["choices"] = []
+        if total is not None:
+            chunk["usage"] = {
+                "completion_tokens": total[1],
+                "prompt_tokens": total[0],
+                "total_tokens": sum(total),
+            }
+        edited = json.dumps(chunk, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return _sse_lines(_replace_model(edited, self.model))
 
     def _start_anthropic(self, now: int) -> None:
         if not self.anthropic.started:
@@ -804,6 +838,8 @@ class StreamTranslator:
         col.tools.complete_all()
         col.tools.validate(col.errors)
         if self.dialect == "openai":
+            if self.usage_event is not None:
+                self.out.append(self._usage_event(self.usage_event))
             self.out.append("data: [DONE]\n\n")
         elif self.dialect in ("ollama_chat", "ollama_generate"):
             generate = self.dialect == "ollama_generate"
@@ -847,8 +883,9 @@ def translate_whole(
     message_id: str | None = None,
     total_duration_ns: int = 0,
     now_ns: int | None = None,
+    n: int = 1,
 ) -> tuple[bytes, dict[str, object]]:
-    """Same contract as ``blazar._native.translate_whole``."""
+    """Same contract as ``blazar._native.translate_whole`` (without ``prefill``)."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown dialect '{dialect}'")
     body = engine_body.decode("utf-8")
@@ -857,7 +894,7 @@ def translate_whole(
         raise ValueError("engine body is not a JSON chat completion")
     model_lit = js(model)
     now = time.time_ns() if now_ns is None else now_ns
-    col = Collector(now)
+    col = Collector(now, n)
 
     def summary() -> dict[str, object]:
         s = col.summary()

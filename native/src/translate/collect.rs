@@ -34,6 +34,11 @@ pub struct Summary {
     pub errors: Vec<String>,
     /// The engine's own error message, when it answered with an error object.
     pub engine_error: Option<String>,
+    /// How many choices the response had (the highest choice index seen, plus one; 0 for none).
+    pub choices: u64,
+    /// How many usage reports `usage` adds up (llama-server reports each choice and each prompt of a
+    /// stream on its own; a whole body carries one task's).
+    pub usage_reports: u64,
 }
 
 #[derive(Debug, Default)]
@@ -43,7 +48,12 @@ pub struct Collector {
     pub tools: ToolMerger,
     pub finish_reason: Option<String>,
     pub stop_sequence: Option<String>,
-    pub usage: Option<Usage>,
+    /// Every usage report added up (the prompt counted once per distinct prompt: see `usage`).
+    usage_sum: Option<Usage>,
+    pub usage_reports: u64,
+    /// The client's `n`: each choice of one prompt reports that prompt again.
+    per_prompt: u64,
+    choices: u64,
     pub chunks: u64,
     pub token_chunks: u64,
     pub errors: Vec<String>,
@@ -64,8 +74,10 @@ pub struct Absorbed {
 }
 
 impl Collector {
-    pub fn new(start_ns: u64) -> Self {
-        Self { start_ns, ..Self::default() }
+    /// A collector for a response whose clock started at `start_ns`, to a request for `n` choices
+    /// of each prompt.
+    pub fn new(start_ns: u64, n: u64) -> Self {
+        Self { start_ns, per_prompt: n.max(1), ..Self::default() }
     }
 
     /// Records one engine chunk (streamed delta or whole message) arriving at `now`.
@@ -73,10 +85,14 @@ impl Collector {
         let mut absorbed = Absorbed::default();
         self.chunks += 1;
         if let Some(usage) = chunk.usage {
-            self.usage = Some(usage.value);
+            let sum = self.usage_sum.get_or_insert_with(Usage::default);
+            sum.prompt_tokens = sum.prompt_tokens.saturating_add(usage.value.prompt_tokens);
+            sum.completion_tokens = sum.completion_tokens.saturating_add(usage.value.completion_tokens);
+            self.usage_reports += 1;
         }
         let mut tokens = false;
         for choice in chunk.choices.iter().flatten() {
+            self.choices = self.choices.max(u64::from(choice.index) + 1);
             if choice.index != 0 {
                 if !std::mem::replace(&mut self.other_choices_reported, true) {
                     self.errors.push("only choice 0 is translated; other choices were ignored".to_owned());
@@ -130,14 +146,21 @@ impl Collector {
         self.engine_error.get_or_insert_with(|| err.message.clone());
     }
 
+    /// The engine's usage: every report's completion tokens added up, and each distinct prompt's
+    /// tokens once (the `n` reports of one prompt's choices count it `n` times).
+    pub fn usage(&self) -> Option<Usage> {
+        let per_prompt = if self.usage_reports >= self.per_prompt { self.per_prompt } else { 1 };
+        self.usage_sum.map(|u| Usage { prompt_tokens: u.prompt_tokens / per_prompt, ..u })
+    }
+
     /// Prompt tokens: the engine's count, else the caller's hint.
     pub fn prompt_tokens(&self, hint: u64) -> u64 {
-        self.usage.map_or(hint, |u| u.prompt_tokens)
+        self.usage().map_or(hint, |u| u.prompt_tokens)
     }
 
     /// Completion tokens: the engine's count, else the number of token-bearing chunks.
     pub fn completion_tokens(&self) -> u64 {
-        self.usage.map_or(self.token_chunks, |u| u.completion_tokens)
+        self.usage().map_or(self.token_chunks, |u| u.completion_tokens)
     }
 
     pub fn summary(&self) -> Summary {
@@ -147,12 +170,14 @@ impl Collector {
             tool_calls: self.tools.calls.clone(),
             finish_reason: self.finish_reason.clone(),
             stop_sequence: self.stop_sequence.clone(),
-            usage: self.usage,
+            usage: self.usage(),
             ttft_ms: self.first_token_ns.map(|t| ms(t.saturating_sub(self.start_ns))),
             tpot_ms: gap_stats(&self.gaps_ns),
             chunks: self.chunks,
             errors: self.errors.clone(),
             engine_error: self.engine_error.clone(),
+            choices: self.choices,
+            usage_reports: self.usage_reports,
         }
     }
 }

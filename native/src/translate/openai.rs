@@ -3,24 +3,32 @@
 //! Owns the rewrites a pass-through needs: `model` replaced by the name the client asked for and
 //! llama.cpp's `__verbose` debug member cut out (in place, every other byte kept; the gateway asks
 //! for `__verbose` only to learn which stop sequence matched, and no client dialect carries it),
-//! and the usage-only chunk dropped unless the client asked for usage; plus OpenAI's error object
-//! and the `[DONE]` terminator. It must not re-serialize an engine chunk.
+//! and usage sent once, in a usage-only chunk at the end, and only to a client that asked for it;
+//! plus OpenAI's error object and the `[DONE]` terminator. It re-serializes an engine chunk only
+//! for the end's usage chunk of a stream with several usage reports (`usage_event`).
 
 use memchr::memchr;
 
 use serde_json::value::RawValue;
+use serde_json::{json, Value};
 
-use super::engine::{Completion, EngineError};
+use super::engine::{Completion, EngineError, Usage};
 use super::json::{key, member_span, span_in, write_edits, write_replaced, write_str};
+
+/// Whether `chunk` carries usage and no choices (llama.cpp's last chunk of each choice's stream).
+pub fn usage_only(chunk: &Completion<'_>) -> bool {
+    chunk.choices.as_ref().is_none_or(Vec::is_empty) && chunk.usage.is_some()
+}
 
 /// Writes one engine chunk as an SSE event, or nothing for a usage-only chunk nobody asked for.
 pub fn chunk(out: &mut Vec<u8>, data: &str, chunk: &Completion<'_>, model: &[u8], include_usage: bool) {
-    let usage_only = chunk.choices.as_ref().is_none_or(Vec::is_empty) && chunk.usage.is_some();
+    let usage_only = usage_only(chunk);
     if usage_only && !include_usage {
         return;
     }
-    // usage the client did not ask for, on a chunk that carries choices: cut out
-    let cut_usage = !include_usage && !usage_only;
+    // usage on a chunk that carries choices (llama.cpp's completions stream): cut out; a client that
+    // asked for usage gets it in one usage-only chunk at the end (`usage_event`)
+    let cut_usage = !usage_only;
     if memchr(b'\n', data.as_bytes()).is_none() {
         out.extend_from_slice(b"data: ");
         payload(out, data, chunk, model, cut_usage);
@@ -57,6 +65,29 @@ fn payload(out: &mut Vec<u8>, data: &str, completion: &Completion<'_>, model: &[
         n += 1;
     }
     write_edits(out, data, &mut edits[..n]);
+}
+
+/// Writes the usage of a stream, held back until its end, as one usage-only chunk (OpenAI's
+/// shape): `data` is the last engine chunk that carried usage; its choices are dropped, and with
+/// `total` (a stream of several reports) its usage is replaced by that sum.
+pub fn usage_event(out: &mut Vec<u8>, data: &str, model: &[u8], total: Option<Usage>) {
+    let Ok(completion) = super::stream::parse_object(data) else { return };
+    if total.is_none() && usage_only(&completion) {
+        return chunk(out, data, &completion, model, true); // as the engine sent it
+    }
+    let Ok(mut value) = serde_json::from_str::<Value>(data) else { return };
+    value["choices"] = Value::Array(Vec::new());
+    if let Some(t) = total {
+        value["usage"] = json!({
+            "completion_tokens": t.completion_tokens,
+            "prompt_tokens": t.prompt_tokens,
+            "total_tokens": t.completion_tokens.saturating_add(t.prompt_tokens),
+        });
+    }
+    let edited = value.to_string();
+    if let Ok(completion) = super::stream::parse_object(&edited) {
+        chunk(out, &edited, &completion, model, true);
+    }
 }
 
 /// Writes an event whose data could not be read, unchanged.

@@ -31,7 +31,7 @@ impl StreamTranslator {
     #[new]
     #[pyo3(signature = (
         dialect, model, *, include_usage = false, load_duration_ns = 0, message_id = None,
-        prompt_tokens_hint = 0, start_ns = None, redact = None, prefill = None
+        prompt_tokens_hint = 0, start_ns = None, redact = None, prefill = None, n = 1
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -44,6 +44,7 @@ impl StreamTranslator {
         start_ns: Option<u64>,
         redact: Option<String>,
         prefill: Option<String>,
+        n: u64,
     ) -> PyResult<Self> {
         let opts = Options {
             dialect: parse_dialect(dialect)?,
@@ -54,6 +55,7 @@ impl StreamTranslator {
             prompt_tokens_hint,
             redact: redact.filter(|s| !s.is_empty()),
             prefill: prefill.filter(|s| !s.is_empty()),
+            n,
         };
         Ok(Self { inner: Translator::new(opts, start_ns) })
     }
@@ -93,7 +95,7 @@ impl StreamTranslator {
 #[pyfunction]
 #[pyo3(signature = (
     dialect, model, engine_body, *, load_duration_ns = 0, message_id = None, total_duration_ns = 0,
-    now_ns = None, prefill = None
+    now_ns = None, prefill = None, n = 1
 ))]
 #[allow(clippy::too_many_arguments)]
 fn translate_whole<'py>(
@@ -106,6 +108,7 @@ fn translate_whole<'py>(
     total_duration_ns: u64,
     now_ns: Option<u64>,
     prefill: Option<String>,
+    n: u64,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyDict>)> {
     let opts = WholeOptions {
         dialect: parse_dialect(dialect)?,
@@ -115,6 +118,7 @@ fn translate_whole<'py>(
         total_duration_ns,
         now_ns: now_ns.unwrap_or_else(system_ns),
         prefill: prefill.filter(|s| !s.is_empty()),
+        n,
     };
     let (out, summary) = whole(&opts, engine_body).map_err(StreamError::new_err)?;
     Ok((PyBytes::new(py, &out), summary_dict(py, &summary)?))
@@ -165,6 +169,8 @@ fn summary_dict<'py>(py: Python<'py>, s: &Summary) -> PyResult<Bound<'py, PyDict
     d.set_item("chunks", s.chunks)?;
     d.set_item("errors", &s.errors)?;
     d.set_item("engine_error", &s.engine_error)?;
+    d.set_item("choices", s.choices)?;
+    d.set_item("usage_reports", s.usage_reports)?;
     Ok(d)
 }
 

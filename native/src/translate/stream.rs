@@ -55,6 +55,8 @@ pub struct Options {
     /// The text of the assistant message the conversation ends with, which the engine repeats at
     /// the start of its answer: cut from it (`prefill`).
     pub prefill: Option<String>,
+    /// The client's `n` (choices per prompt; 0 or 1: one), for adding up usage reports.
+    pub n: u64,
 }
 
 /// A fresh Anthropic-style message id.
@@ -102,6 +104,9 @@ struct State {
     closed: bool,
     last_output_ns: u64,
     prefill: Prefill,
+    /// OpenAI: the latest chunk that carried usage, written at the end as one usage-only chunk
+    /// with every report added up (as OpenAI sends it), not as each choice's or prompt's arrives.
+    usage_event: Option<String>,
 }
 
 /// Translates one streamed response.
@@ -120,7 +125,7 @@ impl Translator {
         let state = State {
             model: str_literal(&opts.model),
             message_id,
-            col: Collector::new(clock.start_ns()),
+            col: Collector::new(clock.start_ns(), opts.n),
             anthropic: anthropic::Stream::default(),
             ollama_sent: 0,
             prompt_hint: opts.prompt_tokens_hint,
@@ -129,6 +134,7 @@ impl Translator {
             closed: false,
             last_output_ns: clock.start_ns(),
             prefill: Prefill::new(opts.prefill.clone()),
+            usage_event: None,
             opts,
         };
         Self { parser: SseParser::new(DEFAULT_MAX_FRAME), clock, state, pending: Vec::new() }
@@ -240,7 +246,14 @@ impl State {
         let thinking = message.and_then(|m| m.reasoning_content.as_ref()).map_or("", |t| t.as_str());
         let out = &mut self.out;
         match self.opts.dialect {
-            Dialect::OpenAi => openai::chunk(out, data, &chunk, &self.model, self.opts.include_usage),
+            Dialect::OpenAi => {
+                if self.opts.include_usage && chunk.usage.is_some() {
+                    self.usage_event = Some(data.to_owned());
+                }
+                if !openai::usage_only(&chunk) {
+                    openai::chunk(out, data, &chunk, &self.model, self.opts.include_usage);
+                }
+            }
             Dialect::OllamaChat | Dialect::OllamaGenerate => {
                 let generate = self.opts.dialect == Dialect::OllamaGenerate;
                 if !thinking.is_empty() {
@@ -342,7 +355,13 @@ impl State {
         self.col.tools.validate(&mut self.col.errors);
         let hint = self.prompt_hint;
         match self.opts.dialect {
-            Dialect::OpenAi => openai::done(&mut self.out),
+            Dialect::OpenAi => {
+                if let Some(data) = self.usage_event.take() {
+                    let total = (self.col.usage_reports > 1).then(|| self.col.usage()).flatten();
+                    openai::usage_event(&mut self.out, &data, &self.model, total);
+                }
+                openai::done(&mut self.out)
+            }
             Dialect::OllamaChat | Dialect::OllamaGenerate => {
                 let generate = self.opts.dialect == Dialect::OllamaGenerate;
                 if !generate {

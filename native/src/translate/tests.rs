@@ -38,6 +38,7 @@ fn opts(dialect: Dialect) -> Options {
         prompt_tokens_hint: 3,
         redact: None,
         prefill: None,
+        n: 1,
     }
 }
 
@@ -302,6 +303,7 @@ fn whole_bodies() {
         total_duration_ns: 9,
         now_ns: 0,
         prefill: None,
+        n: 1,
     };
     let (out, s) = translate_whole(&o(Dialect::Anthropic), body).unwrap();
     let out = text(&out);
@@ -427,6 +429,7 @@ data: [DONE]\n\n";
         total_duration_ns: 0,
         now_ns: 0,
         prefill: None,
+        n: 1,
     };
     let (whole, summary) = translate_whole(&opts, body).unwrap();
     assert!(text(&whole).contains("\"response\":\" there was\""), "{}", text(&whole));
@@ -442,6 +445,7 @@ fn whole_opts(dialect: Dialect) -> WholeOptions {
         total_duration_ns: 0,
         now_ns: 0,
         prefill: None,
+        n: 1,
     }
 }
 
@@ -599,4 +603,44 @@ data: [DONE]\n\n";
         assert_eq!(summary.text, " 4", "{dialect:?}");
         assert!(!text(&out).contains("1, 2, 3"), "{dialect:?}: {}", text(&out));
     }
+}
+
+#[test]
+fn usage_reports_add_up_into_one_usage_chunk_at_the_end() {
+    // llama-server streams n=2 as two choices, each with its own usage-only chunk
+    let two: &[u8] = b"data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"Hi\"}}],\"model\":\"e\"}\n\n\
+data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"length\"}],\"model\":\"e\"}\n\n\
+data: {\"choices\":[],\"model\":\"e\",\"usage\":{\"completion_tokens\":3,\"prompt_tokens\":31,\"total_tokens\":34}}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Yo\"}}],\"model\":\"e\"}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"model\":\"e\"}\n\n\
+data: {\"choices\":[],\"model\":\"e\",\"usage\":{\"completion_tokens\":2,\"prompt_tokens\":31,\"total_tokens\":33}}\n\n\
+data: [DONE]\n\n";
+    let mut tr = Translator::new(Options { include_usage: true, n: 2, ..opts(Dialect::OpenAi) }, Some(0));
+    let mut out = tr.feed(two, Some(0)).unwrap();
+    out.extend(tr.finish(Some(0)));
+    let out = text(&out);
+    assert_eq!(out.matches("usage").count(), 1, "{out}");
+    assert!(
+        out.ends_with(
+            "data: {\"choices\":[],\"model\":\"m\",\"usage\":{\"completion_tokens\":5,\"prompt_tokens\":31,\
+             \"total_tokens\":36}}\n\ndata: [DONE]\n\n"
+        ),
+        "{out}"
+    );
+    let s = tr.summary();
+    assert_eq!(s.usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((31, 5)));
+    assert_eq!((s.choices, s.usage_reports), (2, 2));
+    // several prompts (n = 1): each prompt's tokens count
+    let (_, tr) = run(Dialect::OllamaGenerate, &[two]);
+    assert_eq!(tr.summary().usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((62, 5)));
+    // one usage chunk is passed as it came
+    let (out, _) = run(Dialect::OpenAi, &[HELLO]);
+    assert!(!text(&out).contains("usage"));
+    let mut tr = Translator::new(Options { include_usage: true, ..opts(Dialect::OpenAi) }, Some(0));
+    let mut out = tr.feed(HELLO, Some(0)).unwrap();
+    out.extend(tr.finish(Some(0)));
+    assert!(text(&out).ends_with(
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2},\"model\":\"m\"}\n\n\
+         data: [DONE]\n\n"
+    ));
 }

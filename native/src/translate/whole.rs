@@ -25,6 +25,8 @@ pub struct WholeOptions {
     pub now_ns: u64,
     /// The assistant prefill the engine repeats at the start of its answer (see `prefill`).
     pub prefill: Option<String>,
+    /// The client's `n` (see `Options::n`).
+    pub n: u64,
 }
 
 fn ms_to_ns(ms: Option<f64>) -> u64 {
@@ -42,7 +44,7 @@ pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Sum
         parse_object(body).map_err(|e| format!("engine body is not a JSON chat completion: {e}"))?;
     let model = str_literal(&opts.model);
     let now = opts.now_ns;
-    let mut col = Collector::new(now);
+    let mut col = Collector::new(now, opts.n);
     let mut out = Vec::with_capacity(body.len() + 128);
     if completion.error.is_some() {
         let err = EngineError::parse(body);

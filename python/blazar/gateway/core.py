@@ -402,8 +402,6 @@ async def _dispatch(
     keep(child, canon, req)
     try:
         choices = canon.choices()
-        if child.lane == "llama-cpp":  # its usage is one choice's: each is charged (``Request.choices``)
-            req.choices = choices
         if choices > slots and child.lane == "llama-cpp":
             raise HttpError(
                 400,
@@ -442,6 +440,7 @@ async def _dispatch(
                 include_usage=canon.include_usage,
                 load_duration_ns=load_ns,
                 prefill=prefill,
+                n=choices,
             )
             req.mark_overhead()
             await proxy.forward_stream(
@@ -468,16 +467,33 @@ async def _dispatch(
             load_duration_ns=load_ns,
             total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
             prefill=prefill,
+            n=choices,
         )
         if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
             raise proxy.engine_error(502, data)
-        req.summary = summary
+        req.summary = each_task_charged(summary, choices) if child.lane == "llama-cpp" else summary
         watch.judge_whole(sup, req, canon)
         if probe is not None and req.gate.semcache is not None:
             req.gate.semcache.keep(probe, req, summary, data)
         return 200, [("content-type", "application/json")], out
     finally:
         after(sup, child, req)
+
+
+def each_task_charged(summary: dict[str, Any], n: int) -> dict[str, Any]:
+    """A whole llama-server body with several choices (``n`` per prompt, one prompt or many) reports one task's
+    usage, though the engine ran a task for each choice (a stream reports every task's, and the translator adds
+    them up). Each task is charged as much as the reported one: its completion tokens for every choice, its
+    prompt tokens for every prompt. The client's body keeps the engine's figures."""
+    usage, k = summary.get("usage"), summary.get("choices")
+    if not isinstance(usage, dict) or summary.get("usage_reports") != 1 or not isinstance(k, int) or k <= 1:
+        return summary
+    prompts = max(k // max(n, 1), 1)
+    charged = {
+        "prompt_tokens": int(usage.get("prompt_tokens") or 0) * prompts,
+        "completion_tokens": int(usage.get("completion_tokens") or 0) * k,
+    }
+    return {**summary, "usage": charged}
 
 
 async def _forced_tool_call(

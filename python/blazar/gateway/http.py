@@ -114,9 +114,6 @@ class Request:
     key: KeyCtx | None = None
     """The caller's API key, when auth is active."""
     quota_lease: QuotaLease | None = None
-    choices: int = 1
-    """How many choices llama-server generated for it (OpenAI ``n``): its usage counts one choice's completion
-    tokens, so the key is charged that many times them."""
     model: str | None = None
     queue_depth: int = 0
     gate: Gate = field(default=None)  # type: ignore[assignment]  # set by the app before any handler runs
