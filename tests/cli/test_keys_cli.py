@@ -136,6 +136,10 @@ def test_refusals_are_one_red_line(env: dict[str, str]) -> None:
 
     done = blazar(env, "add", "neg", "--rpm", "-1")
     assert done.returncode == 2  # typer's own usage error
+    for empty in ("", " , "):  # an unset variable in --models "$MODELS" must not make a full-access key
+        done = blazar(env, "add", "wide", "--models", empty)
+        assert done.returncode == 2 and "names no model" in done.stderr, done.stderr
+    assert cfg.read_bytes() == before
     ok(env, "rm", "ci")
     done = blazar(env, "rm", "admin")
     assert done.returncode == 1 and "--disable-auth" in done.stderr

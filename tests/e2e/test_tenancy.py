@@ -369,7 +369,8 @@ def test_key_management_over_http(daemon_factory: object) -> None:
     listing = httpx.get(d.url + "/api/keys", headers=bearer(ADMIN)).json()["keys"]
     assert {k["name"] for k in listing} == {"admin", "scoped", "one", "rated"}
     assert ADMIN not in str(listing)
-    added = post(d, "/api/keys", {"name": "ci", "models": ["smollm2"]}, bearer(ADMIN)).json()
+    added = post(d, "/api/keys", {"name": "ci", "models": ["smollm2"], "rpm": 7}, bearer(ADMIN)).json()
+    assert (added["models"], added["rpm"], added["tpm"]) == (["smollm2:latest"], 7, 0), added
     secret = added["secret"]
     assert post(d, "/v1/chat/completions", CHAT, bearer(secret)).status_code == 200  # live without restart
     config_text = (d.root / "config.toml").read_text()
@@ -388,6 +389,8 @@ def test_key_management_over_http(daemon_factory: object) -> None:
         ({"name": "k3", "models": ["../x"]}, "'../x' is not a valid model name"),
         ({"name": "k4", "secret": 12345678901234567}, "'secret' must be a string"),
         ({"name": "k5", "secret": "short"}, "at least 16 printable ASCII characters"),
+        ({"name": "k7", "model": ["smollm2"]}, "unknown field 'model' (did you mean 'models'?)"),
+        ({"name": "k8", "foo": 1}, "unknown field 'foo'; the fields are: name, models, secret, weight"),
     ]:
         r = post(d, "/api/keys", body, bearer(ADMIN))
         assert r.status_code == 400 and needle in r.json()["error"]["message"], (body, r.text)

@@ -31,9 +31,9 @@ def _limit_text(value: int) -> str:
 def add_cmd(
     name: Annotated[str, typer.Argument(help="Unique key name: letters, digits, '.', '_' and '-'.")],
     models: Annotated[
-        str,
+        str | None,
         typer.Option(help="Comma-separated models the key may use (name:tag); omit for full access + admin."),
-    ] = "",
+    ] = None,
     rpm: Annotated[int, typer.Option(min=0, help="Requests per minute; 0 = unlimited.")] = 0,
     tpm: Annotated[
         int, typer.Option(min=0, help="Prompt + completion tokens per minute; 0 = unlimited.")
@@ -45,11 +45,17 @@ def add_cmd(
     weight: Annotated[float, typer.Option(help="Fair-share weight under contention, > 0.")] = 1.0,
 ) -> None:
     """Add a key and print its new secret (shown once only)."""
+    scoped = [] if models is None else [m for m in models.split(",") if m.strip()]
+    if models is not None and not scoped:  # an empty --models "$UNSET" must not make a full-access key
+        raise typer.BadParameter(
+            "names no model; list the models the key may use, or leave --models out for full access",
+            param_hint="--models",
+        )
     path = default_config_path()
     key, secret = keys.add_key(
         path,
         name,
-        [m for m in models.split(",") if m.strip()],
+        scoped,
         weight=weight,
         max_concurrent=max_concurrent,
         rpm=rpm,

@@ -10,6 +10,7 @@ manage keys; an authless gateway refuses with the seed's 403.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -52,10 +53,20 @@ async def _edit(gate: Any, edit: Callable[..., T], *args: Any) -> T:
         raise
 
 
+_ADD_FIELDS = ("name", "models", "secret", *_LIMITS)
+
+
 async def add_key(sup: Supervisor, req: Request, proto: Any) -> Response:
     gate = req.gate
     gate.keys.check_management(req.key)
     body = req.json_object()
+    for field in body:
+        if field not in _ADD_FIELDS:  # a misspelt "models" must never make a full-access key
+            close = difflib.get_close_matches(field, _ADD_FIELDS, n=1, cutoff=0.6)
+            hint = (
+                f" (did you mean '{close[0]}'?)" if close else f"; the fields are: {', '.join(_ADD_FIELDS)}"
+            )
+            raise HttpError(400, f"unknown field '{field}'{hint}")
     models = body.get("models", [])
     if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
         raise HttpError(400, "'models' must be an array of model names (empty: full access)")
@@ -69,7 +80,12 @@ async def add_key(sup: Supervisor, req: Request, proto: Any) -> Response:
     key, secret = await _edit(
         gate, functools.partial(keys.add_key, secret=given, registry=gate.keys, **limits), _name(body), models
     )
-    info = {"name": key.name, "secret": secret, "models": list(key.models), "weight": key.weight}
+    info = {
+        "name": key.name,
+        "secret": secret,
+        "models": list(key.models),
+        **{k: getattr(key, k) for k in _LIMITS},
+    }
     return 200, JSON_HEADERS, orjson.dumps(info)
 
 

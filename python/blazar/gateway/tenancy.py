@@ -86,7 +86,9 @@ class Gate:
             req.quota_lease = None
         usage = req.summary.get("usage") if req.summary else None
         if req.key is not None and isinstance(usage, dict):
-            self.quotas.record_usage(req.key, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+            self.quotas.record_usage(
+                req.key, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+            )
         if self.otlp is not None:
             self.otlp.record(req, status)
         if self.audit is not None:
