@@ -121,6 +121,14 @@ def test_an_engine_that_exits_while_starting_is_taught_without_server_paths(tmp_
     assert "loading model from <data dir>/models/m/latest.gguf" in message
     assert str(data.root) not in message
 
+    # a later start that writes nothing: its error quotes nothing of the earlier run's log
+    child.spec = LaunchSpec((sys.executable, "-c", "import sys; sys.exit(4)"))
+    with pytest.raises(ChildError) as exc:
+        asyncio.run(main())
+    message = str(exc.value)
+    assert "exited with code 4" in message and message.endswith("\n(nothing)"), message
+    assert "loading model" not in message
+
 
 def test_an_engine_that_cannot_bind_its_socket_is_started_again_on_a_port(tmp_path: Path) -> None:
     """A build that claims sockets but cannot bind one (or a second daemon won the race for the path): the child

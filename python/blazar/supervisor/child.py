@@ -288,8 +288,10 @@ class Child:
         return f"socket {sock.name}"
 
     def _public_tail(self) -> str:
-        """The engine log's last lines for an error a client sees (``DataDir.redact``)."""
-        return self.data.redact(log_tail(self.data.log_file(self.key)))
+        """The last lines this start wrote to the engine log (never an earlier run's), for an error a client
+        sees (``DataDir.redact``); "(nothing)" when it wrote none."""
+        lines = self._last_start_log().splitlines()[1:]  # after the mark's own line
+        return self.data.redact("\n".join(lines[-15:])) or "(nothing)"
 
     async def stop(self, grace: float) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; by PID only. Removes the run files."""
