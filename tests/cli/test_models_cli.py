@@ -72,6 +72,7 @@ def test_errors_are_one_line(tmp_path: Path, model_file: Path) -> None:
         ),  # not a name derived from the file
         (("import", str(truncated), "--name", "cut"), "is truncated: its last tensor starts at byte"),
         (("show", str(truncated)), "download or copy it again"),
+        (("show", "x:thumbs_up:"), "'x:thumbs_up:'"),  # the name as typed: no emoji codes
     ]:
         r = d.cli(*args, check=False)
         assert r.returncode == 1, (args, r.stderr)

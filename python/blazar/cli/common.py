@@ -23,8 +23,8 @@ from blazar.store import Store
 P = ParamSpec("P")
 R = TypeVar("R")
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = Console(soft_wrap=True, emoji=False)  # a name like "x:thumbs_up:" is text, not an emoji code
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
