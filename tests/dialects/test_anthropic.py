@@ -718,3 +718,33 @@ def test_render_error_with_request_id() -> None:
         "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"},
         "request_id": "req_1",
     }
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"temperature": 2}, "temperature: Input should be between 0 and 1, got integer 2"),
+        ({"temperature": -0.5}, "temperature: Input should be between 0 and 1"),
+        ({"top_p": 1.5}, "top_p: Input should be between 0 and 1"),
+        ({"top_k": -3}, "top_k: Input should be greater than or equal to 0, got integer -3"),
+        (
+            {"messages": [{"role": "user", "content": ""}]},
+            "messages.0: all messages must have non-empty content except for the optional final assistant message",
+        ),
+        (
+            {"messages": [{"role": "user", "content": []}]},
+            "messages.0: all messages must have non-empty content",
+        ),
+    ],
+)
+def test_values_the_api_refuses_are_refused(change: dict[str, Any], message: str) -> None:
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], **change}
+    with pytest.raises(DialectError) as e:
+        anthropic.parse_messages(body)
+    assert e.value.status == 400 and e.value.message.startswith(message), e.value.message
+
+
+def test_a_closing_assistant_message_may_be_empty() -> None:
+    body = {"model": "m", "max_tokens": 5, "temperature": 1, "top_k": 0}
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]
+    assert anthropic.parse_messages({**body, "messages": turns}).params["temperature"] == 1

@@ -82,16 +82,19 @@ def parse_messages(body: Any) -> CanonicalRequest:
     req.stream = bool(stream)
     req.include_usage = req.stream
     req.params["max_tokens"] = max_tokens
-    for key, ok, what in (
-        ("temperature", is_number, "a valid number"),
-        ("top_p", is_number, "a valid number"),
-        ("top_k", is_int, "a valid integer"),
+    for key, ok, what, low, high in (
+        ("temperature", is_number, "a valid number", 0, 1),
+        ("top_p", is_number, "a valid number", 0, 1),
+        ("top_k", is_int, "a valid integer", 0, None),
     ):
         value = body.get(key)
         if value is None:
             continue
         if not ok(value):
             raise DialectError(400, f"{key}: Input should be {what}, got {shown(value)}")
+        if value < low or (high is not None and value > high):  # the API's own ranges
+            bound = f"between {low} and {high}" if high is not None else f"greater than or equal to {low}"
+            raise DialectError(400, f"{key}: Input should be {bound}, got {shown(value)}")
         req.params[key] = value
     stops = body.get("stop_sequences")
     if stops is not None:
@@ -352,6 +355,12 @@ def _messages(value: Any, state: _State) -> list[dict[str, Any]]:
             raise DialectError(
                 400,
                 f"messages.{i}.content: Input should be a string or a list of content blocks, got {shown(content)}",
+            )
+        if (content == "" or content == []) and not (role == "assistant" and i == len(value) - 1):
+            raise DialectError(
+                400,
+                f"messages.{i}: all messages must have non-empty content except for the optional final assistant"
+                " message",
             )
         if turns and turns[-1][0] == role:
             turns[-1][1].extend(blocks)  # consecutive turns of one role are one turn
