@@ -69,6 +69,19 @@ def test_a_prefill_is_continued_not_repeated(daemon: Daemon) -> None:
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == first.text, r.text
 
 
+def test_a_template_without_tool_calls_is_noted_in_the_callers_terms(daemon: Daemon) -> None:
+    """SmolLM2's template cannot emit tool calls: the x-blazar-ignored note says how this dialect forces one."""
+    tool = {"name": "get_weather", "description": "d", "input_schema": {"type": "object", "properties": {}}}
+    body = {"model": "smollm2", "max_tokens": 4, "messages": MESSAGES, "tools": [tool]}
+    r = httpx.post(daemon.url + "/v1/messages", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert 'send tool_choice {"type": "any"}' in r.headers["x-blazar-ignored"], r.headers
+    openai_tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    chat = {"model": "smollm2", "max_tokens": 4, "messages": MESSAGES, "tools": [openai_tool]}
+    r = httpx.post(daemon.url + "/v1/chat/completions", json=chat, timeout=60)
+    assert "send tool_choice required" in r.headers["x-blazar-ignored"], r.headers
+
+
 def test_stream_event_order(daemon: Daemon) -> None:
     events = list(
         client(daemon).messages.create(model="smollm2", max_tokens=8, messages=MESSAGES, stream=True)

@@ -416,10 +416,11 @@ async def _dispatch(
             and canon.has_tools()
             and not await forced_tools.template_emits_tool_calls(sup, child)
         ):
+            force = _FORCE_A_CALL.get(shape.translator, _FORCE_A_CALL["openai"])
             note_ignored(
                 req,
                 f"tools may not reach the model: the chat template of '{child.model}' does not support tool calls"
-                " (llama-server's /props); send tool_choice required, or name a tool, to force a call",
+                f" (llama-server's /props); {force}",
             )
         if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
             if choices > 1:
@@ -478,6 +479,14 @@ async def _dispatch(
         return 200, [("content-type", "application/json")], out
     finally:
         after(sup, child, req)
+
+
+_FORCE_A_CALL = {
+    "openai": "send tool_choice required, or name a tool, to force a call",
+    "anthropic": 'send tool_choice {"type": "any"}, or {"type": "tool", "name": ...}, to force a call',
+    "ollama_chat": "Ollama has no tool_choice: the OpenAI (tool_choice required) or Anthropic endpoint can force a call",
+}
+"""How each dialect forces a tool call, for the note on a template that cannot emit one."""
 
 
 def each_task_charged(summary: dict[str, Any], n: int) -> dict[str, Any]:
