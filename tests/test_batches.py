@@ -17,6 +17,7 @@ from blazar.gateway.app import _route
 from blazar.gateway.batch import (
     BatchRunner,
     _pause,
+    _too_far,
     batch_cancel,
     batch_item,
     file_content,
@@ -92,6 +93,15 @@ def test_a_multipart_upload_as_clients_send_it() -> None:
 def test_a_busy_answer_is_retried_after_its_retry_after_or_a_growing_pause() -> None:
     assert [_pause(None, n) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     assert (_pause("3", 0), _pause("0", 5), _pause("9999", 0), _pause("soon", 2)) == (3.0, 0.5, 30.0, 4.0)
+    # a wait of hours (a key's daily_tokens) is not waited for: that request's answer stands
+    assert [_too_far(v) for v in ("60", "300", "301", "23692", None, "soon")] == [
+        False,
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_files_and_batches_belong_to_the_key_that_made_them(tmp_path: Path) -> None:

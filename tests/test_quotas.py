@@ -228,6 +228,28 @@ def test_tpm_counts_prompt_and_completion_in_a_sliding_window(quotas: Quotas, cl
     quotas.check(ctx, None)
 
 
+def test_requests_in_flight_hold_what_they_may_use(quotas: Quotas) -> None:
+    """Concurrent requests cannot overshoot tpm or daily_tokens by more than one request's worth: each holds its
+    estimate until it finishes, when what it used is charged instead."""
+    ctx = key(tpm=50)
+    held = [quotas.check(ctx, None, reserve=30), quotas.check(ctx, None, reserve=30)]
+    assert held == [30, 30]
+    err = refusal(lambda: quotas.check(ctx, None, reserve=30))
+    assert (err.limit, err.retry_after) == ("tpm", 1)
+    assert str(err).startswith(
+        "key 'team' used 0 tokens in the last minute and its requests in flight may use 60 more, its tpm limit is 50"
+    )
+    quotas.record_usage(ctx, 10, 5, reserved=30)
+    quotas.record_usage(ctx, 10, 5, reserved=30)
+    assert quotas.check(ctx, None, reserve=30) == 30  # 30 used, nothing held
+    daily = key("daily", daily_tokens=40)
+    quotas.check(daily, None, reserve=25)
+    quotas.check(daily, None, reserve=25)
+    err = refusal(lambda: quotas.check(daily, None, reserve=25))
+    assert (err.limit, err.retry_after) == ("daily_tokens", 1)
+    assert quotas.check(key(), None, reserve=99) == 0  # no token limits: nothing held
+
+
 def test_tpm_waits_for_enough_tokens_to_expire(quotas: Quotas, clock: FakeClock) -> None:
     ctx = key(tpm=100)
     quotas.record_usage(ctx, 10, 0)

@@ -273,6 +273,7 @@ class _KeyState:
     requests: deque[float] = field(default_factory=deque)  # admission times inside the rpm window
     tokens: deque[tuple[float, int]] = field(default_factory=deque)  # (time, tokens) inside the tpm window
     window_tokens: int = 0
+    reserved: int = 0  # what the requests in flight may still charge (``check``'s ``reserve``)
 
 
 class Quotas:
@@ -327,9 +328,13 @@ class Quotas:
 
     # -- scope, rpm, tpm, daily_tokens ------------------------------------------------------------------
 
-    def check(self, ctx: KeyCtx, model: str | None) -> None:
+    def check(self, ctx: KeyCtx, model: str | None, reserve: int = 0) -> int:
         """Scope (when ``model`` is given), then ``rpm``, ``tpm``, ``daily_tokens``; raises ``QuotaError`` for the
-        first that refuses. An admitted request counts toward ``rpm`` and the day's ``requests``."""
+        first that refuses. An admitted request counts toward ``rpm`` and the day's ``requests``, and reserves
+        ``reserve`` tokens (what it may charge: its prompt and max_tokens, estimated) until ``record_usage``
+        charges what it used: ``tpm`` and ``daily_tokens`` count the reservations of the requests in flight, so
+        concurrent requests cannot overshoot a limit by more than one request's worth. Returns what it reserved
+        (0 for a key without those limits), for ``record_usage``."""
         if model is not None and not allows_model(ctx, model):
             raise QuotaError(scope_denied_message(ctx, model), limit="scope", key_name=ctx.name, status=403)
         limits = ctx.limits
@@ -352,16 +357,29 @@ class Quotas:
                     retry_after=wait,
                 )
             self._expire_tokens(state, cutoff)
-            if limits.tpm and state.window_tokens >= limits.tpm:
-                wait = self._tpm_wait(state, limits.tpm, now)
+            held = _held(state.reserved)
+            if limits.tpm and state.window_tokens + state.reserved >= limits.tpm:
+                wait = self._tpm_wait(state, limits.tpm, now) if state.window_tokens >= limits.tpm else 1
                 raise QuotaError(
-                    f"key '{ctx.name}' used {state.window_tokens} tokens in the last minute, its tpm limit is "
-                    f"{limits.tpm}; retry in {wait} s, or raise tpm for this key in config.toml",
+                    f"key '{ctx.name}' used {state.window_tokens} tokens in the last minute{held}, its tpm limit"
+                    f" is {limits.tpm}; retry in {wait} s, or raise tpm for this key in config.toml",
                     limit="tpm",
                     key_name=ctx.name,
                     retry_after=wait,
                 )
             used = self.usage.tokens(ctx.name, day)
+            if (
+                limits.daily_tokens
+                and used + state.reserved >= limits.daily_tokens
+                and used < limits.daily_tokens
+            ):
+                raise QuotaError(
+                    f"key '{ctx.name}' used {used} tokens today{held}, its daily_tokens limit is"
+                    f" {limits.daily_tokens}; retry in 1 s, or raise daily_tokens for this key in config.toml",
+                    limit="daily_tokens",
+                    key_name=ctx.name,
+                    retry_after=1,
+                )
             if limits.daily_tokens and used >= limits.daily_tokens:
                 wait = seconds_until_utc_midnight(epoch)
                 raise QuotaError(
@@ -373,7 +391,10 @@ class Quotas:
                 )
             if limits.rpm:
                 requests.append(now)
+            held_now = max(0, reserve) if limits.tpm or limits.daily_tokens else 0
+            state.reserved += held_now
             self.usage.add(ctx.name, day, requests=1)
+        return held_now
 
     def admit(self, ctx: KeyCtx, model: str | None) -> Lease:
         """``acquire`` then ``check``; the lease is released again if a check refuses."""
@@ -403,8 +424,11 @@ class Quotas:
 
     # -- usage ----------------------------------------------------------------------------------------------
 
-    def record_usage(self, key: KeyCtx | str, prompt_tokens: int, completion_tokens: int) -> None:
-        """Charge a finished response's tokens to ``tpm`` and today's ``daily_tokens`` (negative counts are 0)."""
+    def record_usage(
+        self, key: KeyCtx | str, prompt_tokens: int, completion_tokens: int, reserved: int = 0
+    ) -> None:
+        """Charge a finished response's tokens to ``tpm`` and today's ``daily_tokens`` (negative counts are 0),
+        and free the ``reserved`` tokens its ``check`` held."""
         name = key.name if isinstance(key, KeyCtx) else key
         prompt = max(0, int(prompt_tokens))
         completion = max(0, int(completion_tokens))
@@ -413,6 +437,7 @@ class Quotas:
         day = utc_day(self._clock.time())
         with self._lock:
             state = self._state(name)
+            state.reserved = max(0, state.reserved - max(0, reserved))
             self._expire_tokens(state, now - WINDOW_SECS)
             if total:
                 state.tokens.append((now, total))
@@ -426,6 +451,10 @@ class Quotas:
     def load(self, store: Store) -> int:
         """Restore today's usage from the store at startup."""
         return self.usage.load(store, self.today())
+
+
+def _held(reserved: int) -> str:
+    return f" and its requests in flight may use {reserved} more" if reserved else ""
 
 
 def _ceil_secs(seconds: float) -> int:

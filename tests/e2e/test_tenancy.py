@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 from pathlib import Path
@@ -189,6 +190,22 @@ def test_usage_survives_restart(daemon_factory: object, tmp_path: Path) -> None:
     d.start()
     again = post(d, "/v1/chat/completions", CHAT, bearer(RATED))
     assert again.status_code == 429 and "daily_tokens" in again.json()["error"]["message"]
+
+
+def test_requests_in_flight_hold_their_tokens_against_tpm(daemon_factory: object) -> None:
+    """Concurrent requests cannot overshoot tpm by more than one request's worth: each holds its estimate (body
+    and max_tokens) until it finishes, so once those fill the limit the next is refused, naming them."""
+    assert callable(daemon_factory)
+    cfg = KEYS.replace('name = "rated"\nsecret', 'name = "rated"\ntpm = 100\nsecret').replace("rpm = 2\n", "")
+    d: Daemon = daemon_factory(cfg)
+    assert post(d, "/v1/chat/completions", CHAT, bearer(ADMIN)).status_code == 200  # the engine is up
+    body = {**CHAT, "max_tokens": 40, "ignore_eos": True}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: post(d, "/v1/chat/completions", body, bearer(RATED)), range(8)))
+    ok = [r for r in answers if r.status_code == 200]
+    refused = [r for r in answers if r.status_code == 429]
+    assert len(ok) + len(refused) == 8 and 1 <= len(ok) <= 3, [r.status_code for r in answers]
+    assert any("requests in flight may use" in r.json()["error"]["message"] for r in refused), refused[0].text
 
 
 def test_embeddings_are_charged_to_the_keys_daily_tokens(daemon_factory: object) -> None:

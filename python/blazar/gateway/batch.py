@@ -60,6 +60,9 @@ REQUEST_TIMEOUT_SECS = 3600.0
 RETRIES = 20
 """How often one request answered 429 or 503 (busy) is sent again before its answer stands."""
 RETRY_MAX_SECS = 30.0
+RETRY_FAR_SECS = 300.0
+"""A busy answer whose ``Retry-After`` is longer than this (a key's spent daily_tokens, which reset at midnight)
+stands at once: waiting for it would hold the runner, and every other batch, for hours."""
 
 
 def key_name(req: Request) -> str | None:
@@ -408,7 +411,7 @@ class BatchRunner:
                     "message": f"the request got no answer: {e or type(e).__name__}",
                 }
                 return False, record
-            if status in (429, 503) and attempt < RETRIES:
+            if status in (429, 503) and attempt < RETRIES and not _too_far(retry_after):
                 if batch_id in self.cancelling:
                     return None
                 await asyncio.sleep(_pause(retry_after, attempt))
@@ -419,6 +422,13 @@ class BatchRunner:
             body = orjson.loads(raw)
         record["response"] = {"status_code": status, "request_id": trace, "body": body}
         return 200 <= status < 300, record
+
+
+def _too_far(retry_after: str | None) -> bool:
+    """Whether a busy answer asks for a wait past ``RETRY_FAR_SECS``."""
+    with contextlib.suppress(TypeError, ValueError):
+        return float(retry_after) > RETRY_FAR_SECS  # type: ignore[arg-type]
+    return False
 
 
 def _pause(retry_after: str | None, attempt: int) -> float:

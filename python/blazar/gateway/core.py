@@ -139,13 +139,26 @@ def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     scope (a key learns nothing of the models outside it), a request of the wrong kind for its model (audio for
     a language model, text for a whisper model) is refused, before an engine starts for it."""
     target, wrong, preset = _route(sup, canon)
-    req.gate.check_model(req, target[0])
+    req.gate.check_model(req, target[0], quota_reservation(req, canon))
     if wrong is not None:
         raise wrong
     if preset is not None:
         presets.apply(preset, canon)
     _note(req, canon)
     return target
+
+
+RESERVE_BYTES_PER_TOKEN = 4
+"""A request's prompt is reserved against its key's tpm and daily_tokens at this many body bytes per token: about
+what English text averages, more than the JSON around it costs."""
+
+
+def quota_reservation(req: Request, canon: CanonicalRequest) -> int:
+    """What a request may charge its key: its body at ``RESERVE_BYTES_PER_TOKEN``, plus max_tokens for each
+    choice when it says one (held until it finishes, when what it used is charged instead)."""
+    max_tokens = canon.params.get("max_tokens")
+    out = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0
+    return len(req.body) // RESERVE_BYTES_PER_TOKEN + max(out, 0) * canon.choices()
 
 
 def _note(req: Request, canon: CanonicalRequest) -> None:
@@ -158,7 +171,7 @@ def claim_remote(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
     None for a local model."""
     hit = sup.remote_for(canon.model)
     if hit is not None:
-        req.gate.check_model(req, canon.model)
+        req.gate.check_model(req, canon.model, quota_reservation(req, canon))
         _note(req, canon)
     return hit
 

@@ -114,6 +114,8 @@ class Request:
     key: KeyCtx | None = None
     """The caller's API key, when auth is active."""
     quota_lease: QuotaLease | None = None
+    reserved: int = 0
+    """Tokens its key's tpm and daily_tokens hold for it until it finishes (``Quotas.check``)."""
     model: str | None = None
     queue_depth: int = 0
     gate: Gate = field(default=None)  # type: ignore[assignment]  # set by the app before any handler runs

@@ -85,10 +85,11 @@ class Gate:
             req.quota_lease.release()
             req.quota_lease = None
         usage = req.summary.get("usage") if req.summary else None
-        if req.key is not None and isinstance(usage, dict):
-            self.quotas.record_usage(
-                req.key, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
-            )
+        if req.key is not None and (isinstance(usage, dict) or req.reserved):
+            got = usage if isinstance(usage, dict) else {}
+            prompt, completion = got.get("prompt_tokens", 0), got.get("completion_tokens", 0)
+            self.quotas.record_usage(req.key, prompt, completion, req.reserved)
+            req.reserved = 0
         if self.otlp is not None:
             self.otlp.record(req, status)
         if self.audit is not None:
@@ -109,11 +110,12 @@ class Gate:
 
     # -- handler side --------------------------------------------------------------------------------------
 
-    def check_model(self, req: Request, model: str) -> None:
-        """Scope, rpm, tpm and daily tokens for the model this request names."""
+    def check_model(self, req: Request, model: str, reserve: int = 0) -> None:
+        """Scope, rpm, tpm and daily tokens for the model this request names; ``reserve`` is what it may charge
+        (``quota_reservation``), held against tpm and daily_tokens until it finishes."""
         req.model = model
         if req.key is not None:
-            self.quotas.check(req.key, model)
+            req.reserved += self.quotas.check(req.key, model, reserve)
 
     async def admit(self, req: Request, model_key: str, slots: int, canon: CanonicalRequest) -> SlotLease:
         h = req.headers
