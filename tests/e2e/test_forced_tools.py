@@ -103,5 +103,45 @@ def test_forced_call_cut_by_max_tokens_says_so(daemon: Daemon) -> None:
     r = c.chat.completions.create(
         model="smollm2", messages=ASK, tools=tools, tool_choice="required", max_tokens=3, temperature=0
     )
+    # cut before the tool's name was complete: no call yet, and never Blazar's {"name", "arguments"} wrapper
     assert r.choices[0].finish_reason == "length" and not r.choices[0].message.tool_calls
-    assert r.choices[0].message.content
+    assert not r.choices[0].message.content, r.choices[0].message.content
+    r = c.chat.completions.create(
+        model="smollm2", messages=ASK, tools=tools, tool_choice="required", max_tokens=30, temperature=0
+    )
+    # cut inside the arguments: the call as far as it got, as the API gives one
+    assert r.choices[0].finish_reason == "length" and not r.choices[0].message.content
+    [call] = r.choices[0].message.tool_calls or []
+    assert call.function.name == "get_weather" and '"name"' not in call.function.arguments, call
+    a = closing(anthropic.Anthropic(base_url=daemon.url, api_key="x", max_retries=0, timeout=120))
+    tool = {"name": WEATHER["name"], "description": "d", "input_schema": WEATHER["parameters"]}
+    m = a.messages.create(
+        model="smollm2", max_tokens=30, messages=ASK, tools=[tool], tool_choice={"type": "any"},
+        extra_body={"temperature": 0},
+    )  # fmt: skip
+    assert m.stop_reason == "max_tokens" and all(
+        b.type != "text" or '"name"' not in b.text for b in m.content
+    ), m
+    assert [b.name for b in m.content if b.type == "tool_use"] == ["get_weather"], m
+
+
+def test_a_schema_with_definitions_is_forced_too(daemon: Daemon) -> None:
+    """A tool whose parameters use $defs (as Pydantic writes nested models): the call schema moves them to its root,
+    where the engine resolves each $ref."""
+    c = closing(anthropic.Anthropic(base_url=daemon.url, api_key="x", max_retries=0, timeout=120))
+    schema = {
+        "type": "object",
+        "properties": {"where": {"$ref": "#/$defs/Place"}},
+        "required": ["where"],
+        "$defs": {
+            "Place": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+        },
+    }
+    tool = {"name": "get_weather", "description": "d", "input_schema": schema}
+    r = c.messages.create(
+        model="smollm2", max_tokens=200, messages=ASK, tools=[tool], tool_choice={"type": "any"},
+        extra_body={"temperature": 0},
+    )  # fmt: skip
+    assert r.stop_reason == "tool_use", r
+    [block] = [b for b in r.content if b.type == "tool_use"]
+    assert isinstance(block.input, dict) and isinstance(block.input["where"]["city"], str), block

@@ -204,19 +204,59 @@ def forced_tool_schema(req: CanonicalRequest) -> dict[str, Any] | None:
     if isinstance(choice, dict):
         name = choice.get("function", {}).get("name")
         tools = [t for t in tools if t["function"]["name"] == name] or tools
+    defs: dict[str, Any] = {}
     calls = [
         {
             "type": "object",
             "properties": {
                 "name": {"const": t["function"]["name"]},
-                "arguments": t["function"].get("parameters") or {"type": "object"},
+                "arguments": _hoist_defs(
+                    t["function"].get("parameters") or {"type": "object"}, f"t{i}_", defs
+                ),
             },
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
-        for t in tools
+        for i, t in enumerate(tools)
     ]
-    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return {**schema, "$defs": defs} if defs else schema
+
+
+_DEF_REFS = ("#/$defs/", "#/definitions/")
+
+
+def _hoist_defs(params: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """A tool's parameters nested in the call schema, with their ``$defs`` / ``definitions`` moved into ``defs``
+    (the call schema's root, where a ``$ref`` is resolved from) under ``prefix`` (tools may name theirs alike),
+    and every ``$ref`` to them, or to the parameters' own root ("#"), pointed there."""
+    root = prefix + "root"
+    to_root = False
+
+    def moved(node: Any) -> Any:
+        nonlocal to_root
+        if isinstance(node, list):
+            return [moved(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: moved(v) for k, v in node.items() if k not in ("$defs", "definitions")}
+        ref = node.get("$ref")
+        if ref == "#":
+            out["$ref"], to_root = "#/$defs/" + root, True
+        elif isinstance(ref, str):
+            for start in _DEF_REFS:
+                if ref.startswith(start):
+                    out["$ref"] = "#/$defs/" + prefix + ref[len(start) :]
+        return out
+
+    own = params.get("$defs", {}), params.get("definitions", {})
+    for table in own:
+        for name, schema in table.items() if isinstance(table, dict) else ():
+            defs[prefix + name] = moved(schema)
+    body = moved(params)
+    if to_root:
+        defs[root] = body
+    return body
 
 
 def schema_of(response_format: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ work is constant per request: the engine is asked for the whole (short) JSON onc
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -77,8 +78,24 @@ def synthetic_completion(engine_body: bytes) -> dict[str, Any]:
     return _completion(data, call_message, "tool_calls")
 
 
+_PARTIAL_CALL = re.compile(
+    r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*(.*)', re.DOTALL
+)
+
+
 def _truncated(data: dict[str, Any], content: str) -> dict[str, Any]:
-    return _completion(data, {"role": "assistant", "content": content}, "length")
+    """A call cut off by max_tokens, as the APIs give one: the tool call as far as it got (its name, once that was
+    complete, and the arguments' JSON text so far), finish_reason "length"; never the ``{"name", "arguments"}``
+    wrapper Blazar asked the engine for."""
+    found = _PARTIAL_CALL.match(content)
+    if found is None:  # not even the name yet
+        return _completion(data, {"role": "assistant", "content": ""}, "length")
+    call = {
+        "id": f"call_{os.urandom(12).hex()}",
+        "type": "function",
+        "function": {"name": orjson.loads(found.group(1)), "arguments": found.group(2).rstrip()},
+    }
+    return _completion(data, {"role": "assistant", "content": None, "tool_calls": [call]}, "length")
 
 
 def _completion(data: dict[str, Any], message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
