@@ -253,7 +253,7 @@ def _hoist_defs(params: dict[str, Any], prefix: str, defs: dict[str, Any]) -> di
     for table in own:
         for name, schema in table.items() if isinstance(table, dict) else ():
             defs[prefix + name] = moved(schema)
-    body = moved(params)
+    body: dict[str, Any] = moved(params)
     if to_root:
         defs[root] = body
     return body
