@@ -433,3 +433,33 @@ def test_prefill_is_the_text_of_a_closing_assistant_message() -> None:
     image = {"role": "assistant", "content": [{"type": "image_url", "image_url": {}}]}
     assert chat(user, image).prefill() is None
     assert CanonicalRequest(model="m", kind="completion", prompt="x").prefill() is None
+
+
+def test_forced_call_schema_moves_each_tools_definitions_to_its_root() -> None:
+    """``$ref`` resolves from the root of the schema the engine gets: each tool's ``$defs`` / ``definitions`` move
+    there under a prefix of its own, and its refs (to them, or to its own root "#") follow."""
+
+    def tool(name: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "parameters": params}}
+
+    a = {"type": "object", "properties": {"p": {"$ref": "#/$defs/X"}}, "$defs": {"X": {"type": "integer"}}}
+    b = {
+        "type": "object",
+        "properties": {"q": {"$ref": "#/definitions/X"}, "again": {"$ref": "#"}},
+        "definitions": {"X": {"type": "string"}},
+    }
+    req = CanonicalRequest(model="m", kind="chat", tools=[tool("a", a), tool("b", b)], tool_choice="required")
+    schema = canonical.forced_tool_schema(req)
+    assert schema is not None
+    [first, second] = schema["anyOf"]
+    assert first["properties"]["arguments"] == {
+        "type": "object",
+        "properties": {"p": {"$ref": "#/$defs/t0_X"}},
+    }
+    args = second["properties"]["arguments"]
+    assert args["properties"] == {"q": {"$ref": "#/$defs/t1_X"}, "again": {"$ref": "#/$defs/t1_root"}}
+    assert schema["$defs"] == {"t0_X": {"type": "integer"}, "t1_X": {"type": "string"}, "t1_root": args}
+    plain = CanonicalRequest(
+        model="m", kind="chat", tools=[tool("c", {"type": "object"})], tool_choice="required"
+    )
+    assert "$defs" not in (canonical.forced_tool_schema(plain) or {})
