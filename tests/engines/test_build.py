@@ -137,6 +137,30 @@ def test_add_and_use(tmp_path: Path) -> None:
     assert r.returncode == 1 and "not executable" in r.stderr
 
 
+def test_add_says_when_a_binary_is_not_a_llama_server_and_what_it_replaces(tmp_path: Path) -> None:
+    """`engine add` of something whose --version fails, or names no build, warns (it is still added: a wrapper may
+    be meant), and replacing a tag's binary says which one it was."""
+    env = env_for(tmp_path)
+    real = tmp_path / "llama-server"
+    real.write_text("#!/bin/sh\necho 'version: 11434 (abc)'\necho 'built with cc'\n")
+    real.chmod(0o755)
+    r = blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(real), env=env)
+    assert "warning" not in r.stderr, r.stderr
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\nexit 3\n")
+    failing.chmod(0o755)
+    r = blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(failing), env=env)
+    assert (
+        "warning: `failing --version` exited 3" in r.stderr and "a llama-server? It is added" in r.stderr
+    ), r.stderr
+    assert f"llama-cpp local was {real}; this replaces it" in r.stderr, r.stderr
+    quiet = tmp_path / "quiet"
+    quiet.write_text("#!/bin/sh\nexit 0\n")
+    quiet.chmod(0o755)
+    r = blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(quiet), "--tag", "q", env=env)
+    assert "--version names no llama.cpp build" in r.stderr and "replaces" not in r.stderr, r.stderr
+
+
 WHISPER_CMAKE = """
 cmake_minimum_required(VERSION 3.14)
 project("whisper.cpp" VERSION 9.8.7)

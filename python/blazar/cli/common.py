@@ -27,6 +27,13 @@ console = Console(soft_wrap=True, emoji=False)  # a name like "x:thumbs_up:" is 
 err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
+def warn(message: str) -> None:
+    """One yellow line on stderr: the command goes on."""
+    err_console.print(
+        f"[yellow]warning:[/yellow] {escape(message)}", markup=True, highlight=False, soft_wrap=True
+    )
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     err_console.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     return typer.Exit(code)

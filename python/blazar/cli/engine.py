@@ -22,7 +22,7 @@ from rich.progress import (
 )
 
 from blazar.catalog import Catalog
-from blazar.cli.common import console, handles_errors, is_tty, opened
+from blazar.cli.common import console, handles_errors, is_tty, opened, warn
 from blazar.engines import argv, build, check, gate, installer, registry, removal
 from blazar.engines.download import Progress as DownloadProgress
 from blazar.engines.manifest import MANIFEST_ENV, Manifest, load_manifest
@@ -121,7 +121,19 @@ def add_cmd(
 ) -> None:
     """Register an engine binary you already have."""
     with opened() as (_cfg, data, store):
-        version = llama_server_build(path, data.root) if kind == "llama-cpp" else None
+        version = None
+        if kind == "llama-cpp":
+            try:
+                version = llama_server_build(path, data.root, strict=True)
+                if version is None:
+                    warn(
+                        f"{path} --version names no llama.cpp build; it is started on a TCP port, as an unknown build"
+                    )
+            except gate.GateFailed as e:
+                warn(f"{e}; is {path} a llama-server? It is added, but its engines may not start")
+        before = registry.get(store, kind, tag)
+        if before is not None and before.path != path.resolve():
+            warn(f"{kind} {tag} was {before.path}; this replaces it (add with --tag NAME to keep both)")
         row = registry.add(
             store,
             kind=kind,
@@ -138,12 +150,14 @@ def add_cmd(
     )
 
 
-def llama_server_build(binary: Path, cwd: Path) -> str | None:
+def llama_server_build(binary: Path, cwd: Path, *, strict: bool = False) -> str | None:
     """``b<N>``, the build ``binary --version`` names (a recent enough llama-server listens on a unix socket);
-    None when it names none or does not run."""
+    None when it names none or (unless ``strict``: then ``GateFailed``) does not run."""
     try:
         number = argv.build_number(gate.check_version(binary, cwd))
     except gate.GateFailed:
+        if strict:
+            raise
         return None
     return None if number is None else f"b{number}"
 
