@@ -68,7 +68,7 @@ def test_defaults_without_any_file(home: Path, env: dict[str, str]) -> None:
     assert cfg.child_header_timeout_secs == 120
     assert cfg.stop_grace_secs == 10.0
     assert cfg.engine_mode == "auto"
-    assert cfg.cors_origins == ()
+    assert "http://localhost:*" in cfg.cors_origins and "app://*" in cfg.cors_origins  # as Ollama's
     assert cfg.log_level == "info"
     assert (cfg.ctx_size, cfg.parallel, cfg.threads, cfg.gpu_layers) == (4096, 1, 0, -1)
     assert dict(cfg.models) == {}

@@ -369,9 +369,26 @@ def test_cors(daemon_factory: object) -> None:
     assert "access-control-allow-origin" not in denied.headers
 
 
-def test_no_cors_header_by_default(daemon: Daemon) -> None:
+def test_by_default_cors_allows_this_machines_pages_only(daemon: Daemon) -> None:
+    """As Ollama: a page from localhost (any port) or a desktop app's webview may call the API; others may not."""
     r = httpx.get(daemon.url + "/healthz", headers={"origin": "http://app.local"})
     assert "access-control-allow-origin" not in r.headers
+    for origin in ("http://localhost:3000", "http://127.0.0.1:8080", "http://localhost", "app://open-webui"):
+        pre = httpx.options(
+            daemon.url + "/api/chat",
+            headers={"origin": origin, "access-control-request-method": "POST"},
+        )
+        assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == origin, (origin, pre)
+    for origin in ("http://localhost.evil.example", "https://127.0.0.1.nip.io", "null"):
+        r = httpx.get(daemon.url + "/healthz", headers={"origin": origin})
+        assert "access-control-allow-origin" not in r.headers, origin
+
+
+def test_cors_can_be_turned_off(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("cors_origins = []\n", model=False)
+    r = httpx.get(d.url + "/healthz", headers={"origin": "http://localhost:3000"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
 
 
 def test_key_management_over_http(daemon_factory: object) -> None:

@@ -34,6 +34,13 @@ DEFAULT_ENGINE_CHECK_SECS = 86400
 DEFAULT_STOP_GRACE_SECS = 10.0
 DEFAULT_ENGINE_MODE = "auto"
 DEFAULT_LOG_LEVEL = "info"
+DEFAULT_CORS_ORIGINS = (
+    *(f"{scheme}://{host}{port}" for host in ("localhost", "127.0.0.1", "0.0.0.0") for scheme in ("http", "https")
+      for port in ("", ":*")),
+    "app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*",
+)  # fmt: skip
+"""Origins a browser page may call the API from unless ``cors_origins`` says otherwise: this machine's own pages
+(any port) and desktop-app webviews, as Ollama allows by default. A ``*`` matches the rest of an origin."""
 DEFAULT_CTX_SIZE = 4096
 DEFAULT_PARALLEL = 1
 DEFAULT_THREADS = 0
@@ -276,7 +283,7 @@ class Config:
     child_header_timeout_secs: int = DEFAULT_CHILD_HEADER_TIMEOUT_SECS
     stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS
     engine_mode: str = DEFAULT_ENGINE_MODE
-    cors_origins: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = DEFAULT_CORS_ORIGINS
     log_level: str = DEFAULT_LOG_LEVEL
     ctx_size: int = DEFAULT_CTX_SIZE
     parallel: int = DEFAULT_PARALLEL

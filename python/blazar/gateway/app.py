@@ -178,13 +178,31 @@ def _guess_dialect(path: str) -> str:
     return _ANTHROPIC if path.startswith("/v1/messages/") else _OPENAI
 
 
+class Origins:
+    """``cors_origins``: exact origins, patterns whose ``*`` stands for the rest of an origin (``http://localhost:*``
+    is any port), or ``*`` alone for any origin."""
+
+    __slots__ = ("anyone", "exact", "prefixes")
+
+    def __init__(self, allowed: tuple[str, ...]) -> None:
+        self.anyone = "*" in allowed
+        self.exact = frozenset(o for o in allowed if "*" not in o)
+        self.prefixes = tuple(o[: o.index("*")] for o in allowed if "*" in o and o != "*")
+
+    def __bool__(self) -> bool:
+        return self.anyone or bool(self.exact) or bool(self.prefixes)
+
+    def allows(self, origin: str) -> bool:
+        return self.anyone or origin in self.exact or origin.startswith(self.prefixes)
+
+
 class App:
     """Granian calls ``__rsgi_init__`` on the worker's loop, ``__rsgi__`` per request, ``__rsgi_del__`` at exit."""
 
     def __init__(self, sup: Supervisor, gate: Gate) -> None:
         self.sup = sup
         self.gate = gate
-        self.cors = frozenset(sup.cfg.cors_origins)
+        self.cors = Origins(sup.cfg.cors_origins)
         self.uploads = Uploads(float(sup.cfg.request_body_timeout_secs))
         gate.batches = batch.BatchRunner(sup, gate.store, gate.keys)
 
@@ -205,11 +223,11 @@ class App:
     def _cors_headers(self, origin: str | None) -> list[tuple[str, str]]:
         if not origin or not self.cors:
             return []
-        if "*" not in self.cors and origin not in self.cors:
+        if not self.cors.allows(origin):
             # no CORS headers, but the answer depends on the Origin: a cache must not reuse it for another
             return [("vary", "origin")]
         return [
-            ("access-control-allow-origin", "*" if "*" in self.cors else origin),
+            ("access-control-allow-origin", "*" if self.cors.anyone else origin),
             (
                 "access-control-expose-headers",
                 "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored, x-blazar-sentinel, x-blazar-cache",
