@@ -128,6 +128,17 @@ def test_ignored_fields_are_named_in_a_header(daemon: Daemon) -> None:
     assert e.status_code == 200 and e.headers["x-blazar-ignored"].isascii(), e.headers
     plain = httpx.post(daemon.url + "/api/generate", json={**body, "context": None}, timeout=60)
     assert "x-blazar-ignored" not in plain.headers
+    # SmolLM2's template has no thinking section: think is noted, as Ollama refuses it for such a model
+    chat = {"model": "smollm2", "messages": MESSAGES, "stream": False, "options": {"num_predict": 2}}
+    for think in (True, "high"):
+        r = httpx.post(daemon.url + "/api/chat", json={**chat, "think": think}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert (
+            "think is ignored: the chat template of 'smollm2:latest' has no thinking"
+            in r.headers["x-blazar-ignored"]
+        )
+    off = httpx.post(daemon.url + "/api/chat", json={**chat, "think": False}, timeout=60)
+    assert "x-blazar-ignored" not in off.headers
 
 
 def test_embed_truncates_a_long_input_by_default(daemon: Daemon, client: Make) -> None:

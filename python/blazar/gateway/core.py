@@ -423,6 +423,10 @@ async def _dispatch(
                 f' (parallel under [models."{child.model}"] in config.toml)',
                 "invalid_request_error",
             )
+        if _asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
+            note_ignored(
+                req, f"think is ignored: the chat template of '{child.model}' has no thinking section"
+            )
         schema = forced_tool_schema(canon) if forced_tools.wants_forcing(canon) else None
         if (
             schema is None
@@ -492,6 +496,18 @@ async def _dispatch(
         return 200, [("content-type", "application/json")], out
     finally:
         after(sup, child, req)
+
+
+def _asks_to_think(canon: CanonicalRequest) -> bool:
+    """Whether the request turns thinking on (Ollama's think, a reasoning effort other than none)."""
+    kwargs = canon.params.get("chat_template_kwargs")
+    effort = canon.params.get("reasoning_effort")
+    return (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is True) or effort in (
+        "low",
+        "medium",
+        "high",
+        "max",
+    )
 
 
 _FORCE_A_CALL = {

@@ -28,11 +28,31 @@ async def template_emits_tool_calls(sup: Supervisor, child: Child) -> bool:
     if child.lane != "llama-cpp":
         return True
     if child.tool_calls_supported is None:
-        with sup.lease(child):  # in flight: a concurrent num_ctx restart waits for it instead of stopping it
-            _s, data, _c = await proxy.get_whole(sup, child, "/props")
-        caps = orjson.loads(data).get("chat_template_caps") or {}
-        child.tool_calls_supported = bool(caps.get("supports_tool_calls"))
-    return child.tool_calls_supported
+        await _read_props(sup, child)
+    return bool(child.tool_calls_supported)
+
+
+async def template_thinks(sup: Supervisor, child: Child) -> bool:
+    """Whether the child's chat template has a thinking (reasoning) section to turn on or off: it mentions
+    thinking, or llama-server says it takes a reasoning effort. Other engines are trusted to."""
+    if child.lane != "llama-cpp":
+        return True
+    if child.thinks is None:
+        await _read_props(sup, child)
+    return bool(child.thinks)
+
+
+async def _read_props(sup: Supervisor, child: Child) -> None:
+    """What llama-server's ``/props`` says of the child's chat template, asked once per child."""
+    with sup.lease(child):  # in flight: a concurrent num_ctx restart waits for it instead of stopping it
+        _s, data, _c = await proxy.get_whole(sup, child, "/props")
+    props = orjson.loads(data)
+    caps = props.get("chat_template_caps") or {}
+    template = props.get("chat_template")
+    child.tool_calls_supported = bool(caps.get("supports_tool_calls"))
+    child.thinks = bool(caps.get("supports_reasoning_effort")) or (
+        isinstance(template, str) and "think" in template.lower()
+    )
 
 
 def constrained_body(body: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
