@@ -141,6 +141,41 @@ def test_ignored_fields_are_named_in_a_header(daemon: Daemon) -> None:
     assert "x-blazar-ignored" not in off.headers
 
 
+def test_logprobs_come_with_the_tokens(daemon: Daemon) -> None:
+    """Ollama's logprobs and top_logprobs: each token's entry on the object that carries its text, streamed, and
+    all of them on a whole answer."""
+    chat = {
+        "model": "smollm2",
+        "messages": MESSAGES,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "options": {"num_predict": 4, "temperature": 0},
+    }
+    with httpx.stream("POST", daemon.url + "/api/chat", json=chat, timeout=60) as r:
+        lines = [json.loads(line) for line in r.iter_lines() if line]
+    texts = [o for o in lines if not o["done"] and o["message"]["content"]]
+    assert texts and all(o["logprobs"] for o in texts), lines
+    entry = texts[0]["logprobs"][0]
+    assert isinstance(entry["token"], str) and entry["logprob"] <= 0 and len(entry["top_logprobs"]) == 2, (
+        entry
+    )
+    assert "".join(e["token"] for o in texts for e in o["logprobs"]) == "".join(
+        o["message"]["content"] for o in texts
+    )
+    whole = {
+        "model": "smollm2",
+        "prompt": "Hello",
+        "stream": False,
+        "logprobs": True,
+        "options": {"num_predict": 4},
+    }
+    body = httpx.post(daemon.url + "/api/generate", json=whole, timeout=60).json()
+    assert len(body["logprobs"]) == body["eval_count"] == 4, body
+    assert "".join(e["token"] for e in body["logprobs"]) == body["response"], body
+    plain = httpx.post(daemon.url + "/api/generate", json={**whole, "logprobs": False}, timeout=60).json()
+    assert "logprobs" not in plain
+
+
 def test_embed_truncates_a_long_input_by_default(daemon: Daemon, client: Make) -> None:
     """Ollama's /api/embed cuts an input to what the model embeds unless truncate is false; llama-server embeds
     at most one physical batch (512 tokens here) and refuses more."""

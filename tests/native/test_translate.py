@@ -688,3 +688,29 @@ def test_usage_on_a_chunk_with_choices_goes_only_to_who_asked(chunk: bytes, incl
         assert events[2][1] == "[DONE]"
     else:
         assert [data for _, data in events[1:]] == ["[DONE]"]
+
+
+LOGPROBS = (
+    '[{"id":72,"token":"Hi","bytes":[72,105],"logprob":-0.25,'
+    '"top_logprobs":[{"id":72,"token":"Hi","bytes":[72,105],"logprob":-0.25}]}]'
+)
+
+
+@pytest.mark.parametrize("dialect", ["ollama_chat", "ollama_generate"])
+def test_logprobs_reach_ollama_alike_from_native_and_oracle(dialect: str) -> None:
+    stream = (
+        f'data: {{"choices":[{{"index":0,"delta":{{"content":"Hi"}},"logprobs":{{"content":{LOGPROBS}}}}}]}}\n\n'
+        'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    ).encode()
+    outs = [run(impl, dialect, [stream])[0] for impl in (_native.StreamTranslator, oracle.StreamTranslator)]
+    assert outs[0] == outs[1]
+    assert json.loads(outs[0].splitlines()[0])["logprobs"] == json.loads(LOGPROBS)
+    body = (
+        f'{{"choices":[{{"index":0,"message":{{"content":"Hi"}},"logprobs":{{"content":{LOGPROBS}}},'
+        '"finish_reason":"stop"}]}'
+    ).encode()
+    wholes = [
+        impl(dialect, MODEL, body, now_ns=START_NS)[0]
+        for impl in (_native.translate_whole, oracle.translate_whole)
+    ]
+    assert wholes[0] == wholes[1] and json.loads(wholes[0])["logprobs"] == json.loads(LOGPROBS)

@@ -439,12 +439,34 @@ def _ollama_body(generate: bool, content: str, thinking: str, calls: list[ToolCa
     return out + "}"
 
 
+def _ollama_logprobs(entries: object) -> str:
+    """Ollama's top-level ``logprobs``: the engine's entries as they came (compact JSON, as llama.cpp writes it)."""
+    if not isinstance(entries, list) or not entries:
+        return ""
+    return ',"logprobs":' + json.dumps(entries, separators=(",", ":"), ensure_ascii=False)
+
+
+def _first_logprobs(chunk: dict[str, Any]) -> object:
+    for choice in chunk.get("choices") or []:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            logprobs = choice.get("logprobs")
+            return logprobs.get("content") if isinstance(logprobs, dict) else None
+    return None
+
+
 def ollama_delta(
-    generate: bool, model: str, now: int, content: str, thinking: str, calls: list[ToolCall]
+    generate: bool,
+    model: str,
+    now: int,
+    content: str,
+    thinking: str,
+    calls: list[ToolCall],
+    logprobs: object = None,
 ) -> str:
     return (
         f'{{"model":{model},"created_at":{rfc3339(now)},'
         + _ollama_body(generate, content, thinking, calls)
+        + _ollama_logprobs(logprobs)
         + ',"done":false}\n'
     )
 
@@ -459,8 +481,10 @@ def ollama_final(
     reason: str,
     metrics: tuple[int, int, int, int, int, int],
     newline: bool,
+    logprobs: object = None,
 ) -> str:
     out = f'{{"model":{model},"created_at":{rfc3339(now)},' + _ollama_body(generate, content, thinking, calls)
+    out += _ollama_logprobs(logprobs)
     if generate:
         out += f',"done":true,"done_reason":{js(reason)}'
     else:
@@ -761,10 +785,13 @@ class StreamTranslator:
                 self.out.append(_sse_lines(_replace_model(data, self.model, chunk.get("usage") is not None)))
         elif self.dialect in ("ollama_chat", "ollama_generate"):
             generate = self.dialect == "ollama_generate"
+            logprobs = _first_logprobs(chunk)  # with the object that carries their text
             if thinking:
-                self.out.append(ollama_delta(generate, self.model, now, "", thinking, []))
+                self.out.append(
+                    ollama_delta(generate, self.model, now, "", thinking, [], None if content else logprobs)
+                )
             if content:
-                self.out.append(ollama_delta(generate, self.model, now, content, "", []))
+                self.out.append(ollama_delta(generate, self.model, now, content, "", [], logprobs))
             if not generate:
                 self._flush_ollama_tools(now)
         else:
@@ -937,5 +964,16 @@ def translate_whole(
         )
         calls = [] if generate else col.tools.calls
         reason = ollama_done_reason(col.finish_reason)
-        out = ollama_final(generate, model_lit, now, col.text, col.reasoning, calls, reason, metrics, False)
+        out = ollama_final(
+            generate,
+            model_lit,
+            now,
+            col.text,
+            col.reasoning,
+            calls,
+            reason,
+            metrics,
+            False,
+            _first_logprobs(completion),
+        )
     return out.encode(), summary()

@@ -136,6 +136,17 @@ pub struct Choice<'a> {
     /// A text completion's (`/v1/completions`) output; read as the message content.
     #[serde(default, borrow)]
     pub text: Option<Text<'a>>,
+    /// The sampled tokens' log-probabilities, when the request asked for them.
+    #[serde(default, borrow)]
+    pub logprobs: Option<Logprobs<'a>>,
+}
+
+/// A choice's `logprobs`: llama.cpp's `content` array (one entry per token: `token`, `logprob`,
+/// `bytes`, `top_logprobs`) kept raw, for dialects that carry it on.
+#[derive(Debug, Default, Deserialize)]
+pub struct Logprobs<'a> {
+    #[serde(default, borrow)]
+    pub content: Option<&'a RawValue>,
 }
 
 impl<'a> Choice<'a> {

@@ -96,7 +96,18 @@ fn body(out: &mut Vec<u8>, generate: bool, content: &str, thinking: &str, calls:
     out.push(b'}');
 }
 
-/// One streamed `done: false` object.
+/// `,"logprobs":[...]` (Ollama's top-level field) when there are any: the engine's entries as
+/// they came (`token`, `logprob`, `bytes`, `top_logprobs`).
+fn logprobs(out: &mut Vec<u8>, raw: &str) {
+    if raw.starts_with('[') && raw != "[]" {
+        out.push(b',');
+        key(out, "logprobs");
+        out.extend_from_slice(raw.as_bytes());
+    }
+}
+
+/// One streamed `done: false` object; `raw_logprobs` is its tokens' entries (or empty).
+#[allow(clippy::too_many_arguments)]
 pub fn delta(
     out: &mut Vec<u8>,
     generate: bool,
@@ -105,14 +116,16 @@ pub fn delta(
     content: &str,
     thinking: &str,
     calls: &[ToolCall],
+    raw_logprobs: &str,
 ) {
     head(out, model, now);
     body(out, generate, content, thinking, calls);
+    logprobs(out, raw_logprobs);
     out.extend_from_slice(b",\"done\":false}\n");
 }
 
-/// The `done: true` object; `content`, `thinking` and `calls` are empty in a stream, whole in a
-/// body. `newline` ends it as an NDJSON line.
+/// The `done: true` object; `content`, `thinking`, `calls` and `raw_logprobs` are empty in a
+/// stream, whole in a body. `newline` ends it as an NDJSON line.
 #[allow(clippy::too_many_arguments)]
 pub fn final_object(
     out: &mut Vec<u8>,
@@ -122,12 +135,14 @@ pub fn final_object(
     content: &str,
     thinking: &str,
     calls: &[ToolCall],
+    raw_logprobs: &str,
     reason: &str,
     m: &Metrics,
     newline: bool,
 ) {
     head(out, model, now);
     body(out, generate, content, thinking, calls);
+    logprobs(out, raw_logprobs);
     if generate {
         out.extend_from_slice(b",\"done\":true,");
         key(out, "done_reason");

@@ -84,6 +84,12 @@ pub(super) fn parse_object<'a>(text: &'a str) -> Result<Completion<'a>, String> 
     Ok(completion)
 }
 
+/// Choice 0's logprobs entries as raw JSON (`[...]`), or "".
+pub(super) fn first_logprobs<'a>(chunk: &Completion<'a>) -> &'a str {
+    let choice = chunk.choices.as_ref().and_then(|cs| cs.iter().find(|c| c.index == 0));
+    choice.and_then(|c| c.logprobs.as_ref()).and_then(|l| l.content).map_or("", |raw| raw.get())
+}
+
 pub(super) fn first_message<'c, 'a>(chunk: &'c Completion<'a>) -> Option<&'c Message<'a>> {
     let choice = chunk.choices.as_ref()?.iter().find(|c| c.index == 0)?;
     choice.delta.as_ref().or(choice.message.as_ref())
@@ -256,11 +262,15 @@ impl State {
             }
             Dialect::OllamaChat | Dialect::OllamaGenerate => {
                 let generate = self.opts.dialect == Dialect::OllamaGenerate;
+                // the tokens' logprobs go with the object that carries their text
+                let logprobs = first_logprobs(&chunk);
+                let (on_thinking, on_content) =
+                    if content.is_empty() { (logprobs, "") } else { ("", logprobs) };
                 if !thinking.is_empty() {
-                    ollama::delta(out, generate, &self.model, now, "", thinking, &[]);
+                    ollama::delta(out, generate, &self.model, now, "", thinking, &[], on_thinking);
                 }
                 if !content.is_empty() {
-                    ollama::delta(out, generate, &self.model, now, content, "", &[]);
+                    ollama::delta(out, generate, &self.model, now, content, "", &[], on_content);
                 }
                 if !generate {
                     self.flush_ollama_tools(now);
@@ -316,7 +326,7 @@ impl State {
         let ready = self.col.tools.complete_count();
         if ready > self.ollama_sent {
             let calls = &self.col.tools.calls[self.ollama_sent..ready];
-            ollama::delta(&mut self.out, false, &self.model, now, "", "", calls);
+            ollama::delta(&mut self.out, false, &self.model, now, "", "", calls, "");
             self.ollama_sent = ready;
         }
     }
@@ -387,6 +397,7 @@ impl State {
                     "",
                     "",
                     &[],
+                    "",
                     reason,
                     &metrics,
                     true,

@@ -644,3 +644,22 @@ data: [DONE]\n\n";
          data: [DONE]\n\n"
     ));
 }
+
+#[test]
+fn ollama_carries_the_tokens_logprobs() {
+    let lp = r#"[{"id":1,"token":"Hi","bytes":[72,105],"logprob":-0.5,"top_logprobs":[{"id":1,"token":"Hi","bytes":[72,105],"logprob":-0.5}]}]"#;
+    let stream = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}},\"logprobs\":{{\"content\":{lp}}}}}]}}\n\n\
+         data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+    );
+    let (out, _) = run(Dialect::OllamaChat, &[stream.as_bytes()]);
+    let first = text(&out).lines().next().unwrap();
+    assert!(first.contains(&format!(",\"logprobs\":{lp},\"done\":false}}")), "{first}");
+    let body = format!(
+        "{{\"choices\":[{{\"index\":0,\"message\":{{\"content\":\"Hi\"}},\"logprobs\":{{\"content\":{lp}}},\"finish_reason\":\"stop\"}}]}}"
+    );
+    let (out, _) = translate_whole(&whole_opts(Dialect::OllamaGenerate), body.as_bytes()).unwrap();
+    assert!(text(&out).contains(&format!("\"logprobs\":{lp}")), "{}", text(&out));
+    let (out, _) = run(Dialect::OllamaChat, &[HELLO]);
+    assert!(!text(&out).contains("logprobs"));
+}

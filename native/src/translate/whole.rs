@@ -11,7 +11,7 @@ use super::json::str_literal;
 use super::ollama::{self, Metrics};
 use super::openai;
 use super::prefill::Prefill;
-use super::stream::parse_object;
+use super::stream::{first_logprobs, parse_object};
 use super::stream::{new_message_id, Dialect};
 
 /// What the caller knows about a whole response.
@@ -75,8 +75,9 @@ pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Sum
             let reason = ollama::done_reason(col.finish_reason.as_deref());
             let calls = if generate { &[][..] } else { &col.tools.calls[..] };
             let (text, thinking) = (&col.text, &col.reasoning);
+            let logprobs = first_logprobs(&completion);
             ollama::final_object(
-                &mut out, generate, &model, now, text, thinking, calls, reason, &metrics, false,
+                &mut out, generate, &model, now, text, thinking, calls, logprobs, reason, &metrics, false,
             );
         }
         Dialect::Anthropic => {
