@@ -88,6 +88,21 @@ def test_stream_with_usage_when_asked(daemon: Daemon) -> None:
 def test_completions(daemon: Daemon) -> None:
     r = client(daemon).completions.create(model="smollm2", prompt="The sky is", max_tokens=8, temperature=0)
     assert r.choices[0].text
+    # logprobs in the completions API's shape, whole and streamed
+    lp = client(daemon).completions.create(
+        model="smollm2", prompt="The sky is", max_tokens=4, temperature=0, logprobs=2
+    )
+    got = lp.choices[0].logprobs
+    assert got is not None and got.tokens and "".join(got.tokens) == lp.choices[0].text, lp
+    assert len(got.token_logprobs or []) == len(got.tokens) == len(got.text_offset or [])
+    assert got.top_logprobs and all(len(top) == 2 for top in got.top_logprobs), got
+    streamed = client(daemon).completions.create(
+        model="smollm2", prompt="The sky is", max_tokens=4, temperature=0, logprobs=2, stream=True
+    )
+    tokens = [
+        t for c in streamed if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens or []
+    ]
+    assert tokens == got.tokens
     # streamed: usage only for a client that asked for it (llama-server puts it on its last chunk regardless)
     for asked in (False, True):
         extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if asked else {}

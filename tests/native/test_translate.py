@@ -714,3 +714,31 @@ def test_logprobs_reach_ollama_alike_from_native_and_oracle(dialect: str) -> Non
         for impl in (_native.translate_whole, oracle.translate_whole)
     ]
     assert wholes[0] == wholes[1] and json.loads(wholes[0])["logprobs"] == json.loads(LOGPROBS)
+
+
+def test_completions_logprobs_come_in_the_completions_apis_shape() -> None:
+    """llama-server gives a text choice's logprobs in the chat shape; an OpenAI client of /v1/completions gets
+    tokens, token_logprobs, top_logprobs and text_offset (running across the stream), native and oracle alike."""
+    entry = '{{"id":1,"token":"{t}","bytes":[],"logprob":-0.5,"top_logprobs":[{{"id":1,"token":"{t}","bytes":[],"logprob":-0.5}}]}}'
+    chunk = (
+        '{{"choices":[{{"text":"{t}","index":0,"logprobs":{{"content":[{e}]}}}}],"object":"text_completion"}}'
+    )
+    stream = (
+        b"".join(b"data: " + chunk.format(t=t, e=entry.format(t=t)).encode() + b"\n\n" for t in ("He", "llo"))
+        + b'data: {"choices":[{"text":"","index":0,"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    )
+    outs = [run(impl, "openai", [stream])[0] for impl in (_native.StreamTranslator, oracle.StreamTranslator)]
+    assert outs[0] == outs[1]
+    second = json.loads(sse_events(outs[0])[1][1])["choices"][0]["logprobs"]
+    assert second == {
+        "tokens": ["llo"],
+        "token_logprobs": [-0.5],
+        "top_logprobs": [{"llo": -0.5}],
+        "text_offset": [2],
+    }
+    body = chunk.format(t="Hi", e=entry.format(t="Hi")).encode()
+    wholes = [
+        impl("openai", MODEL, body, now_ns=START_NS)[0]
+        for impl in (_native.translate_whole, oracle.translate_whole)
+    ]
+    assert wholes[0] == wholes[1] and json.loads(wholes[0])["choices"][0]["logprobs"]["tokens"] == ["Hi"]

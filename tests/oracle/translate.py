@@ -439,6 +439,39 @@ def _ollama_body(generate: bool, content: str, thinking: str, calls: list[ToolCa
     return out + "}"
 
 
+def legacy_logprobs(data: str, offsets: dict[int, int]) -> str:
+    """A text choice's chat-shaped logprobs in the completions API's shape (tokens, token_logprobs,
+    top_logprobs, text_offset running per choice); ``data`` unchanged when there are none."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return data
+    changed = False
+    for choice in value.get("choices") or [] if isinstance(value, dict) else []:
+        entries = (choice.get("logprobs") or {}).get("content") if isinstance(choice, dict) else None
+        if not isinstance(choice.get("text"), str) or not isinstance(entries, list):
+            continue
+        index = choice.get("index", 0)
+        at = offsets.get(index, 0)
+        legacy: dict[str, list[Any]] = {
+            "tokens": [],
+            "token_logprobs": [],
+            "top_logprobs": [],
+            "text_offset": [],
+        }
+        for e in entries:
+            token = e.get("token", "")
+            legacy["tokens"].append(token)
+            legacy["token_logprobs"].append(e.get("logprob"))
+            legacy["top_logprobs"].append({t["token"]: t.get("logprob") for t in e.get("top_logprobs") or []})
+            legacy["text_offset"].append(at)
+            at += len(token)
+        offsets[index] = at
+        choice["logprobs"] = legacy
+        changed = True
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False) if changed else data
+
+
 def _ollama_logprobs(entries: object) -> str:
     """Ollama's top-level ``logprobs``: the engine's entries as they came (compact JSON, as llama.cpp writes it)."""
     if not isinstance(entries, list) or not entries:
@@ -678,6 +711,7 @@ class StreamTranslator:
         self.parser = SseParser(MAX_FRAME)
         self.col = Collector(self._start, n)
         self.usage_event: str | None = None
+        self.offsets: dict[int, int] = {}
         self.anthropic = AnthropicStream()
         self.ollama_sent = 0
         self.out: list[str] = []
@@ -751,6 +785,8 @@ class StreamTranslator:
             return
         if data.strip() == "null":  # llama-server's separator between a multi-prompt completion's prompts
             return
+        if self.dialect == "openai" and '"logprobs":{' in data and '"text"' in data:
+            data = legacy_logprobs(data, self.offsets)
         try:
             chunk = json.loads(data)
             if not isinstance(chunk, dict):
@@ -944,6 +980,8 @@ def translate_whole(
     col.tools.complete_all()
     col.tools.validate(col.errors)
     if dialect == "openai":
+        if '"logprobs":{' in body and '"text"' in body:
+            body = legacy_logprobs(body, {})
         out = _replace_model(body, model_lit)
     elif dialect == "anthropic":
         out = anthropic_whole(message_id if message_id is not None else new_message_id(), model_lit, col, 0)

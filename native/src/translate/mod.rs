@@ -11,6 +11,7 @@ mod clock;
 mod collect;
 mod engine;
 mod json;
+mod legacy;
 mod ollama;
 mod openai;
 mod prefill;

@@ -10,6 +10,7 @@ use super::clock::Clock;
 use super::collect::{Collector, Summary};
 use super::engine::{Completion, EngineError, Message, REDACTED};
 use super::json::str_literal;
+use super::legacy;
 use super::ollama::{self, Metrics};
 use super::openai;
 use super::prefill::Prefill;
@@ -113,6 +114,7 @@ struct State {
     /// OpenAI: the latest chunk that carried usage, written at the end as one usage-only chunk
     /// with every report added up (as OpenAI sends it), not as each choice's or prompt's arrives.
     usage_event: Option<String>,
+    offsets: legacy::Offsets,
 }
 
 /// Translates one streamed response.
@@ -141,6 +143,7 @@ impl Translator {
             last_output_ns: clock.start_ns(),
             prefill: Prefill::new(opts.prefill.clone()),
             usage_event: None,
+            offsets: legacy::Offsets::default(),
             opts,
         };
         Self { parser: SseParser::new(DEFAULT_MAX_FRAME), clock, state, pending: Vec::new() }
@@ -235,6 +238,12 @@ impl State {
         }
         let stripped = if self.prefill.pending() { self.prefill.strip(ev.data) } else { None };
         let data = stripped.as_deref().unwrap_or(ev.data);
+        let reshaped = if self.opts.dialect == Dialect::OpenAi && legacy::may_need(data) {
+            legacy::reshape(data, &mut self.offsets) // a text choice's logprobs, in the completions API's shape
+        } else {
+            None
+        };
+        let data = reshaped.as_deref().unwrap_or(data);
         let chunk: Completion<'_> = match parse_object(data) {
             Ok(chunk) => chunk,
             Err(err) => return self.bad_chunk(data, &err),

@@ -8,6 +8,7 @@ use super::anthropic;
 use super::collect::{Collector, Summary};
 use super::engine::{Completion, EngineError};
 use super::json::str_literal;
+use super::legacy;
 use super::ollama::{self, Metrics};
 use super::openai;
 use super::prefill::Prefill;
@@ -40,6 +41,12 @@ pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Sum
     let body = std::str::from_utf8(body).map_err(|e| format!("engine body is not UTF-8: {e}"))?;
     let stripped = Prefill::new(opts.prefill.clone()).strip(body);
     let body = stripped.as_deref().unwrap_or(body);
+    let reshaped = if opts.dialect == Dialect::OpenAi && legacy::may_need(body) {
+        legacy::reshape(body, &mut legacy::Offsets::default()) // the completions API's logprobs shape
+    } else {
+        None
+    };
+    let body = reshaped.as_deref().unwrap_or(body);
     let completion: Completion<'_> =
         parse_object(body).map_err(|e| format!("engine body is not a JSON chat completion: {e}"))?;
     let model = str_literal(&opts.model);
