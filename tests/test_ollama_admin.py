@@ -141,6 +141,18 @@ def test_tags_fill_an_older_row_off_the_loop(
         assert len(threads) == 1  # stored: the next listing reads it
 
 
+def _ps_running(sup: Any, child: Child) -> tuple[int, dict[str, Any]]:
+    """/api/ps's status and its one entry, ``child`` given a running process (ps lists only engines that run)."""
+    with subprocess.Popen(["sleep", "60"]) as proc:
+        child.proc = proc  # type: ignore[assignment]
+        try:
+            status, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
+        finally:
+            proc.kill()
+    [entry] = orjson.loads(body)["models"]
+    return status, entry
+
+
 @pytest.mark.parametrize("keep_alive", [1e308, 2.0**70, 400 * 365 * 86400.0])
 def test_ps_survives_a_keep_alive_past_the_calendar(
     tmp_path: Path, model_file: Path, keep_alive: float
@@ -160,13 +172,7 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
             remotes=Remotes(()),
             remote_for=lambda _m: None,
         )
-        with subprocess.Popen(["sleep", "60"]) as proc:  # a running process: ps lists only engines that run
-            child.proc = proc  # type: ignore[assignment]
-            try:
-                status, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
-            finally:
-                proc.kill()
-        [entry] = orjson.loads(body)["models"]
+        status, entry = _ps_running(sup, child)
         expires = datetime.fromisoformat(entry["expires_at"])
         assert status == 200 and 9 < (expires - datetime.now(UTC)).days / 365 <= 10
 
@@ -187,13 +193,7 @@ def test_show_and_ps_give_the_context_of_one_request(tmp_path: Path, model_file:
         sup.children[child.key] = child
         _, _, body = asyncio.run(ollama_admin.show(sup, _show("smollm2"), None))
         assert orjson.loads(body)["parameters"].splitlines()[0] == "num_ctx 3072"
-        with subprocess.Popen(["sleep", "60"]) as proc:  # a running process: ps lists only engines that run
-            child.proc = proc  # type: ignore[assignment]
-            try:
-                _, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
-            finally:
-                proc.kill()
-        [entry] = orjson.loads(body)["models"]
+        _, entry = _ps_running(sup, child)
         assert entry["context_length"] == 3072
 
 
