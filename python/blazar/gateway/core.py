@@ -24,7 +24,7 @@ from blazar.dialects.ollama import WHOLE_CONTEXT
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
-from blazar.gateway import forced_tools, proxy, remote, semcache, vectors, watch
+from blazar.gateway import forced_tools, proxy, remote, semcache, tenancy, vectors, watch
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
@@ -139,26 +139,13 @@ def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     scope (a key learns nothing of the models outside it), a request of the wrong kind for its model (audio for
     a language model, text for a whisper model) is refused, before an engine starts for it."""
     target, wrong, preset = _route(sup, canon)
-    req.gate.check_model(req, target[0], quota_reservation(req, canon))
+    req.gate.check_model(req, target[0], canon)
     if wrong is not None:
         raise wrong
     if preset is not None:
         presets.apply(preset, canon)
     _note(req, canon)
     return target
-
-
-RESERVE_BYTES_PER_TOKEN = 4
-"""A request's prompt is reserved against its key's tpm and daily_tokens at this many body bytes per token: about
-what English text averages, more than the JSON around it costs."""
-
-
-def quota_reservation(req: Request, canon: CanonicalRequest) -> int:
-    """What a request may charge its key: its body at ``RESERVE_BYTES_PER_TOKEN``, plus max_tokens for each
-    choice when it says one (held until it finishes, when what it used is charged instead)."""
-    max_tokens = canon.params.get("max_tokens")
-    out = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0
-    return len(req.body) // RESERVE_BYTES_PER_TOKEN + max(out, 0) * canon.choices()
 
 
 def _note(req: Request, canon: CanonicalRequest) -> None:
@@ -171,7 +158,7 @@ def claim_remote(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
     None for a local model."""
     hit = sup.remote_for(canon.model)
     if hit is not None:
-        req.gate.check_model(req, canon.model, quota_reservation(req, canon))
+        req.gate.check_model(req, canon.model, canon)
         _note(req, canon)
     return hit
 
@@ -423,7 +410,7 @@ async def _dispatch(
                 f' (parallel under [models."{child.model}"] in config.toml)',
                 "invalid_request_error",
             )
-        if _asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
+        if forced_tools.asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
             note_ignored(
                 req, f"think is ignored: the chat template of '{child.model}' has no thinking section"
             )
@@ -433,11 +420,10 @@ async def _dispatch(
             and canon.has_tools()
             and not await forced_tools.template_emits_tool_calls(sup, child)
         ):
-            force = _FORCE_A_CALL.get(shape.translator, _FORCE_A_CALL["openai"])
             note_ignored(
                 req,
                 f"tools may not reach the model: the chat template of '{child.model}' does not support tool calls"
-                f" (llama-server's /props); {force}",
+                f" (llama-server's /props); {forced_tools.how_to_force(shape.translator)}",
             )
         if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
             if choices > 1:
@@ -489,49 +475,13 @@ async def _dispatch(
         )
         if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
             raise proxy.engine_error(502, data)
-        req.summary = each_task_charged(summary, choices) if child.lane == "llama-cpp" else summary
+        req.summary = tenancy.each_task_charged(summary, choices) if child.lane == "llama-cpp" else summary
         watch.judge_whole(sup, req, canon)
         if probe is not None and req.gate.semcache is not None:
             req.gate.semcache.keep(probe, req, summary, data)
         return 200, [("content-type", "application/json")], out
     finally:
         after(sup, child, req)
-
-
-def _asks_to_think(canon: CanonicalRequest) -> bool:
-    """Whether the request turns thinking on (Ollama's think, a reasoning effort other than none)."""
-    kwargs = canon.params.get("chat_template_kwargs")
-    effort = canon.params.get("reasoning_effort")
-    return (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is True) or effort in (
-        "low",
-        "medium",
-        "high",
-        "max",
-    )
-
-
-_FORCE_A_CALL = {
-    "openai": "send tool_choice required, or name a tool, to force a call",
-    "anthropic": 'send tool_choice {"type": "any"}, or {"type": "tool", "name": ...}, to force a call',
-    "ollama_chat": "Ollama has no tool_choice: the OpenAI (tool_choice required) or Anthropic endpoint can force a call",
-}
-"""How each dialect forces a tool call, for the note on a template that cannot emit one."""
-
-
-def each_task_charged(summary: dict[str, Any], n: int) -> dict[str, Any]:
-    """A whole llama-server body with several choices (``n`` per prompt, one prompt or many) reports one task's
-    usage, though the engine ran a task for each choice (a stream reports every task's, and the translator adds
-    them up). Each task is charged as much as the reported one: its completion tokens for every choice, its
-    prompt tokens for every prompt. The client's body keeps the engine's figures."""
-    usage, k = summary.get("usage"), summary.get("choices")
-    if not isinstance(usage, dict) or summary.get("usage_reports") != 1 or not isinstance(k, int) or k <= 1:
-        return summary
-    prompts = max(k // max(n, 1), 1)
-    charged = {
-        "prompt_tokens": int(usage.get("prompt_tokens") or 0) * prompts,
-        "completion_tokens": int(usage.get("completion_tokens") or 0) * k,
-    }
-    return {**summary, "usage": charged}
 
 
 async def _forced_tool_call(

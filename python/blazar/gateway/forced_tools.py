@@ -2,8 +2,9 @@
 calls, the generation is constrained with a JSON schema built from the tools and the result is returned as a
 well-formed tool call in the caller's dialect, streamed or not.
 
-It owns the engine-capability probe (llama-server's ``/props`` ``chat_template_caps``, cached per child), the
-constrained engine request, and the synthetic OpenAI completion that the native translators then render. The
+It owns the engine-capability probe (llama-server's ``/props`` ``chat_template_caps`` and template: tool calls and
+thinking, cached per child), how each dialect forces a call, the constrained engine request, and the synthetic
+OpenAI completion that the native translators then render. The
 work is constant per request: the engine is asked for the whole (short) JSON once.
 """
 
@@ -53,6 +54,30 @@ async def _read_props(sup: Supervisor, child: Child) -> None:
     child.thinks = bool(caps.get("supports_reasoning_effort")) or (
         isinstance(template, str) and "think" in template.lower()
     )
+
+
+def asks_to_think(canon: CanonicalRequest) -> bool:
+    """Whether the request turns thinking on (Ollama's think, a reasoning effort other than none)."""
+    kwargs = canon.params.get("chat_template_kwargs")
+    effort = canon.params.get("reasoning_effort")
+    return (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is True) or effort in (
+        "low",
+        "medium",
+        "high",
+        "max",
+    )
+
+
+_FORCE_A_CALL = {
+    "openai": "send tool_choice required, or name a tool, to force a call",
+    "anthropic": 'send tool_choice {"type": "any"}, or {"type": "tool", "name": ...}, to force a call',
+    "ollama_chat": "Ollama has no tool_choice: the OpenAI (tool_choice required) or Anthropic endpoint can force a call",
+}
+
+
+def how_to_force(translator: str) -> str:
+    """How a dialect forces a tool call, for the note on a template that cannot emit one."""
+    return _FORCE_A_CALL.get(translator, _FORCE_A_CALL["openai"])
 
 
 def constrained_body(body: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:

@@ -110,11 +110,12 @@ class Gate:
 
     # -- handler side --------------------------------------------------------------------------------------
 
-    def check_model(self, req: Request, model: str, reserve: int = 0) -> None:
-        """Scope, rpm, tpm and daily tokens for the model this request names; ``reserve`` is what it may charge
-        (``quota_reservation``), held against tpm and daily_tokens until it finishes."""
+    def check_model(self, req: Request, model: str, canon: CanonicalRequest | None = None) -> None:
+        """Scope, rpm, tpm and daily tokens for the model this request names; what ``canon`` may charge
+        (``quota_reservation``) is held against tpm and daily_tokens until it finishes."""
         req.model = model
         if req.key is not None:
+            reserve = quota_reservation(req, canon) if canon is not None else 0
             req.reserved += self.quotas.check(req.key, model, reserve)
 
     async def admit(self, req: Request, model_key: str, slots: int, canon: CanonicalRequest) -> SlotLease:
@@ -182,3 +183,32 @@ class Gate:
             await self.audit.close()
         if self.otlp is not None:
             await self.otlp.close()
+
+
+RESERVE_BYTES_PER_TOKEN = 4
+"""A request's prompt is reserved against its key's tpm and daily_tokens at this many body bytes per token: about
+what English text averages, more than the JSON around it costs."""
+
+
+def quota_reservation(req: Request, canon: CanonicalRequest) -> int:
+    """What a request may charge its key: its body at ``RESERVE_BYTES_PER_TOKEN``, plus max_tokens for each
+    choice when it says one (held until it finishes, when what it used is charged instead)."""
+    max_tokens = canon.params.get("max_tokens")
+    out = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0
+    return len(req.body) // RESERVE_BYTES_PER_TOKEN + max(out, 0) * canon.choices()
+
+
+def each_task_charged(summary: dict[str, Any], n: int) -> dict[str, Any]:
+    """A whole llama-server body with several choices (``n`` per prompt, one prompt or many) reports one task's
+    usage, though the engine ran a task for each choice (a stream reports every task's, and the translator adds
+    them up). Each task is charged as much as the reported one: its completion tokens for every choice, its
+    prompt tokens for every prompt. The client's body keeps the engine's figures."""
+    usage, k = summary.get("usage"), summary.get("choices")
+    if not isinstance(usage, dict) or summary.get("usage_reports") != 1 or not isinstance(k, int) or k <= 1:
+        return summary
+    prompts = max(k // max(n, 1), 1)
+    charged = {
+        "prompt_tokens": int(usage.get("prompt_tokens") or 0) * prompts,
+        "completion_tokens": int(usage.get("completion_tokens") or 0) * k,
+    }
+    return {**summary, "usage": charged}
