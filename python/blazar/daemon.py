@@ -19,6 +19,8 @@ from blazar.paths import DataDir
 from blazar.store import Store
 from blazar.supervisor import Supervisor
 
+log = logging.getLogger("blazar.daemon")
+
 
 def setup_logging(level: str) -> None:
     logging.basicConfig(
@@ -40,7 +42,9 @@ def serve(cfg: Config, config_path: Path) -> int:
         print(str(e), file=sys.stderr, flush=True)
         return EXIT_BIND_CONFLICT
     data = DataDir(cfg.data_dir).ensure()
-    data.sweep_run()
+    orphans = data.sweep_run()
+    if orphans:  # a daemon killed before it could stop its engines left them running
+        log.warning("stopped %d engine(s) an earlier daemon left running: pid %s", len(orphans), orphans)
     if (data.root / "blobs").is_dir():  # uploads a daemon killed mid-way left behind, and unused old blobs
         blobs.sweep(data.root / "blobs")
         blobs.prune(data.root / "blobs")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,12 +96,31 @@ class DataDir:
         key), so daemons sharing a data directory never overwrite or delete each other's."""
         return self.run / f"{safe_component(key)}.{os.getpid()}.{suffix}"
 
-    def sweep_run(self) -> None:
-        """Remove the child files of daemons that are gone (killed before they could remove them)."""
+    def sweep_run(self) -> list[int]:
+        """Remove the child files of daemons that are gone (killed before they could remove them), first stopping
+        the engines they name that outlived them (SIGKILL; an engine is known by its command line, which names
+        this run directory: its key file, its socket). Returns the pids of the engines stopped."""
+        stopped = []
         for f in self.run.glob("*.*.*") if self.run.is_dir() else []:
             _key, daemon, suffix = f.name.rsplit(".", 2)
-            if suffix in ("pid", "apikey") and daemon.isdigit() and not alive(int(daemon)):
-                f.unlink(missing_ok=True)
+            if suffix not in ("pid", "apikey") or not daemon.isdigit() or alive(int(daemon)):
+                continue
+            if suffix == "pid" and (orphan := self._orphan(f)) is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(orphan, signal.SIGKILL)
+                    stopped.append(orphan)
+            f.unlink(missing_ok=True)
+        return stopped
+
+    def _orphan(self, pid_file: Path) -> int | None:
+        """The live engine a dead daemon's pid file names, or None (gone, or a process that is not one of ours)."""
+        try:
+            pid = int(pid_file.read_text().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError):
+            return None
+        return pid if str(self.run).encode() in cmdline else None
 
     def log_file(self, model: str) -> Path:
         return self.logs / f"{safe_component(model)}.log"

@@ -177,6 +177,25 @@ def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None
     assert r.status_code == 200, r.text
 
 
+def test_an_engine_a_killed_daemon_left_running_is_stopped_by_the_next(daemon_factory: object) -> None:
+    """kill -9 of the daemon leaves its engine running (it has a session of its own); the next daemon's start stops
+    it, and serves from an engine of its own on the same socket."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    assert d.proc is not None
+    d.proc.kill()
+    d.proc.wait()
+    assert pid_alive(pid)  # orphaned
+    d.start()
+    wait_for(lambda: not pid_alive(pid), 10, "the orphaned engine to be stopped")
+    assert "stopped 1 engine(s) an earlier daemon left running" in d.log.read_text()
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [new] = d.child_pids()
+    assert new != pid and stat.S_ISSOCK((d.data_dir / "run" / "smollm2--latest.sock").lstat().st_mode)
+
+
 def test_an_idle_engine_that_dies_leaves_ps_at_once_and_is_forgotten(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("idle_timeout_secs = 4\n")  # the idle loop looks every second

@@ -182,6 +182,28 @@ def test_the_run_files_of_daemons_that_are_gone_are_swept(tmp_path: Path) -> Non
     assert [f.exists() for f in swept] == [False] * len(swept)
 
 
+def test_engines_a_dead_daemon_left_running_are_stopped(tmp_path: Path) -> None:
+    """A daemon killed with -9 leaves its engines running; the next one's start stops those its pid files name
+    (known by a command line naming this run directory), and leaves any other process alone."""
+    data = DataDir(tmp_path / "data").ensure()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    sleep = "import sys, time; time.sleep(60)"
+    engine = subprocess.Popen([sys.executable, "-c", sleep, "--api-key-file", str(data.run / "m.1.apikey")])
+    stranger = subprocess.Popen([sys.executable, "-c", sleep])
+    try:
+        (data.run / f"m--latest.{dead.pid}.pid").write_text(str(engine.pid))
+        (data.run / f"x--latest.{dead.pid}.pid").write_text(str(stranger.pid))
+        assert data.sweep_run() == [engine.pid]
+        assert engine.wait(timeout=10) == -9
+        assert stranger.poll() is None
+        assert list(data.run.glob("*.pid")) == []
+    finally:
+        for p in (engine, stranger):
+            p.kill()
+            p.wait()
+
+
 def test_one_death_is_one_crash_however_many_requests_find_it(tmp_path: Path) -> None:
     """Three requests in flight on an engine that dies each reap it; the breaker hears of one crash."""
     from blazar.config import Config
