@@ -131,6 +131,30 @@ def test_a_model_deleted_mid_stream_ends_the_stream_saying_so(daemon_factory: ob
     assert "evicting tmpm:latest (model deleted)" in log and " ERROR " not in log and "died" not in log, log
 
 
+def test_deleting_a_model_whose_engine_others_share_never_cuts_their_answers(daemon_factory: object) -> None:
+    """A copy shares smollm2's engine; deleting smollm2 while the copy streams lets that answer finish, then stops
+    the engine, and the copy's next request starts an engine of its own."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "cc"}).status_code == 200
+    story = [{"role": "user", "content": "Write a long story about the sea."}]
+    body = {"model": "cc", "messages": story, "max_tokens": 120, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", d.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        chunks = r.iter_bytes()
+        first = next(chunks)
+        [pid] = d.child_pids()
+        gone = httpx.request("DELETE", d.url + "/api/delete", json={"model": "smollm2"}, timeout=60)
+        assert gone.status_code == 200 and pid_alive(pid)  # answered at once; the engine serves on
+        rest = b"".join(chunks)
+    text = (first + rest).decode()
+    assert '"error"' not in text and text.rstrip().endswith("data: [DONE]"), text[-400:]
+    assert text.count('"finish_reason":"length"') == 1
+    wait_for(lambda: not pid_alive(pid), 10, "the retired engine to stop once its answer finished")
+    again = httpx.post(d.url + "/v1/chat/completions", json={**CHAT, "model": "cc"}, timeout=60)
+    assert again.status_code == 200, again.text
+    assert "retiring smollm2:latest once its requests finish (model deleted)" in d.log.read_text()
+
+
 @pytest.mark.parametrize("second_signal", [False, True])
 def test_a_stop_signal_during_a_stream_ends_it_within_the_grace(
     daemon_factory: object, second_signal: bool

@@ -227,3 +227,43 @@ def test_one_death_is_one_crash_however_many_requests_find_it(tmp_path: Path) ->
         asyncio.run(main())
     finally:
         store.close()
+
+
+def test_a_retired_engine_waits_for_its_requests_and_shutdown_stops_it(tmp_path: Path) -> None:
+    """``retire_when_idle`` takes the engine out of service at once, stops it once nothing is in flight, and a
+    shutdown meanwhile stops it with the others."""
+    from blazar.config import Config
+    from blazar.store import Store
+    from blazar.supervisor.pool import Supervisor
+
+    data = DataDir(tmp_path / "data").ensure()
+    store = Store.open(data.db)
+    sup = Supervisor(Config(data_dir=data.root, stop_grace_secs=1), data, store)
+
+    async def engine(key: str) -> Child:
+        c = Child(key, key, LaunchSpec(("x",)), data)
+        c.proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
+        c.state = State.READY
+        sup.children[key] = c
+        return c
+
+    async def main() -> None:
+        a = await engine("a:latest")
+        a.inflight = 1
+        await sup.retire_when_idle("a:latest", "model deleted")
+        assert "a:latest" not in sup.children and a in sup.retiring
+        await asyncio.sleep(0.5)
+        assert a.proc is not None and a.proc.returncode is None  # its request is still in flight
+        a.inflight = 0
+        await asyncio.wait_for(sup.retiring[a], 5)
+        assert a.proc.returncode is not None and a.stopped_for == "model deleted" and not sup.retiring
+        b = await engine("b:latest")
+        b.inflight = 1
+        await sup.retire_when_idle("b:latest", "model deleted")
+        await sup.stop_all()
+        assert b.proc is not None and b.proc.returncode is not None and not sup.retiring
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()

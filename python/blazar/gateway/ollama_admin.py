@@ -296,8 +296,14 @@ async def remove_model(sup: Supervisor, name: str, row: ModelRow | None, reason:
 
 async def stop_engines(sup: Supervisor, name: str, row: ModelRow | None, reason: str) -> None:
     """Stop the engines of catalog model ``name`` before it is removed or replaced (``reason``); a model with
-    LoRA adapters is refused first (they are served on it), so its engines keep serving."""
+    LoRA adapters is refused first (they are served on it), so its engines keep serving. An engine that other names
+    share is taken out of service and stopped once its requests finish: theirs are never cut, and theirs that
+    follow start the engine of their new owner."""
     if row is not None:
         sup.catalog.check_removable(row)
+    shared = bool(sup.sharing.sharers(name))  # other names run on its engine: their answers must not be cut
     for key in [k for k, c in sup.children.items() if c.model == name]:
-        await sup.evict(key, reason, gone=True)
+        if shared:
+            await sup.retire_when_idle(key, reason)
+        else:
+            await sup.evict(key, reason, gone=True)

@@ -42,6 +42,10 @@ CATALOG_RECHECK_SECS = 1.0
 model, so a model removed by another process (``blazar rm``) is refused within about a second."""
 _HOT_MAX = 1024
 DRAIN_POLL_SECS = 0.025
+RETIRE_POLL_SECS = 0.25
+RETIRE_WAIT_SECS = 600.0
+"""How long a retired engine (``Supervisor.retire_when_idle``) waits for its requests in flight before it is
+stopped all the same."""
 
 
 def wants_restart(child: Child, num_ctx: int | None) -> bool:
@@ -108,6 +112,8 @@ class Supervisor:
         self.breakers = Breakers()
         self.remotes = Remotes(cfg.remotes)
         self.sharing = Sharing(cfg, self.catalog)  # names over one weights file share an engine
+        # out of service, stopped once their requests in flight finish (``retire_when_idle``)
+        self.retiring: dict[Child, asyncio.Task[None]] = {}
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -305,6 +311,28 @@ class Supervisor:
             return
         for key in [k for k, c in self.children.items() if c.model == full]:
             await self.evict(key, reason, gone=True)
+
+    async def retire_when_idle(self, key: str, reason: str) -> None:
+        """Take the child serving ``key`` out of service now (a request that comes after starts a fresh engine)
+        and stop it once its requests in flight have finished, which are never cut (at most ``RETIRE_WAIT_SECS``):
+        a deleted model's engine that other names share goes without ending their answers."""
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            child = self.children.pop(key, None)
+        if child is None:
+            return
+        log.info("retiring %s once its requests finish (%s)", key, reason)
+        self.breakers.clean(key)
+        self.retiring[child] = asyncio.get_running_loop().create_task(self._retire_idle(child, reason))
+
+    async def _retire_idle(self, child: Child, reason: str) -> None:
+        try:
+            deadline = time.monotonic() + RETIRE_WAIT_SECS
+            while child.inflight > 0 and time.monotonic() < deadline:
+                await asyncio.sleep(RETIRE_POLL_SECS)
+            child.stopped_for = reason
+            await self._retire(child, self.cfg.stop_grace_secs, save=False)
+        finally:
+            self.retiring.pop(child, None)
 
     async def _drain(self, child: Child, why: str) -> None:
         """Wait (at most ``queue_wait_secs``) until ``child`` has no request in flight, so a restart (``why``: for
@@ -529,6 +557,11 @@ class Supervisor:
         self.remotes.close()
         children = list(self.children.values())
         self.children.clear()
+        retiring = dict(self.retiring)  # stopped here, at once, with the others
+        for task in retiring.values():
+            await tasks.stop(task)
+        children += [c for c in retiring if c.proc is not None and c.proc.returncode is None]
+        self.retiring.clear()
         for c in children:
             c.stopped_for = reason
         wait = self.cfg.stop_grace_secs if grace is None else grace

@@ -39,6 +39,11 @@ class Sharing:
             self._stamp = stamp
         return self._owners.get(name, name)
 
+    def sharers(self, name: str) -> list[str]:
+        """The other catalog names served by ``name``'s engine."""
+        self.owner(name)  # brings the table up to date
+        return [other for other, owner in self._owners.items() if owner == name]
+
     def _data_version(self) -> int:
         for (v,) in self._catalog.store.conn.execute("PRAGMA data_version"):
             return int(v)
