@@ -130,6 +130,17 @@ def read_header(path: Path, *, max_array_len: int = 1024, tensors: bool = False)
     return header
 
 
+def _not_an_adapter(src: Path, header: dict[str, object]) -> None:
+    """A LoRA adapter GGUF is no model of its own: it is served on its base model."""
+    meta = header.get("metadata")
+    if isinstance(meta, dict) and meta.get("general.type") == "adapter":
+        raise CatalogError(
+            f"{src.name} is a LoRA adapter (general.type adapter), not a model: serve it on its base model with"
+            f" blazar lora add {src.name} --base MODEL (in Ollama's /api/create: adapters, or ADAPTER in a"
+            " Modelfile)"
+        )
+
+
 def tensor_data_floor(header: dict[str, object]) -> int | None:
     """Where the last tensor's data starts in the file (the data section begins at the header's end rounded up
     to ``general.alignment``); a complete file is longer. None for a file without tensors."""
@@ -239,6 +250,7 @@ class Catalog:
             raise CatalogError(f"{src} does not exist or is not a file")
         whisper = ggml_whisper.read(src)
         header = read_header(src) if whisper is None else {}
+        _not_an_adapter(src, header)
         full = names.normalize(name) if name is not None else names.default_name_for_file(src.stem)
         (self._check_replaceable if replace else self._check_new)(full)  # early; again under the claim
         dest = self.files.file_for(full, ".gguf" if whisper is None else ".bin")
