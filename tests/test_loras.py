@@ -133,6 +133,8 @@ def test_one_namespace_with_the_catalog(loras: Loras, tmp_path: Path, model_file
 def test_an_adapter_file_is_not_imported_as_a_model(catalog: Catalog, tmp_path: Path) -> None:
     """A LoRA adapter GGUF has no model of its own (no block count, no vocabulary): importing it as one is refused
     with the way to serve it, not accepted to fail at its first request."""
-    with pytest.raises(CatalogError, match=r"pirate.gguf is a LoRA adapter \(general.type adapter\), not a model"):
+    with pytest.raises(
+        CatalogError, match=r"pirate.gguf is a LoRA adapter \(general.type adapter\), not a model"
+    ):
         catalog.import_file(adapter(tmp_path), "frompirate")
     assert catalog.list() == []

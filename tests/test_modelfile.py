@@ -85,8 +85,19 @@ def test_what_show_writes_is_read_back_to_the_same_preset() -> None:
         ('FROM m\nSYSTEM """never closed\nstill', "never closed"),
         ('FROM m\nSYSTEM "open', "closing quote"),
         ("FROM m\nRUN rm -rf /", "unknown instruction 'RUN'"),
+        ("FROM m\nPARAMETER temperature 1e400", "takes a number"),  # JSON has no inf: it could not be shown
+        ("FROM m\nPARAMETER temperature nan", "takes a number"),
     ],
 )
 def test_what_it_refuses_names_the_line(text: str, needle: str) -> None:
     with pytest.raises(ModelfileError, match=needle):
         parse(text)
+
+
+def test_tabs_separate_as_spaces_do() -> None:
+    """Ollama's parser takes a tab after an instruction or a parameter's name as it takes a space."""
+    assert parse("FROM\tsmollm2\nPARAMETER\ttemperature\t0.2\nMESSAGE\tuser\thi") == {
+        "from": "smollm2",
+        "parameters": {"temperature": 0.2},
+        "messages": [{"role": "user", "content": "hi"}],
+    }

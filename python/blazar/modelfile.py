@@ -14,6 +14,7 @@ It owns the text's syntax only: what a field may hold is checked by ``gateway.cr
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -41,8 +42,8 @@ def parse(text: str) -> dict[str, Any]:
         if word == "from" or word == "adapter":
             _source(out, word, _argument(rest, number), number)
         elif word == "parameter":
-            key, _, value = rest.partition(" ")
-            key = key.strip().lower()
+            key, value = _word(rest)
+            key = key.lower()
             if not key or not value.strip():
                 raise ModelfileError(
                     f"line {number}: PARAMETER needs a name and a value, e.g. PARAMETER temperature 0.7"
@@ -53,7 +54,7 @@ def parse(text: str) -> dict[str, Any]:
             else:
                 params[key] = typed
         elif word == "message":
-            role, _, content = rest.partition(" ")
+            role, content = _word(rest)
             if role.lower() not in _ROLES:
                 raise ModelfileError(
                     f"line {number}: MESSAGE takes a role ({', '.join(_ROLES)}) and its text, not {role[:40]!r}"
@@ -74,6 +75,12 @@ def parse(text: str) -> dict[str, Any]:
     return out
 
 
+def _word(text: str) -> tuple[str, str]:
+    """``text``'s first word and the rest, split at spaces or tabs (as Ollama's parser takes either)."""
+    parts = text.split(None, 1)
+    return (parts[0], parts[1]) if len(parts) == 2 else (parts[0] if parts else "", "")
+
+
 def _lines(text: str) -> list[tuple[int, str, str]]:
     """(line number, instruction, the rest with any triple-quoted text joined) for each instruction line."""
     found: list[tuple[int, str, str]] = []
@@ -84,7 +91,7 @@ def _lines(text: str) -> list[tuple[int, str, str]]:
         i += 1
         if not line or line.startswith("#"):
             continue
-        word, _, rest = line.partition(" ")
+        word, rest = _word(line)
         word = word.lower()
         if word not in _INSTRUCTIONS:
             raise ModelfileError(
@@ -164,7 +171,12 @@ def _typed(key: str, value: str, number: int) -> Any:
         if kind == "int":
             return int(value)
         if kind == "float":
-            return float(value)
+            number = float(value)
+            if not math.isfinite(
+                number
+            ):  # JSON has no inf or nan: such a preset could not be shown or sent back
+                raise ValueError
+            return number
         if kind == "bool":
             low = value.lower()
             if low not in ("true", "false"):

@@ -637,3 +637,10 @@ def test_embeddings_legacy() -> None:
 def test_render_error() -> None:
     assert orjson.loads(ollama.render_error(404, "model 'x' not found")) == {"error": "model 'x' not found"}
     assert ollama.render_error(500, 'quote " here') == b'{"error":"quote \\" here"}'
+
+
+def test_a_number_past_64_bits_is_refused_and_shown() -> None:
+    """A client (or a Modelfile's PARAMETER) may send any integer: past 64 bits it is refused by value, not a 500."""
+    with pytest.raises(DialectError) as e:
+        ollama.parse_chat(chat(options={"num_predict": 10**30}))
+    assert e.value.status == 400 and "got integer 1000000000000000000000000000000" in e.value.message

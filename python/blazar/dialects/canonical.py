@@ -359,8 +359,13 @@ def shown(value: Any) -> str:
     kind = json_type(value)
     if value is None:
         return "null"
-    if isinstance(value, bool | int | float):
-        return f"{kind} {orjson.dumps(value).decode()}"
+    if isinstance(value, bool):
+        return f"{kind} {'true' if value else 'false'}"
+    if isinstance(value, int | float):  # an integer past 64 bits, inf and nan as Python writes them
+        text = (
+            orjson.dumps(value).decode() if -(2**63) <= value < 2**64 and math.isfinite(value) else str(value)
+        )
+        return f"{kind} {text if len(text) <= 40 else text[:37] + '...'}"
     if isinstance(value, str):
         text = orjson.dumps(value[:40]).decode()
         return f'{kind} {text[:-1]}..."' if len(value) > 40 else f"{kind} {text}"
