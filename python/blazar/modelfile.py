@@ -171,12 +171,10 @@ def _typed(key: str, value: str, number: int) -> Any:
         if kind == "int":
             return int(value)
         if kind == "float":
-            number = float(value)
-            if not math.isfinite(
-                number
-            ):  # JSON has no inf or nan: such a preset could not be shown or sent back
+            real = float(value)
+            if not math.isfinite(real):  # JSON has no inf or nan: such a preset could not be shown or sent back
                 raise ValueError
-            return number
+            return real
         if kind == "bool":
             low = value.lower()
             if low not in ("true", "false"):
