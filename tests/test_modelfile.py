@@ -85,7 +85,10 @@ def test_what_show_writes_is_read_back_to_the_same_preset() -> None:
         ('FROM m\nSYSTEM """never closed\nstill', "never closed"),
         ('FROM m\nSYSTEM "open', "closing quote"),
         ("FROM m\nRUN rm -rf /", "unknown instruction 'RUN'"),
-        ("FROM m\nPARAMETER temperature 1e400", "line 2: PARAMETER temperature takes a number"),  # no inf in JSON
+        (
+            "FROM m\nPARAMETER temperature 1e400",
+            "line 2: PARAMETER temperature takes a number",
+        ),  # no inf in JSON
         ("FROM m\nPARAMETER temperature nan", "takes a number"),
     ],
 )

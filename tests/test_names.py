@@ -34,6 +34,14 @@ def test_a_long_name_is_refused_for_its_length_without_echoing_it() -> None:
     assert normalize("x" * 200) == "x" * 200 + ":latest"
     with pytest.raises(CatalogError, match="it is 201 characters long"):
         normalize("x" * 201)
+    assert normalize(normalize("x" * 200)) == "x" * 200 + ":latest"  # its own output is a name too
+
+
+def test_a_name_too_long_as_a_file_name_is_refused() -> None:
+    """Each '/' is two characters on disk: a name within the limit may still not fit a file name (255 bytes)."""
+    with pytest.raises(CatalogError, match="as a file name it is 297 characters long"):
+        normalize("a/" * 96 + "a")
+    assert normalize("a/" * 50 + "a") == "a/" * 50 + "a:latest"
 
 
 def test_default_name_for_file() -> None:

@@ -172,7 +172,9 @@ def _typed(key: str, value: str, number: int) -> Any:
             return int(value)
         if kind == "float":
             real = float(value)
-            if not math.isfinite(real):  # JSON has no inf or nan: such a preset could not be shown or sent back
+            if not math.isfinite(
+                real
+            ):  # JSON has no inf or nan: such a preset could not be shown or sent back
                 raise ValueError
             return real
         if kind == "bool":
