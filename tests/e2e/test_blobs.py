@@ -4,6 +4,7 @@ the official `ollama` client: the file is uploaded as a blob (`HEAD`/`POST /api/
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import shutil
 import socket
@@ -43,7 +44,24 @@ def test_a_gguf_uploaded_as_a_blob_becomes_a_model(
     assert steps[-1].status == "success"
     tags = {m.model: m for m in client.list().models}
     assert tags["fromfile:latest"].digest == digest.removeprefix("sha256:")
-    assert head(d, digest) == 404  # the catalog took the blob over: the weights are on disk once
+    # the blob stays for other creates from it, as in Ollama, and the weights are on disk once: the model's file is
+    # a hard link of it
+    assert head(d, digest) == 200
+    blob = d.data_dir / "blobs" / f"sha256-{digest.removeprefix('sha256:')}"
+    model = d.data_dir / "models" / "fromfile" / "latest.gguf"
+    assert blob.stat().st_ino == model.stat().st_ino
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:  # creates from one blob at once all succeed
+        made = list(
+            pool.map(
+                lambda n: httpx.post(
+                    d.url + "/api/create",
+                    json={"model": f"twin{n}", "files": {"m.gguf": digest}, "stream": False},
+                    timeout=120,
+                ),
+                range(3),
+            )
+        )
+    assert [r.status_code for r in made] == [200, 200, 200], [r.text for r in made]
     body = httpx.post(d.url + "/api/show", json={"model": "fromfile"}, timeout=30).json()
     assert body["system"] == "Be brief."
     answer = client.chat(model="fromfile", messages=USER, options={"num_predict": 4})
@@ -56,7 +74,7 @@ def test_a_gguf_uploaded_as_a_blob_becomes_a_model(
         httpx.post(d.url + "/api/show", json={"model": "fromfile"}, timeout=30).json()["system"]
         == "Be terse."
     )
-    assert d.child_pids() == pids and head(d, digest) == 404
+    assert d.child_pids() == pids and head(d, digest) == 200
 
     # ADAPTER ./lora.gguf: a LoRA adapter over the FROM model
     lora = tmp_path / "pirate.gguf"

@@ -126,8 +126,9 @@ model uses at start-up): an upload whose create failed or never came does not ho
 
 
 def prune(folder: Path, now: float | None = None) -> list[str]:
-    """Remove the blobs uploaded more than ``PRUNE_AFTER_SECS`` ago (a create takes a blob over, so any blob
-    here is one no model uses); their names."""
+    """Remove the blobs uploaded more than ``PRUNE_AFTER_SECS`` ago; their names. A model created from one keeps
+    its bytes in its own hard link; a client that creates from it again uploads it again (Ollama's client asks
+    with HEAD first)."""
     cutoff = (time.time() if now is None else now) - PRUNE_AFTER_SECS
     gone = []
     for blob in folder.glob("sha256-*"):
@@ -186,7 +187,3 @@ def take(sup: Supervisor, hexd: str) -> Path:
     return path
 
 
-def drop(sup: Supervisor, hexd: str) -> None:
-    """Remove a blob the catalog has taken over (its own hard link keeps the bytes)."""
-    with contextlib.suppress(FileNotFoundError):
-        path_of(sup, hexd).unlink()

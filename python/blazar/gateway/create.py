@@ -187,7 +187,8 @@ async def _from_blob(
 ) -> str:
     """A create from an uploaded blob (what ``ollama create`` sends for ``FROM ./model.gguf`` or ``ADAPTER
     ./lora.gguf``): the GGUF becomes catalog model ``name`` (with the preset ``fields``), or LoRA adapter
-    ``name`` over catalog model ``base``. The blob is taken over by the catalog. Its digest."""
+    ``name`` over catalog model ``base``. The blob stays (the catalog's file is a hard link of it, so it takes no
+    space of its own) for other creates from it, as Ollama keeps blobs, until ``blobs.prune``. Its digest."""
     if quantized:
         raise HttpError(
             400,
@@ -203,7 +204,6 @@ async def _from_blob(
         old = sup.catalog.find(full)
         if old is not None and old.sha256 == hexd:  # the same weights again (an edited Modelfile): the preset
             sup.catalog.set_preset(full, presets.merge(None, fields) if fields else None)
-            blobs.drop(sup, hexd)
             return hexd
         path = blobs.take(sup, hexd)
         async with _blob_errors(path, hexd):
@@ -217,7 +217,6 @@ async def _from_blob(
             row = await asyncio.to_thread(
                 functools.partial(sup.catalog.import_file, path, full, sha256=hexd, replace=old is not None)
             )
-        blobs.drop(sup, hexd)
         if fields:
             sup.catalog.set_preset(row.name, presets.merge(None, fields))
         return hexd
@@ -234,7 +233,6 @@ async def _from_blob(
         await asyncio.to_thread(functools.partial(sup.loras.add, path, base, full, replace=again))
     if again:
         sup.forget_lora(full)
-    blobs.drop(sup, hexd)
     return hexd
 
 
