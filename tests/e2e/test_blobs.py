@@ -161,6 +161,14 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
         lambda: not list((d.data_dir / "blobs").glob(".partial-*")), 10, "the partial upload to be removed"
     )
     assert head(d, never) == 404
+    # one that sends half and half-closes still reads why nothing was kept
+    host, port = d.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as half:
+        half.sendall(cut)
+        half.shutdown(socket.SHUT_WR)
+        answer = half.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 400") and b"the upload ended after 10 of its 1000 bytes" in answer, answer
+    assert head(d, never) == 404
 
 
 def raw(d: Daemon, data: bytes, close_early: bool = False) -> bytes:

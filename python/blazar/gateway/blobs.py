@@ -88,8 +88,8 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     _PROMISED[0] += declared or 0
     try:
         got, size = await _receive(proto, partial, float(sup.cfg.request_body_timeout_secs))
-        if declared is not None and size < declared:
-            raise ClientGone("before its upload ended")
+        if declared is not None and size < declared:  # a client that half-closed still reads the answer
+            raise HttpError(400, f"the upload ended after {size} of its {declared} bytes; nothing was kept")
         if got != hexd:
             raise HttpError(
                 400,
