@@ -165,13 +165,8 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
         child = Child("smollm2:latest", "smollm2:latest", LaunchSpec(("x",), ctx_size=4096), data)
         child.state = State.READY
         child.keep_alive = keep_alive
-        sup = SimpleNamespace(
-            catalog=cat,
-            cfg=Config(),
-            children={child.key: child},
-            remotes=Remotes(()),
-            remote_for=lambda _m: None,
-        )
+        sup = _sup(cat)
+        sup.children[child.key] = child
         status, entry = _ps_running(sup, child)
         expires = datetime.fromisoformat(entry["expires_at"])
         assert status == 200 and 9 < (expires - datetime.now(UTC)).days / 365 <= 10
@@ -195,6 +190,7 @@ def test_show_and_ps_give_the_context_of_one_request(tmp_path: Path, model_file:
         assert orjson.loads(body)["parameters"].splitlines()[0] == "num_ctx 3072"
         _, entry = _ps_running(sup, child)
         assert entry["context_length"] == 3072
+        assert entry["names"] == ["smollm2:latest"]
 
 
 @pytest.mark.parametrize(

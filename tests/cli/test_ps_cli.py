@@ -87,6 +87,26 @@ def test_ps_lists_the_running_engine_and_stop_unloads_it(daemon_factory: object)
     assert r.returncode == 1 and r.stderr.startswith("error: invalid model name"), r.stderr
 
 
+def test_stop_takes_a_name_that_shares_a_running_engine(daemon_factory: object) -> None:
+    """A copy runs on the engine of the model it copies: /api/ps names it among that engine's names, and stopping
+    it by its own name unloads that engine."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert (
+        httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "twin"}).status_code == 200
+    )
+    assert (
+        httpx.post(d.url + "/v1/chat/completions", json={**CHAT, "model": "twin"}, timeout=60).status_code
+        == 200
+    )
+    [pid] = d.child_pids()
+    [entry] = httpx.get(d.url + "/api/ps", timeout=10).json()["models"]
+    assert entry["name"] == "smollm2:latest" and entry["names"] == ["smollm2:latest", "twin:latest"], entry
+    r = blazar(d.env, "stop", "twin")
+    assert (r.returncode, r.stdout) == (0, "stopped twin:latest\n"), r.stderr
+    wait_for(lambda: not pid_alive(pid), 10, "the shared engine to stop")
+
+
 def test_with_keys_they_need_one_and_say_so(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(f'[[keys]]\nname = "admin"\nsecret = "{SECRET}"\n')

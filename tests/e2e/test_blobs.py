@@ -167,7 +167,9 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
         half.sendall(cut)
         half.shutdown(socket.SHUT_WR)
         answer = half.recv(65536)
-    assert answer.startswith(b"HTTP/1.1 400") and b"the upload ended after 10 of its 1000 bytes" in answer, answer
+    assert answer.startswith(b"HTTP/1.1 400") and b"the upload ended after 10 of its 1000 bytes" in answer, (
+        answer
+    )
     assert head(d, never) == 404
 
 

@@ -150,7 +150,9 @@ def stop_cmd(
     name = names.normalize(model)
     url = address(host, port)
     with client(url, api_key, timeout=60.0) as c:
-        if name not in {str(m.get("model", "")) for m in listing(c, "/api/ps", "models")}:
+        running = listing(c, "/api/ps", "models")
+        served = {str(n) for m in running for n in [m.get("model", ""), *(m.get("names") or [])]}
+        if name not in served:  # a copy over another's weights, an adapter: their engine's names say it
             raise DaemonError(f"model '{name}' is not running; `blazar ps` lists the ones that are")
         call(c, "POST", "/api/generate", orjson.dumps({"model": name, "keep_alive": 0}))
     console.print(f"stopped {name}", highlight=False)

@@ -185,5 +185,3 @@ def take(sup: Supervisor, hexd: str) -> Path:
     if not path.is_file():
         raise missing(hexd)
     return path
-
-

@@ -137,6 +137,13 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 # "engine" field says which one this is
                 "name": m.name,
                 "engine": _ENGINE_USE.get(child.key[len(m.name) :], "chat"),
+                # Blazar's own: every name this engine answers for (copies over the same weights file, the model's
+                # LoRA adapters), each of which unloads it
+                "names": [
+                    m.name,
+                    *sup.sharing.sharers(m.name),
+                    *(a.name for a in sup.loras.for_base(m.name)),
+                ],
                 "expires_at": expires.isoformat().replace("+00:00", "Z"),
                 "size_vram": 0,
                 # as Ollama's: what one request can use (its num_ctx), not the engine's total over its slots
