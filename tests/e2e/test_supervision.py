@@ -327,6 +327,18 @@ def test_a_model_removed_by_the_cli_is_refused_within_the_recheck(daemon_factory
     assert "evicting smollm2:latest (model removed from the catalog)" in d.log.read_text()
 
 
+def test_a_model_removed_by_the_cli_stops_its_idle_engine(daemon_factory: object) -> None:
+    """`blazar rm` from another process with no request after it: the idle loop stops the engine, which would
+    otherwise run unseen (ps lists only catalog models) until its idle timeout."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("idle_timeout_secs = 20\n")  # the loop looks every 5 s
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    d.cli("rm", "smollm2")
+    wait_for(lambda: not pid_alive(pid), 12, "the removed model's engine to stop")
+    assert "evicting smollm2:latest (model removed from the catalog)" in d.log.read_text()
+
+
 def test_other_weights_under_the_same_name_restart_the_engine(daemon_factory: object, tmp_path: Path) -> None:
     """`blazar rm` and an import of other weights under the same name, from another process: within the
     recheck the daemon stops the engine that runs the old file and starts one on the new."""

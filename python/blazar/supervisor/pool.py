@@ -509,6 +509,12 @@ class Supervisor:
                     await self.evict(c.key, "idle", only=c)
                 except Exception:
                     log.exception("evicting %s failed", c.key)
+            for c in children:  # removed by another process (blazar rm): its engine serves nothing any more
+                if c.inflight == 0 and self.children.get(c.key) is c and self.catalog.find(c.model) is None:
+                    try:
+                        await self.evict(c.key, "model removed from the catalog", only=c, gone=True)
+                    except Exception:
+                        log.exception("evicting %s failed", c.key)
             for c in children:
                 if c.state is State.READY and c.spec.sleep_secs and self.children.get(c.key) is c:
                     try:
