@@ -413,3 +413,36 @@ def test_a_caller_that_leaves_does_not_stop_the_fill_but_shutdown_does(
         asyncio.run(shut_down(cat, cat.get("smollm2")))
         assert cancels[1].is_set()  # the worker was told to stop at its next block
         assert cat.get("smollm2").sha256 is None and cat._filling == {}
+
+
+def test_removing_a_model_removes_what_its_engines_kept(catalog: Catalog, model_file: Path) -> None:
+    """Its saved slots (users' prompts) and its engines' logs go with it; another model's stay."""
+    catalog.import_file(model_file, "gone")
+    catalog.import_file(model_file, "kept")
+    data = catalog.data
+    for name in ("gone:latest", "kept:latest"):
+        data.bank(name).mkdir(parents=True)
+        (data.bank(name) / "_auto-512-abcdefabcdef-0.bin").write_bytes(b"slot")
+        data.log_file(name).write_text("log")
+        data.log_file(name + "@embed").write_text("log")
+    catalog.remove("gone")
+    assert not data.bank("gone:latest").exists()
+    assert not data.log_file("gone:latest").exists() and not data.log_file("gone:latest@embed").exists()
+    assert (data.bank("kept:latest") / "_auto-512-abcdefabcdef-0.bin").exists()
+    assert data.log_file("kept:latest").exists()
+
+
+def test_staging_folders_of_processes_that_are_gone_are_swept(catalog: Catalog) -> None:
+    """An import or quantization killed mid-way leaves its staging folder; the next daemon's start removes it."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    root = catalog.data.models / ".importing"
+    left = root / f"{dead.pid}-abcdef"
+    left.mkdir(parents=True)
+    (left / "quantized.gguf").write_bytes(b"x" * 100)
+    mine = catalog.files.staging()
+    assert catalog.files.sweep_staging() == root
+    assert not left.exists() and mine.exists()

@@ -125,15 +125,21 @@ class ModelFiles:
     def staging(self) -> Path:
         """A fresh folder under ``models/.importing/`` (same filesystem, so renaming it into place is atomic);
         folders there whose process is gone are removed first."""
+        root = self.sweep_staging()
+        aside = root / f"{os.getpid()}-{os.urandom(6).hex()}"
+        aside.mkdir()
+        return aside
+
+    def sweep_staging(self) -> Path:
+        """Remove the staging folders of processes that are gone (an import or quantization killed mid-way; the
+        daemon's start calls this too); the staging root."""
         root = self.data.models / ".importing"
         root.mkdir(parents=True, exist_ok=True)
         for old in root.iterdir():
             pid = old.name.partition("-")[0]
             if pid.isdigit() and not alive(int(pid)):
                 shutil.rmtree(old, ignore_errors=True)
-        aside = root / f"{os.getpid()}-{os.urandom(6).hex()}"
-        aside.mkdir()
-        return aside
+        return root
 
     def discard(self, folder: Path) -> None:
         """Remove a model folder: renamed aside first, so it is never seen half-deleted under its name."""

@@ -50,6 +50,7 @@ def serve(cfg: Config, config_path: Path) -> int:
         blobs.prune(data.root / "blobs")
     store = Store.open(data.db)
     sup = Supervisor(cfg, data, store)
+    sup.catalog.files.sweep_staging()  # what an import or quantization killed mid-way left
     gate = Gate(cfg, store, data, config_path)
     try:
         uvloop.run(run(cfg, sup, gate))

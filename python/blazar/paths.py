@@ -122,6 +122,10 @@ class DataDir:
             return None
         return pid if str(self.run).encode() in cmdline else None
 
+    def bank(self, model: str) -> Path:
+        """Where ``model``'s engines save their slots (``supervisor.bank``)."""
+        return self.root / "sessions" / safe_component(model)
+
     def log_file(self, model: str) -> Path:
         return self.logs / f"{safe_component(model)}.log"
 

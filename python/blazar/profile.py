@@ -351,7 +351,7 @@ def compile_llama_cpp(
             est.placement,
         )
     data = cfg.data_dir
-    slot_dir = data / "sessions" / safe_component(model.name)
+    slot_dir = DataDir(data).bank(model.name)
     sock = DataDir(data).run_file(child_key(model.name, embeddings, tokens), "sock")
     unix = lane_argv.serves_unix_socket(
         engine.kind, engine.version, engine.lane_class

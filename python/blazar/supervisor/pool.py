@@ -468,7 +468,9 @@ class Supervisor:
             child.stopped_for = reason
             child.model_gone = gone
             stop = asyncio.ensure_future(
-                self._retire(child, self.cfg.stop_grace_secs if grace is None else grace, save=not crash)
+                self._retire(  # a model that is gone keeps no slots
+                    child, self.cfg.stop_grace_secs if grace is None else grace, save=not crash and not gone
+                )
             )
             try:
                 await asyncio.shield(stop)
