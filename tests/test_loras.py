@@ -138,3 +138,14 @@ def test_an_adapter_file_is_not_imported_as_a_model(catalog: Catalog, tmp_path: 
     ):
         catalog.import_file(adapter(tmp_path), "frompirate")
     assert catalog.list() == []
+
+
+def test_an_adapter_name_given_where_a_model_is_expected_says_what_it_is(
+    loras: Loras, tmp_path: Path
+) -> None:
+    loras.add(adapter(tmp_path), "smollm2", "pirate")
+    for call in (lambda: loras.catalog.get("pirate"), lambda: loras.catalog.remove("pirate")):
+        with pytest.raises(
+            CatalogError, match=r"'pirate:latest' is a LoRA adapter over smollm2:latest, not a"
+        ):
+            call()

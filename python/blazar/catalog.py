@@ -184,11 +184,18 @@ class Catalog:
         full = names.normalize(name)
         for r in self.store.conn.execute(f"SELECT {_COLS} FROM models WHERE name = ?", (full,)):
             return _row(r)
+        raise self._not_found(full, f"import it with: blazar import PATH --name {full}")
+
+    def _not_found(self, full: str, fix: str) -> ModelNotFound:
+        """No model ``full``: a LoRA adapter's name says so (it is served by its own commands), else ``fix``."""
+        for (base,) in self.store.conn.execute("SELECT base FROM loras WHERE name = ?", (full,)):
+            return ModelNotFound(
+                f"'{full}' is a LoRA adapter over {base}, not a catalog model: blazar lora ls lists it, blazar"
+                f" lora rm {full} removes it"
+            )
         known = [m.name for m in self.list()]
         hint = f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)"
-        raise ModelNotFound(
-            f"model '{full}' not found; import it with: blazar import PATH --name {full}{hint}"
-        )
+        return ModelNotFound(f"model '{full}' not found; {fix}{hint}")
 
     def check_free(self, full: str) -> None:
         """Refuse a new name whose files would be another model's: adding it would overwrite that model's weights,
@@ -551,11 +558,7 @@ class Catalog:
     def remove(self, name: str) -> ModelRow:
         row = self.find(name)
         if row is None:
-            known = [m.name for m in self.list()]
-            raise ModelNotFound(
-                f"model '{names.normalize(name)}' not found; nothing to remove"
-                + (f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)")
-            )
+            raise self._not_found(names.normalize(name), "nothing to remove")
         self.check_removable(row)
         with self.store.transaction():
             self._delete_row(row)
