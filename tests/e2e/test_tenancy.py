@@ -314,7 +314,9 @@ def queue_running(d: Daemon) -> bool:
 
 def test_session_pins_child_and_slot(daemon_factory: object) -> None:
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory("parallel = 2\n")
+    d: Daemon = daemon_factory(
+        'parallel = 2\n[models."tmp:latest"]\nctx_size = 2048\n'
+    )  # tmp: an engine of its own
     h = {"x-blazar-session": "conv-1"}
     for _ in range(2):
         assert post(d, "/v1/chat/completions", CHAT, h).status_code == 200
@@ -325,6 +327,15 @@ def test_session_pins_child_and_slot(daemon_factory: object) -> None:
     assert {sessions["conv-1"]["slot"], sessions["conv-2"]["slot"]} == {0, 1}
     closed = post(d, "/api/session", {"action": "close"}, h)
     assert closed.status_code == 200
+    assert [s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]] == ["conv-2"]
+    # a deleted model's sessions go with it
+    assert post(d, "/api/copy", {"source": "smollm2", "destination": "tmp"}).status_code == 200
+    assert (
+        post(d, "/v1/chat/completions", {**CHAT, "model": "tmp"}, {"x-blazar-session": "on-tmp"}).status_code
+        == 200
+    )
+    assert "on-tmp" in {s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]}
+    assert httpx.request("DELETE", d.url + "/api/delete", json={"model": "tmp"}).status_code == 200
     assert [s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]] == ["conv-2"]
     for bad in ("x" * 129, "two words"):
         r = post(d, "/v1/chat/completions", CHAT, {"x-blazar-session": bad})

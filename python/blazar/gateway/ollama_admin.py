@@ -291,6 +291,12 @@ async def delete(sup: Supervisor, req: Request, proto: Any) -> Response:
         sup.remove_lora(name)
         return 200, [], b""
     await remove_model(sup, name, row, "model deleted")
+    for embeddings, tokens in (
+        (False, False),
+        (True, False),
+        (True, True),
+    ):  # its sessions' slots are gone too
+        req.gate.sessions.release_model(child_key(name, embeddings, tokens))
     return 200, [], b""
 
 
