@@ -221,7 +221,7 @@ class Catalog:
     def _check_new(self, full: str) -> None:
         if self.find(full) is not None:
             raise CatalogError(
-                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick another name (--name)"
+                f"model '{full}' already exists; remove it first (blazar rm {full}) or pick another name"
             )
         self._check_replaceable(full)
 
