@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -142,6 +143,10 @@ def test_a_bad_input_fails_the_batch_before_anything_runs(daemon_factory: object
         c.files.create(file=("e.jsonl", b""), purpose="batch")
     with pytest.raises(openai.BadRequestError, match="purpose"):
         c.files.create(file=("o.jsonl", data), purpose="batch_output")  # type: ignore[arg-type]
+    # HEAD on the collections is their GET without a body (it ran the POST branch: a 400)
+    for path in ("/v1/files", "/v1/batches", "/v1/messages/batches"):
+        head = httpx.head(d.url + path, timeout=30)
+        assert head.status_code == 200 and head.content == b"", (path, head.status_code)
 
 
 def test_a_cancel_keeps_what_was_answered_and_a_restart_runs_a_batch_again(daemon_factory: object) -> None:

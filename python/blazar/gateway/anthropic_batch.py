@@ -107,7 +107,7 @@ def _lines(requests: Any) -> bytes:
 
 async def batches_root(sup: Supervisor, req: Request, proto: Any) -> Response:
     runner = runner_of(req)
-    if req.method == "GET":
+    if req.method in ("GET", "HEAD"):  # a HEAD is the GET without its body
         return _page(
             req, [message_batch(d) for d in runner.batches.listing(key_name(req), sees_unowned(req), KIND)]
         )

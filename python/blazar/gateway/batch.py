@@ -117,7 +117,7 @@ METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
 
 async def files_root(sup: Supervisor, req: Request, proto: Any) -> Response:
     files = runner_of(req).files
-    if req.method == "GET":
+    if req.method in ("GET", "HEAD"):  # a HEAD is the GET without its body
         purpose = parse_qs(req.query).get("purpose", [None])[0]
         return _page(
             req,
@@ -174,7 +174,7 @@ async def file_content(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 async def batches_root(sup: Supervisor, req: Request, proto: Any) -> Response:
     runner = runner_of(req)
-    if req.method == "GET":
+    if req.method in ("GET", "HEAD"):  # a HEAD is the GET without its body
         return _page(req, runner.batches.listing(key_name(req), sees_unowned(req), KIND), 20, 100)
     body = req.json_object()
     endpoint, input_file_id = body.get("endpoint"), body.get("input_file_id")
