@@ -560,8 +560,11 @@ def test_late_chunking() -> None:
         ({"input": ["a"] * 2049, "late_chunking": True}, "late_chunking takes at most 2048 chunks, got 2049"),
         (
             {},
-            "'input' is required and must be a non-empty string, an array of strings or an array of token ids, got nothing",
+            "'input' is required and must be a non-empty string, an array of strings, an array of token ids or an"
+            " array of arrays of token ids (one kind throughout), got nothing",
         ),
+        ({"input": ["a", 5]}, "(one kind throughout), got an array of 2"),  # would get one vector back
+        ({"input": [5, "a", "b"]}, "(one kind throughout), got an array of 3"),
         ({"input": ""}, 'got string ""'),
         ({"input": []}, "got an array of 0"),
         ({"input": {"text": "a"}}, "got an object"),

@@ -175,10 +175,11 @@ def parse_embedding(body: Any) -> CanonicalRequest:
     """A /v1/embeddings body as a canonical embedding request."""
     body = json_object(body)
     inp = body.get("input")
-    if not _is_prompt(inp) or inp == [] or inp == "":
+    if not _is_prompt(inp, mixed=False) or inp == [] or inp == "":
         raise DialectError(
             400,
-            "'input' is required and must be a non-empty string, an array of strings or an array of token ids, "
+            "'input' is required and must be a non-empty string, an array of strings, an array of token ids or an"
+            " array of arrays of token ids (one kind throughout), "
             f"got {shown(inp) if 'input' in body else 'nothing'}",
         )
     params = _params(body, _EMBEDDING_OWN)
@@ -311,13 +312,24 @@ def _logprobs_chat(body: dict[str, Any], params: dict[str, Any]) -> None:
         params["logprobs"] = logprobs
 
 
-def _is_prompt(value: Any) -> bool:
+def _is_prompt(value: Any, *, mixed: bool = True) -> bool:
+    """A completion prompt or embedding input: a string or an array of strings, token ids or arrays of token ids.
+    With ``mixed`` (a completion: llama.cpp reads ``[12, "text", 34]`` as one prompt of tokens and text) the kinds
+    may mix; without (an embedding input, as OpenAI takes it) they may not: llama-server reads a mixed array as one
+    input, and a client would get fewer vectors than it sent inputs."""
     if isinstance(value, str):
         return True
     if not isinstance(value, list):
         return False
-    return all(
-        isinstance(x, str) or is_int(x) or (isinstance(x, list) and all(is_int(t) for t in x)) for x in value
+    if mixed:
+        return all(
+            isinstance(x, str) or is_int(x) or (isinstance(x, list) and all(is_int(t) for t in x))
+            for x in value
+        )
+    return (
+        all(isinstance(x, str) for x in value)
+        or all(is_int(x) for x in value)
+        or all(isinstance(x, list) and all(is_int(t) for t in x) for x in value)
     )
 
 
