@@ -271,6 +271,41 @@ def test_a_body_that_stops_arriving_gets_408(daemon_factory: object) -> None:
     assert "the request body did not arrive within 1 s (request_body_timeout_secs)" in reply
 
 
+def test_a_compressed_body_is_refused_and_the_clients_time_is_not_overhead(daemon: Daemon) -> None:
+    """A gzip body gets a 415 saying to send it uncompressed (not 'not valid UTF-8'), in each dialect; a body that
+    comes slowly does not count in x-blazar-overhead-ms, which is Blazar's own time."""
+    import gzip
+
+    chat = {"model": "smollm2", "messages": PROMPT, "max_tokens": 1}
+    raw = gzip.compress(json.dumps(chat).encode())
+    for path in ("/v1/chat/completions", "/api/chat", "/v1/messages"):
+        r = httpx.post(
+            daemon.url + path,
+            content=raw,
+            headers={"content-encoding": "gzip", "content-type": "application/json"},
+        )
+        assert r.status_code == 415 and "send the request body uncompressed" in r.text, (path, r.text)
+    body = json.dumps(chat).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    host, port = daemon.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(head + body[:10])
+        time.sleep(1.5)  # the client is slow: its time is not Blazar's
+        s.sendall(body[10:])
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    headers = dict(
+        line.split(": ", 1)
+        for line in answer.split(b"\r\n\r\n")[0].decode().split("\r\n")[1:]
+        if ": " in line
+    )
+    assert answer.startswith(b"HTTP/1.1 200") and float(headers["x-blazar-overhead-ms"]) < 500, headers
+
+
 def test_engine_error_is_passed_with_its_status(daemon: Daemon) -> None:
     # Digits tokenize densely: this passes Blazar's conservative preflight (a lower bound of bytes/16) but is
     # longer than the engine's 4096-token context, so llama-server itself refuses it.

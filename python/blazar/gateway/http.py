@@ -108,7 +108,8 @@ class Request:
     extra_headers: list[tuple[str, str]] = field(default_factory=list)
     t0: float = 0.0
     engine_s: float = 0.0
-    """Seconds spent waiting on engines (start-up and upstream calls): not Blazar's overhead."""
+    """Seconds spent waiting on others, not Blazar's overhead: engines (start-up, upstream calls, a queue for their
+    slots) and the client (its body)."""
     summary: dict[str, object] | None = None
     """The native translator's end-of-response summary (text, tool calls, usage, timings), when there was one."""
     key: KeyCtx | None = None
