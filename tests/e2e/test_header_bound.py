@@ -52,6 +52,16 @@ def wedge(d: Daemon) -> int:
     return pid
 
 
+def test_a_token_count_on_a_wedged_engine_is_asked_again_of_a_fresh_one(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(BOUND)
+    pid = wedge(d)
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}]}
+    r = httpx.post(d.url + "/v1/messages/count_tokens", json=body, timeout=90)
+    assert r.status_code == 200 and r.json()["input_tokens"] > 0, r.text
+    wait_for(lambda: not pid_alive(pid), 10, "the wedged engine to be gone")
+
+
 def test_a_wedged_engine_is_stopped_and_the_request_retried_on_a_fresh_one(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(BOUND)
