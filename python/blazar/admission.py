@@ -199,12 +199,14 @@ class Admission:
         body_len: int,
         max_wait_s: float,
         holds: int = 1,
+        on_wait: Callable[[], None] | None = None,
     ) -> Lease:
         """Queue a request for ``model_key`` and wait until it may start, at most ``max_wait_s``. It takes
         ``holds`` of the model's ``slots`` (an OpenAI request for n choices takes n, at most all of them).
 
         Raises ``AllSlotsBusy`` when the wait runs out (the request leaves the queue), and re-raises
         cancellation (a client gone) after taking the request out of the queue or freeing a slot it just got.
+        ``on_wait`` is called once the request has to wait (one admitted at once pays nothing for it).
         """
         sched = self.scheduler(model_key, slots)
         start = self._clock()
@@ -222,6 +224,8 @@ class Admission:
         t.waiter = fut
         timer = loop.call_later(max_wait_s, self._expire, sched, t, model_key, max_wait_s)
         try:
+            if on_wait is not None:
+                on_wait()
             await fut
         except BaseException:
             timer.cancel()

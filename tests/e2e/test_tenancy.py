@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import socket
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -297,6 +299,39 @@ def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert r.json()["error"]["message"].startswith("all_slots_busy: every slot of model 'smollm2:latest'")
     assert "stayed busy for 1s" in r.json()["error"]["message"]
     assert r.headers["retry-after"] == "1"  # clients back off on it
+
+
+def test_a_client_that_leaves_while_queued_is_never_run(daemon_factory: object) -> None:
+    """Requests waiting for the only slot whose clients hang up leave the queue at once: the engine never runs them
+    (a prefill cannot be cut short once llama-server has it), and the next request is not stuck behind them."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("queue_wait_secs = 300\n")
+    assert post(d, "/v1/chat/completions", CHAT).status_code == 200  # the engine is up
+    long = {**CHAT, "max_tokens": 300, "ignore_eos": True}
+    t = threading.Thread(
+        target=httpx.post, args=(d.url + "/v1/chat/completions",), kwargs={"json": long, "timeout": 900}
+    )
+    t.start()
+    wait_for(lambda: busy_slots(d) > 0, 30, "the long request to occupy the only slot")
+    body = json.dumps({**CHAT, "max_tokens": 50}).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    host, port = d.url.removeprefix("http://").split(":")
+    gone = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
+    for s in gone:
+        s.sendall(head + body)
+    time.sleep(1)  # queued behind the long one
+    for s in gone:
+        s.close()
+    wait_for(
+        lambda: d.log.read_text().count("while it waited for a slot; it was never run") == 4,
+        10,
+        "them to leave",
+    )
+    t.join()
+    assert post(d, "/v1/chat/completions", CHAT).status_code == 200
 
 
 def busy_slots(d: Daemon) -> int:

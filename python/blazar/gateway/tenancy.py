@@ -23,7 +23,7 @@ from blazar.admission import Lease as SlotLease
 from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
-from blazar.gateway.http import HEADER_TOKEN_MAX, HttpError, Request, is_header_token
+from blazar.gateway.http import HEADER_TOKEN_MAX, ClientGone, HttpError, Request, is_header_token
 from blazar.gateway.otlp import Exporter
 from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
@@ -124,18 +124,52 @@ class Gate:
         sched = self.admission.scheduler(model_key, slots)
         req.queue_depth = sched.waiting
         t0 = time.perf_counter()
-        lease = await self.admission.admit(
-            model_key,
-            slots,
-            key=req.key.name if req.key else "",
-            weight=req.key.weight if req.key else 1.0,
-            priority=parse_priority(h.get("x-blazar-priority")),
-            work_class=work,
-            deadline_ms=parse_deadline_ms(h.get("x-blazar-deadline-ms")),
-            body_len=len(req.body),
-            max_wait_s=float(self.cfg.queue_wait_secs),
-            holds=canon.choices(),
-        )
+        task = asyncio.current_task()
+        watching: list[tuple[Any, Any]] = []
+        left = finished = False
+
+        def on_wait() -> None:
+            """A request that has to queue watches its client: one that leaves is taken out of the queue, never
+            run for nobody (a prefill of thousands of tokens is not cancelled once the engine has it)."""
+            if req.client is None or task is None:
+                return
+
+            def on_gone(fut: Any) -> None:
+                nonlocal left
+                if (
+                    not finished and not fut.cancelled()
+                ):  # a callback queued as the wait ended changes nothing
+                    left = True
+                    task.cancel()
+
+            gone = req.client.client_disconnect()
+            gone.add_done_callback(on_gone)
+            watching.append((gone, on_gone))
+
+        try:
+            lease = await self.admission.admit(
+                model_key,
+                slots,
+                key=req.key.name if req.key else "",
+                weight=req.key.weight if req.key else 1.0,
+                priority=parse_priority(h.get("x-blazar-priority")),
+                work_class=work,
+                deadline_ms=parse_deadline_ms(h.get("x-blazar-deadline-ms")),
+                body_len=len(req.body),
+                max_wait_s=float(self.cfg.queue_wait_secs),
+                holds=canon.choices(),
+                on_wait=on_wait,
+            )
+        except asyncio.CancelledError:
+            if not left or task is None:
+                raise
+            task.uncancel()
+            raise ClientGone("while it waited for a slot; it was never run") from None
+        finally:
+            finished = True
+            for gone, on_gone in watching:
+                gone.remove_done_callback(on_gone)
+                gone.cancel()
         req.engine_s += time.perf_counter() - t0  # queueing is waiting for engine capacity, not overhead
         return lease
 
