@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -349,6 +350,34 @@ def test_errors_are_ollama_shaped(daemon: Daemon, client: Make) -> None:
         daemon.url + "/api/generate", json={"model": "smollm2", "prompt": "x", "keep_alive": "5 parsecs"}
     )
     assert r.status_code == 400 and "keep_alive" in r.json()["error"]
+
+
+def test_a_chunked_body_cut_off_is_never_acted_on(daemon_factory: object) -> None:
+    """A chunked request whose client leaves before the last chunk is not taken for a whole body: a DELETE cut off
+    that way deletes nothing. A whole chunked body is read as any other."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert (
+        httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "victim"}).status_code
+        == 200
+    )
+    body = b'{"model":"victim"}'
+    host, port = d.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"DELETE /api/delete HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + f"{len(body):x}\r\n".encode()
+            + body
+            + b"\r\n"
+        )
+        time.sleep(0.5)
+    time.sleep(1)
+    assert "victim:latest" in {m["name"] for m in httpx.get(d.url + "/api/tags").json()["models"]}
+    whole = httpx.request(
+        "DELETE", d.url + "/api/delete", content=iter([body])
+    )  # chunked, with its last chunk
+    assert whole.status_code == 200, whole.text
+    assert "victim:latest" not in {m["name"] for m in httpx.get(d.url + "/api/tags").json()["models"]}
 
 
 def test_root_and_version(daemon: Daemon, client: Make) -> None:

@@ -401,13 +401,20 @@ async def _read_body(scope: Any, proto: Any) -> bytes:
         except ProtocolClosed:  # the client hung up before sending the bytes it declared
             raise ClientGone(_BEFORE_BODY) from None
     parts = []
-    total = 0
+    total = ends = 0
     try:
         async for chunk in proto:
+            if not chunk:
+                # Granian gives one empty piece at the body's end, and one more before it when the connection
+                # failed first (a chunked body cut off without its last chunk): never taken for a whole body
+                ends += 1
+                continue
             total += len(chunk)
             if total > MAX_BODY_BYTES:
                 raise _too_large(None)
             parts.append(chunk)
     except ProtocolClosed:
         raise ClientGone(_BEFORE_BODY) from None
+    if ends > 1:
+        raise ClientGone(_BEFORE_BODY)
     return b"".join(parts)
