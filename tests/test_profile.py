@@ -204,7 +204,9 @@ def test_on_a_gpu_llama_cpp_places_the_layers(tmp_path: Path, model_file: Path) 
 def test_embeddings_profile(tmp_path: Path, model_file: Path) -> None:
     cfg = cfg_from(tmp_path, "lookup_cache = true\n")
     a = compile_profile(cfg, row(model_file), ENGINE, embeddings=True, hardware=ROOMY).argv_template
-    assert a[-3:] == ("--embeddings", "--pooling", "mean") and "--lookup-cache-dynamic" not in a
+    # an input embeds in one batch: late_chunking_max_tokens (2048) within a slot, not llama-server's 512
+    assert a[-7:] == ("--embeddings", "--pooling", "mean", "--batch-size", "2048", "--ubatch-size", "2048")
+    assert "--lookup-cache-dynamic" not in a
 
 
 def test_late_chunking_profile(tmp_path: Path, model_file: Path) -> None:
@@ -242,8 +244,11 @@ def test_late_chunking_profile(tmp_path: Path, model_file: Path) -> None:
         big, row(model_file), ENGINE, embeddings=True, tokens=True, hardware=ROOMY
     ).estimate
     pooled = compile_profile(big, row(model_file), ENGINE, embeddings=True, hardware=ROOMY).estimate
-    assert late is not None and pooled is not None
-    assert late.compute > 3 * pooled.compute  # its 2048-token batch is sized in the memory fit, not 512
+    small = cfg_from(tmp_path, "late_chunking_max_tokens = 512\nctx_size = 4096\n")
+    at_512 = compile_profile(small, row(model_file), ENGINE, embeddings=True, hardware=ROOMY).estimate
+    assert late is not None and pooled is not None and at_512 is not None
+    # a 2048-token batch is sized in the memory fit, not 512, for late chunking and pooled embeddings alike
+    assert late.compute == pooled.compute > 3 * at_512.compute
     sglang = EngineRow("sglang", "v0.5", None, Path("/x/sglang"), "venv", "cuda", None, True)
     with pytest.raises(
         LaneError, match="late_chunking needs per-token embeddings, which only the llama-cpp lane"

@@ -336,9 +336,10 @@ def compile_llama_cpp(
     ov = cfg.model_override(model.name)
     st = model_settings(cfg, model.name)
     mmproj = None if embeddings else mmproj_for(cfg, model)
-    # a late-chunking engine's batch is its bound, which sizes its compute buffer
+    # an embedding engine's batch is what one input may hold (llama-server embeds an input in one batch), which
+    # sizes its compute buffer
     ubatch = None
-    if tokens:
+    if embeddings:
         asked = ctx_size or st.ctx_size
         ubatch = late_chunk_batch(cfg, asked // max(1, st.parallel) if asked else 0)
     est = fit_model(cfg, model, hardware=hardware, ctx_size=ctx_size, mmproj=mmproj, ubatch=ubatch).require()
@@ -394,7 +395,9 @@ def compile_llama_cpp(
         lookup = data / "speccache" / f"{safe_component(model.name)}.bin"
         argv += ["--spec-type", "ngram-cache", "--lookup-cache-dynamic", str(lookup)]
     if embeddings and not tokens:
-        argv += ["--embeddings", "--pooling", "mean"]
+        # one input up to late_chunking_max_tokens (within a slot), not llama-server's default batch of 512
+        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, est.parallel)))
+        argv += ["--embeddings", "--pooling", "mean", "--batch-size", batch, "--ubatch-size", batch]
     sleep_secs = _flag_int(ov.extra_args, "--sleep-idle-seconds")  # the user's own wins
     if sleep_secs is None:
         sleep_secs = 0
@@ -423,8 +426,8 @@ def compile_llama_cpp(
 
 
 def late_chunk_batch(cfg: Config, ctx_per_slot: int) -> int:
-    """The physical batch of a late-chunking engine: one request's tokens are embedded in one batch, so it is
-    ``late_chunking_max_tokens``, within one slot's context."""
+    """The physical batch of an embedding engine: an input's tokens (a late-chunking request's: all its chunks')
+    are embedded in one batch, so it is ``late_chunking_max_tokens``, within one slot's context."""
     limit = cfg.late_chunking_max_tokens
     return min(limit, ctx_per_slot) if ctx_per_slot > 0 else limit
 

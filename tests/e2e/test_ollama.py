@@ -179,16 +179,18 @@ def test_logprobs_come_with_the_tokens(daemon: Daemon) -> None:
 
 def test_embed_truncates_a_long_input_by_default(daemon: Daemon, client: Make) -> None:
     """Ollama's /api/embed cuts an input to what the model embeds unless truncate is false; llama-server embeds
-    at most one physical batch (512 tokens here) and refuses more."""
+    at most one physical batch (late_chunking_max_tokens, 2048 tokens here: not its default of 512) and refuses
+    more, naming the setting that raises it."""
     long = "The quick brown fox jumps over the lazy dog. " * 400  # about 4,000 tokens
     r = client(daemon).embed(model="smollm2", input=[long, "short"])
     assert len(r.embeddings) == 2 and len(r.embeddings[0]) == 576
-    assert r.prompt_eval_count is not None and 500 < r.prompt_eval_count <= 512 + 8
+    assert r.prompt_eval_count is not None and 2000 < r.prompt_eval_count <= 2048 + 8
     assert r.embeddings[0] != r.embeddings[1]
     refused = httpx.post(
         daemon.url + "/api/embed", json={"model": "smollm2", "input": long, "truncate": False}, timeout=60
     )
     assert refused.status_code == 400 and "too large to process" in refused.json()["error"]
+    assert "raise late_chunking_max_tokens in config.toml" in refused.json()["error"]
     same = client(daemon).embed(model="smollm2", input="short")  # short inputs are sent as they are
     assert same.embeddings[0] == r.embeddings[1]
 

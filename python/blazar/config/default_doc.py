@@ -65,7 +65,8 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
     (
         "late_chunking_max_tokens",
         DEFAULT_LATE_CHUNKING_MAX_TOKENS,
-        "Most tokens (all chunks together) one late_chunking embedding request may have; more is a 413.",
+        "Most tokens one embedding input may have (a late_chunking request: all its chunks, more is a 413); the"
+        " embedding engines' batch.",
     ),
     (
         "child_start_timeout_secs",

@@ -210,6 +210,12 @@ def engine_error(status: int, body: bytes) -> HttpError:
         pass
     if status >= 500 and any(fault in message.lower() for fault in _CLIENT_FAULTS):
         status = 400  # the request asked for what this model cannot do: the caller's to change, not a 5xx
+    if "is too large to process" in message:  # llama-server names its batch size, which no request can change
+        message += (
+            "; an input is embedded in one batch of late_chunking_max_tokens (within a slot's context): raise"
+            " late_chunking_max_tokens in config.toml, or send a shorter input (Ollama's /api/embed truncates it"
+            " unless truncate is false)"
+        )
     kind = "invalid_request_error" if 400 <= status < 500 else "engine_error"
     return HttpError(status, message, kind, source="engine")
 
