@@ -357,11 +357,10 @@ class Quotas:
                     retry_after=wait,
                 )
             self._expire_tokens(state, cutoff)
-            held = _held(state.reserved)
             if limits.tpm and state.window_tokens + state.reserved >= limits.tpm:
                 wait = self._tpm_wait(state, limits.tpm, now) if state.window_tokens >= limits.tpm else 1
                 raise QuotaError(
-                    f"key '{ctx.name}' used {state.window_tokens} tokens in the last minute{held}, its tpm limit"
+                    f"key '{ctx.name}' used {state.window_tokens} tokens in the last minute{_held(state.reserved)}, its tpm limit"
                     f" is {limits.tpm}; retry in {wait} s, or raise tpm for this key in config.toml",
                     limit="tpm",
                     key_name=ctx.name,
@@ -374,7 +373,7 @@ class Quotas:
                 and used < limits.daily_tokens
             ):
                 raise QuotaError(
-                    f"key '{ctx.name}' used {used} tokens today{held}, its daily_tokens limit is"
+                    f"key '{ctx.name}' used {used} tokens today{_held(state.reserved)}, its daily_tokens limit is"
                     f" {limits.daily_tokens}; retry in 1 s, or raise daily_tokens for this key in config.toml",
                     limit="daily_tokens",
                     key_name=ctx.name,

@@ -39,7 +39,8 @@ fn ms_to_ns(ms: Option<f64>) -> u64 {
 /// becomes the dialect's error body, with the error in the summary.
 pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Summary), String> {
     let body = std::str::from_utf8(body).map_err(|e| format!("engine body is not UTF-8: {e}"))?;
-    let stripped = Prefill::new(opts.prefill.clone()).strip(body);
+    let mut prefill = Prefill::new(opts.prefill.clone());
+    let stripped = if prefill.pending() { prefill.strip(body) } else { None };
     let body = stripped.as_deref().unwrap_or(body);
     let reshaped = if opts.dialect == Dialect::OpenAi && legacy::may_need(body) {
         legacy::reshape(body, &mut legacy::Offsets::default()) // the completions API's logprobs shape

@@ -475,7 +475,8 @@ async def _dispatch(
         )
         if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
             raise proxy.engine_error(502, data)
-        req.summary = tenancy.each_task_charged(summary, choices) if child.lane == "llama-cpp" else summary
+        several = summary["choices"] != 1 and child.lane == "llama-cpp"  # n > 1, or a prompt list
+        req.summary = tenancy.each_task_charged(summary, choices) if several else summary
         watch.judge_whole(sup, req, canon)
         if probe is not None and req.gate.semcache is not None:
             req.gate.semcache.keep(probe, req, summary, data)

@@ -124,27 +124,11 @@ class Gate:
         sched = self.admission.scheduler(model_key, slots)
         req.queue_depth = sched.waiting
         t0 = time.perf_counter()
-        task = asyncio.current_task()
-        watching: list[tuple[Any, Any]] = []
-        left = finished = False
+        watch: list[ClientWatch] = []
 
-        def on_wait() -> None:
-            """A request that has to queue watches its client: one that leaves is taken out of the queue, never
-            run for nobody (a prefill of thousands of tokens is not cancelled once the engine has it)."""
-            if req.client is None or task is None:
-                return
-
-            def on_gone(fut: Any) -> None:
-                nonlocal left
-                if (
-                    not finished and not fut.cancelled()
-                ):  # a callback queued as the wait ended changes nothing
-                    left = True
-                    task.cancel()
-
-            gone = req.client.client_disconnect()
-            gone.add_done_callback(on_gone)
-            watching.append((gone, on_gone))
+        def on_wait() -> None:  # only a request that has to queue pays for watching its client
+            if req.client is not None:
+                watch.append(ClientWatch(req.client))
 
         try:
             lease = await self.admission.admit(
@@ -161,15 +145,13 @@ class Gate:
                 on_wait=on_wait,
             )
         except asyncio.CancelledError:
-            if not left or task is None:
+            if not watch or not watch[0].left:
                 raise
-            task.uncancel()
+            watch[0].task.uncancel()
             raise ClientGone("while it waited for a slot; it was never run") from None
         finally:
-            finished = True
-            for gone, on_gone in watching:
-                gone.remove_done_callback(on_gone)
-                gone.cancel()
+            if watch:
+                watch[0].close()
         req.engine_s += time.perf_counter() - t0  # queueing is waiting for engine capacity, not overhead
         return lease
 
@@ -246,3 +228,28 @@ def each_task_charged(summary: dict[str, Any], n: int) -> dict[str, Any]:
         "completion_tokens": int(usage.get("completion_tokens") or 0) * k,
     }
     return {**summary, "usage": charged}
+
+
+class ClientWatch:
+    """A queued request watching its client: one that leaves is taken out of the queue (its task cancelled) and
+    never run for nobody, as a prefill of thousands of tokens is not cancelled once the engine has it."""
+
+    __slots__ = ("finished", "gone", "left", "task")
+
+    def __init__(self, client: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.left = self.finished = False
+        self.gone = client.client_disconnect()
+        self.gone.add_done_callback(self._on_gone)
+
+    def _on_gone(self, fut: Any) -> None:
+        if not self.finished and not fut.cancelled():  # a callback queued as the wait ended changes nothing
+            self.left = True
+            self.task.cancel()
+
+    def close(self) -> None:
+        self.finished = True
+        self.gone.remove_done_callback(self._on_gone)
+        self.gone.cancel()
