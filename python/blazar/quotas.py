@@ -367,23 +367,14 @@ class Quotas:
                     retry_after=wait,
                 )
             used = self.usage.tokens(ctx.name, day)
-            if (
-                limits.daily_tokens
-                and used + state.reserved >= limits.daily_tokens
-                and used < limits.daily_tokens
-            ):
+            if limits.daily_tokens and used + state.reserved >= limits.daily_tokens:
+                spent = used >= limits.daily_tokens  # else the requests in flight may spend the rest
+                wait = seconds_until_utc_midnight(epoch) if spent else 1
+                when = f"it resets at 00:00 UTC (in {wait} s)" if spent else f"retry in {wait} s"
                 raise QuotaError(
-                    f"key '{ctx.name}' used {used} tokens today{_held(state.reserved)}, its daily_tokens limit is"
-                    f" {limits.daily_tokens}; retry in 1 s, or raise daily_tokens for this key in config.toml",
-                    limit="daily_tokens",
-                    key_name=ctx.name,
-                    retry_after=1,
-                )
-            if limits.daily_tokens and used >= limits.daily_tokens:
-                wait = seconds_until_utc_midnight(epoch)
-                raise QuotaError(
-                    f"key '{ctx.name}' used {used} tokens today, its daily_tokens limit is {limits.daily_tokens}; "
-                    f"it resets at 00:00 UTC (in {wait} s), or raise daily_tokens for this key in config.toml",
+                    f"key '{ctx.name}' used {used} tokens today{'' if spent else _held(state.reserved)}, its"
+                    f" daily_tokens limit is {limits.daily_tokens}; {when}, or raise daily_tokens for this key in"
+                    " config.toml",
                     limit="daily_tokens",
                     key_name=ctx.name,
                     retry_after=wait,

@@ -285,14 +285,7 @@ def test_every_prompt_of_a_prompt_list_is_charged(daemon_factory: object) -> Non
 def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("queue_wait_secs = 1\n")
-    assert post(d, "/v1/chat/completions", CHAT).status_code == 200  # the engine is up
-    long = {**CHAT, "max_tokens": 300, "ignore_eos": True}
-    # a generous timeout: on a loaded machine 300 tokens can take minutes, and this request only holds the slot
-    t = threading.Thread(
-        target=httpx.post, args=(d.url + "/v1/chat/completions",), kwargs={"json": long, "timeout": 900}
-    )
-    t.start()
-    wait_for(lambda: busy_slots(d) > 0, 30, "the long request to occupy the only slot")
+    t = occupy_the_only_slot(d)
     r = post(d, "/v1/chat/completions", CHAT)
     t.join()
     assert r.status_code == 503, r.text
@@ -306,13 +299,7 @@ def test_a_client_that_leaves_while_queued_is_never_run(daemon_factory: object) 
     (a prefill cannot be cut short once llama-server has it), and the next request is not stuck behind them."""
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("queue_wait_secs = 300\n")
-    assert post(d, "/v1/chat/completions", CHAT).status_code == 200  # the engine is up
-    long = {**CHAT, "max_tokens": 300, "ignore_eos": True}
-    t = threading.Thread(
-        target=httpx.post, args=(d.url + "/v1/chat/completions",), kwargs={"json": long, "timeout": 900}
-    )
-    t.start()
-    wait_for(lambda: busy_slots(d) > 0, 30, "the long request to occupy the only slot")
+    t = occupy_the_only_slot(d)
     body = json.dumps({**CHAT, "max_tokens": 50}).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -332,6 +319,19 @@ def test_a_client_that_leaves_while_queued_is_never_run(daemon_factory: object) 
     )
     t.join()
     assert post(d, "/v1/chat/completions", CHAT).status_code == 200
+
+
+def occupy_the_only_slot(d: Daemon) -> threading.Thread:
+    """A long request (in a thread: join it) holding the model's only slot, once it does."""
+    assert post(d, "/v1/chat/completions", CHAT).status_code == 200  # the engine is up
+    long = {**CHAT, "max_tokens": 300, "ignore_eos": True}
+    # a generous timeout: on a loaded machine 300 tokens can take minutes, and this request only holds the slot
+    t = threading.Thread(
+        target=httpx.post, args=(d.url + "/v1/chat/completions",), kwargs={"json": long, "timeout": 900}
+    )
+    t.start()
+    wait_for(lambda: busy_slots(d) > 0, 30, "the long request to occupy the only slot")
+    return t
 
 
 def busy_slots(d: Daemon) -> int:

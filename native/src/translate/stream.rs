@@ -85,6 +85,25 @@ pub(super) fn parse_object<'a>(text: &'a str) -> Result<Completion<'a>, String> 
     Ok(completion)
 }
 
+/// `data` (an engine chunk or whole body) as the writers must read it, or None when it needs no
+/// change: the assistant prefill the engine echoes cut (`prefill`), and for an OpenAI client a text
+/// choice's logprobs in the completions API's shape (`legacy`).
+pub(super) fn rewrite(
+    data: &str,
+    dialect: Dialect,
+    prefill: &mut Prefill,
+    offsets: &mut legacy::Offsets,
+) -> Option<String> {
+    let stripped = if prefill.pending() { prefill.strip(data) } else { None };
+    let current = stripped.as_deref().unwrap_or(data);
+    if dialect == Dialect::OpenAi && legacy::may_need(current) {
+        if let Some(reshaped) = legacy::reshape(current, offsets) {
+            return Some(reshaped);
+        }
+    }
+    stripped
+}
+
 /// Choice 0's logprobs entries as raw JSON (`[...]`), or "".
 pub(super) fn first_logprobs<'a>(chunk: &Completion<'a>) -> &'a str {
     let choice = chunk.choices.as_ref().and_then(|cs| cs.iter().find(|c| c.index == 0));
@@ -236,14 +255,8 @@ impl State {
             // (an OpenAI client would read it as a chunk that is not one)
             return;
         }
-        let stripped = if self.prefill.pending() { self.prefill.strip(ev.data) } else { None };
-        let data = stripped.as_deref().unwrap_or(ev.data);
-        let reshaped = if self.opts.dialect == Dialect::OpenAi && legacy::may_need(data) {
-            legacy::reshape(data, &mut self.offsets) // a text choice's logprobs, in the completions API's shape
-        } else {
-            None
-        };
-        let data = reshaped.as_deref().unwrap_or(data);
+        let rewritten = rewrite(ev.data, self.opts.dialect, &mut self.prefill, &mut self.offsets);
+        let data = rewritten.as_deref().unwrap_or(ev.data);
         let chunk: Completion<'_> = match parse_object(data) {
             Ok(chunk) => chunk,
             Err(err) => return self.bad_chunk(data, &err),

@@ -12,7 +12,7 @@ use super::legacy;
 use super::ollama::{self, Metrics};
 use super::openai;
 use super::prefill::Prefill;
-use super::stream::{first_logprobs, parse_object};
+use super::stream::{first_logprobs, parse_object, rewrite};
 use super::stream::{new_message_id, Dialect};
 
 /// What the caller knows about a whole response.
@@ -40,14 +40,8 @@ fn ms_to_ns(ms: Option<f64>) -> u64 {
 pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Summary), String> {
     let body = std::str::from_utf8(body).map_err(|e| format!("engine body is not UTF-8: {e}"))?;
     let mut prefill = Prefill::new(opts.prefill.clone());
-    let stripped = if prefill.pending() { prefill.strip(body) } else { None };
-    let body = stripped.as_deref().unwrap_or(body);
-    let reshaped = if opts.dialect == Dialect::OpenAi && legacy::may_need(body) {
-        legacy::reshape(body, &mut legacy::Offsets::default()) // the completions API's logprobs shape
-    } else {
-        None
-    };
-    let body = reshaped.as_deref().unwrap_or(body);
+    let rewritten = rewrite(body, opts.dialect, &mut prefill, &mut legacy::Offsets::default());
+    let body = rewritten.as_deref().unwrap_or(body);
     let completion: Completion<'_> =
         parse_object(body).map_err(|e| format!("engine body is not a JSON chat completion: {e}"))?;
     let model = str_literal(&opts.model);

@@ -319,14 +319,14 @@ class App:
             raise HttpError(
                 405, f"{scope.path} accepts {allowed}, not {scope.method}", headers=(("allow", allowed),)
             )
-        encoding = req.headers.get("content-encoding")
-        if encoding and encoding.strip().lower() != "identity":
-            raise HttpError(
-                415,
-                f"Content-Encoding {encoding[:40]!r} is not taken: send the request body uncompressed",
-                "invalid_request_error",
-            )
         if scope.method not in ("GET", "HEAD", "OPTIONS") and not route.raw_body:
+            encoding = req.headers.get("content-encoding")
+            if encoding and encoding.strip().lower() != "identity":
+                raise HttpError(
+                    415,
+                    f"Content-Encoding {encoding[:40]!r} is not taken: send the request body uncompressed",
+                    "invalid_request_error",
+                )
             t0 = time.perf_counter()
             req.body = await self.uploads.read(scope, proto)
             req.engine_s += time.perf_counter() - t0  # the client's time, not Blazar's

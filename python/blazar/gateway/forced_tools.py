@@ -24,23 +24,24 @@ from blazar.supervisor import Child, Supervisor
 
 
 async def template_emits_tool_calls(sup: Supervisor, child: Child) -> bool:
-    """Whether the child's chat template can produce tool calls (asked once per child, from llama-server's
-    ``/props``). Other engines (sglang, mlx-lm, mistral.rs) take ``tool_choice`` themselves and are trusted to."""
-    if child.lane != "llama-cpp":
-        return True
-    if child.tool_calls_supported is None:
-        await _read_props(sup, child)
-    return bool(child.tool_calls_supported)
+    """Whether the child's chat template can produce tool calls. Other engines (sglang, mlx-lm, mistral.rs) take
+    ``tool_choice`` themselves and are trusted to."""
+    return (await _template_caps(sup, child))[0]
 
 
 async def template_thinks(sup: Supervisor, child: Child) -> bool:
     """Whether the child's chat template has a thinking (reasoning) section to turn on or off: it mentions
     thinking, or llama-server says it takes a reasoning effort. Other engines are trusted to."""
+    return (await _template_caps(sup, child))[1]
+
+
+async def _template_caps(sup: Supervisor, child: Child) -> tuple[bool, bool]:
+    """(tool calls, thinking) of the child's chat template, from llama-server's ``/props``, asked once per child."""
     if child.lane != "llama-cpp":
-        return True
-    if child.thinks is None:
+        return True, True
+    if child.tool_calls_supported is None or child.thinks is None:
         await _read_props(sup, child)
-    return bool(child.thinks)
+    return bool(child.tool_calls_supported), bool(child.thinks)
 
 
 async def _read_props(sup: Supervisor, child: Child) -> None:

@@ -5,6 +5,7 @@ It owns no routing and no engine I/O.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import time
@@ -87,6 +88,39 @@ class ClientGone(Exception):
     def __init__(self, when: str) -> None:
         super().__init__(when)
         self.when = when
+
+
+class ClientWatch:
+    """``task`` watching its client's connection (Granian's ``client_disconnect()``): a client that leaves has
+    the task cancelled, which ``gone`` then turns into ClientGone. ``close`` ends the watch; a callback already
+    queued when it ends cancels nothing."""
+
+    __slots__ = ("finished", "gone_fut", "left", "task")
+
+    def __init__(self, client: Any, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.left = self.finished = False
+        self.gone_fut = client.client_disconnect()
+        self.gone_fut.add_done_callback(self._on_gone)
+
+    def _on_gone(self, fut: Any) -> None:
+        if not self.finished and not fut.cancelled():
+            self.left = True
+            self.task.cancel()
+
+    def close(self) -> None:
+        self.finished = True
+        self.gone_fut.remove_done_callback(self._on_gone)
+        self.gone_fut.cancel()
+
+    @staticmethod
+    def gone(watching: list[ClientWatch], when: str) -> ClientGone | None:
+        """For a cancelled task: ClientGone (``when``) if a watch in ``watching`` cancelled it, its cancellation
+        taken back; None for any other cancellation, which goes on."""
+        if not watching or not watching[0].left:
+            return None
+        watching[0].task.uncancel()
+        return ClientGone(when)
 
 
 CLIENT_CLOSED = 499

@@ -17,7 +17,7 @@ import aiohttp
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar._native import LinkError, StreamError
-from blazar.gateway.http import ClientGone, HttpError
+from blazar.gateway.http import ClientWatch, HttpError
 from blazar.gateway.watch import Stall
 from blazar.paths import EMBED_SUFFIXES
 from blazar.supervisor import Child, Supervisor
@@ -208,25 +208,27 @@ def engine_error(status: int, body: bytes) -> HttpError:
             message = err
     except orjson.JSONDecodeError:
         pass
-    if status >= 500 and any(fault in message.lower() for fault in _CLIENT_FAULTS):
-        status = 400  # the request asked for what this model cannot do: the caller's to change, not a 5xx
-    if "is too large to process" in message:  # llama-server names its batch size, which no request can change
-        message += (
-            "; an input is embedded in one batch of late_chunking_max_tokens (within a slot's context): raise"
-            " late_chunking_max_tokens in config.toml, or send a shorter input (Ollama's /api/embed truncates it"
-            " unless truncate is false)"
-        )
+    fault = next((f for f in _CLIENT_FAULTS if f in message.lower()), None)
+    if fault is not None:
+        if status >= 500:
+            status = 400  # the request asked for what this model cannot do: the caller's to change, not a 5xx
+        message += _CLIENT_FAULTS[fault]
     kind = "invalid_request_error" if 400 <= status < 500 else "engine_error"
     return HttpError(status, message, kind, source="engine")
 
 
-_CLIENT_FAULTS = (
-    "input is not supported",  # audio / video / image parts for a model without them (llama-server: 500)
-    "is too large to process",  # an embedding input over the physical batch (500)
-    "infill is not supported",  # a suffix for a model without fill-in-the-middle tokens (501)
-)
+_CLIENT_FAULTS = {
+    "input is not supported": "",  # audio / video / image parts for a model without them (llama-server: 500)
+    "is too large to process": (  # an embedding input over the physical batch (500), which names its size
+        "; an input is embedded in one batch of late_chunking_max_tokens (within a slot's context): raise"
+        " late_chunking_max_tokens in config.toml, or send a shorter input (Ollama's /api/embed truncates it"
+        " unless truncate is false)"
+    ),
+    "infill is not supported": "",  # a suffix for a model without fill-in-the-middle tokens (501)
+}
 """llama-server answers these requests with a 5xx, though nothing failed: the request asked for what the model
-cannot do. Blazar passes the engine's message (it says what to change) with a 400."""
+cannot do. Blazar passes the engine's message with a 400, and what Blazar's own settings change where the engine
+names a setting no request can."""
 
 
 async def forward_whole(
@@ -276,36 +278,20 @@ async def unless_gone(work: Coroutine[Any, Any, T], client: Any, after: float | 
     loop = asyncio.get_running_loop()
     task = asyncio.current_task(loop)
     assert task is not None
-    gone: Any = None
-    left = False
-    finished = False
-
-    def on_gone(fut: Any) -> None:
-        nonlocal left
-        # a callback already queued when ``work`` finished in the same loop turn must not cancel what runs next
-        if not finished and not fut.cancelled():
-            left = True
-            task.cancel()
-
-    def watch() -> None:
-        nonlocal gone
-        gone = client.client_disconnect()
-        gone.add_done_callback(on_gone)
-
-    timer = loop.call_later(WATCH_AFTER_SECS if after is None else after, watch)
+    watching: list[ClientWatch] = []
+    delay = WATCH_AFTER_SECS if after is None else after
+    timer = loop.call_later(delay, lambda: watching.append(ClientWatch(client, task)))
     try:
         return await work
     except asyncio.CancelledError:
-        if not left:
+        gone = ClientWatch.gone(watching, "before its answer was ready; the engine stopped working on it")
+        if gone is None:
             raise
-        task.uncancel()
-        raise ClientGone("before its answer was ready; the engine stopped working on it") from None
+        raise gone from None
     finally:
-        finished = True
         timer.cancel()
-        if gone is not None:
-            gone.remove_done_callback(on_gone)
-            gone.cancel()
+        for watch in watching:
+            watch.close()
 
 
 async def get_whole(sup: Supervisor, child: Child, path: str) -> tuple[int, bytes, str]:

@@ -23,7 +23,7 @@ from blazar.admission import Lease as SlotLease
 from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
-from blazar.gateway.http import HEADER_TOKEN_MAX, ClientGone, HttpError, Request, is_header_token
+from blazar.gateway.http import HEADER_TOKEN_MAX, ClientWatch, HttpError, Request, is_header_token
 from blazar.gateway.otlp import Exporter
 from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
@@ -114,9 +114,11 @@ class Gate:
         """Scope, rpm, tpm and daily tokens for the model this request names; what ``canon`` may charge
         (``quota_reservation``) is held against tpm and daily_tokens until it finishes."""
         req.model = model
-        if req.key is not None:
-            reserve = quota_reservation(req, canon) if canon is not None else 0
-            req.reserved += self.quotas.check(req.key, model, reserve)
+        key = req.key
+        if key is not None:
+            counted = key.limits.tpm or key.limits.daily_tokens  # a key without them holds nothing
+            reserve = quota_reservation(req, canon) if canon is not None and counted else 0
+            req.reserved += self.quotas.check(key, model, reserve)
 
     async def admit(self, req: Request, model_key: str, slots: int, canon: CanonicalRequest) -> SlotLease:
         h = req.headers
@@ -124,11 +126,14 @@ class Gate:
         sched = self.admission.scheduler(model_key, slots)
         req.queue_depth = sched.waiting
         t0 = time.perf_counter()
-        watch: list[ClientWatch] = []
+        watching: list[ClientWatch] = []
 
-        def on_wait() -> None:  # only a request that has to queue pays for watching its client
-            if req.client is not None:
-                watch.append(ClientWatch(req.client))
+        def on_wait() -> (
+            None
+        ):  # only a request that has to queue watches its client: one that leaves is never run
+            task = asyncio.current_task()  # the request's own: admit runs in it
+            if req.client is not None and task is not None:
+                watching.append(ClientWatch(req.client, task))
 
         try:
             lease = await self.admission.admit(
@@ -145,13 +150,13 @@ class Gate:
                 on_wait=on_wait,
             )
         except asyncio.CancelledError:
-            if not watch or not watch[0].left:
+            gone = ClientWatch.gone(watching, "while it waited for a slot; it was never run")
+            if gone is None:
                 raise
-            watch[0].task.uncancel()
-            raise ClientGone("while it waited for a slot; it was never run") from None
+            raise gone from None
         finally:
-            if watch:
-                watch[0].close()
+            for watch in watching:
+                watch.close()
         req.engine_s += time.perf_counter() - t0  # queueing is waiting for engine capacity, not overhead
         return lease
 
@@ -228,28 +233,3 @@ def each_task_charged(summary: dict[str, Any], n: int) -> dict[str, Any]:
         "completion_tokens": int(usage.get("completion_tokens") or 0) * k,
     }
     return {**summary, "usage": charged}
-
-
-class ClientWatch:
-    """A queued request watching its client: one that leaves is taken out of the queue (its task cancelled) and
-    never run for nobody, as a prefill of thousands of tokens is not cancelled once the engine has it."""
-
-    __slots__ = ("finished", "gone", "left", "task")
-
-    def __init__(self, client: Any) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.task = task
-        self.left = self.finished = False
-        self.gone = client.client_disconnect()
-        self.gone.add_done_callback(self._on_gone)
-
-    def _on_gone(self, fut: Any) -> None:
-        if not self.finished and not fut.cancelled():  # a callback queued as the wait ended changes nothing
-            self.left = True
-            self.task.cancel()
-
-    def close(self) -> None:
-        self.finished = True
-        self.gone.remove_done_callback(self._on_gone)
-        self.gone.cancel()
