@@ -53,7 +53,7 @@ from blazar.errors import CatalogError, ModelNotFound, StoreError
 from blazar.ggml_whisper import WhisperInfo
 from blazar.gguf_info import GgufSummary, summarize
 from blazar.model_dir import DirSummary, dir_digest, inspect_dir, small_config
-from blazar.paths import EMBED_SUFFIXES, DataDir
+from blazar.paths import DataDir, child_keys
 from blazar.store import Store
 
 log = logging.getLogger("blazar.catalog")
@@ -565,7 +565,7 @@ class Catalog:
         self._discard_files(row)
         # what its engines kept: their saved slots (users' prompts) and their logs
         shutil.rmtree(self.data.bank(row.name), ignore_errors=True)
-        for key in (row.name, *(row.name + suffix for suffix in EMBED_SUFFIXES)):
+        for key in child_keys(row.name):
             self.data.log_file(key).unlink(missing_ok=True)
         return row
 

@@ -43,6 +43,11 @@ def child_key(name: str, embeddings: bool, tokens: bool = False) -> str:
     return name + "@embed" if embeddings else name
 
 
+def child_keys(name: str) -> tuple[str, ...]:
+    """Every engine key catalog model ``name`` may run under: chat, pooled embeddings, per-token embeddings."""
+    return (name, *(name + suffix for suffix in EMBED_SUFFIXES))
+
+
 @dataclass(frozen=True, slots=True)
 class DataDir:
     """The data dir layout: blazar.db, models/, engines/, run/, logs/, sessions/, speccache/, audit/, blobs/."""

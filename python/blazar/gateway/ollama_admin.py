@@ -24,7 +24,7 @@ from blazar.gateway.tenancy import require_visible, visible
 from blazar.gguf_info import human_params
 from blazar.loras import LoraRow
 from blazar.model_dir import chat_template, read_config, small_config
-from blazar.paths import TOKENS_SUFFIX, child_key
+from blazar.paths import TOKENS_SUFFIX, child_key, child_keys
 from blazar.profile import model_settings
 from blazar.supervisor import State, Supervisor, sleep
 
@@ -291,12 +291,8 @@ async def delete(sup: Supervisor, req: Request, proto: Any) -> Response:
         sup.remove_lora(name)
         return 200, [], b""
     await remove_model(sup, name, row, "model deleted")
-    for embeddings, tokens in (
-        (False, False),
-        (True, False),
-        (True, True),
-    ):  # its sessions' slots are gone too
-        req.gate.sessions.release_model(child_key(name, embeddings, tokens))
+    for key in child_keys(name):  # its sessions' slots are gone too
+        req.gate.sessions.release_model(key)
     return 200, [], b""
 
 
