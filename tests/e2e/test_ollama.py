@@ -106,6 +106,12 @@ def test_embed(daemon: Daemon, client: Make) -> None:
         daemon.url + "/api/embeddings", json={"model": "smollm2", "prompt": "hello"}, timeout=60
     )
     assert legacy.status_code == 200 and len(legacy.json()["embedding"]) == 576
+    # the legacy endpoint's vector is the model's own, as Ollama's (not normalised); /api/embed's is normalised
+    raw = legacy.json()["embedding"]
+    unit = client(daemon).embed(model="smollm2", input="hello").embeddings[0]
+    norm = sum(x * x for x in raw) ** 0.5
+    assert abs(norm - 1) > 0.1 and abs(sum(x * x for x in unit) - 1) < 1e-4
+    assert all(abs(a / norm - b) < 1e-4 for a, b in zip(raw, unit, strict=True))
     # no input: the model is loaded and nothing is embedded, in each endpoint's own shape; a missing model is 404
     empty = httpx.post(daemon.url + "/api/embed", json={"model": "smollm2"}, timeout=60)
     assert empty.status_code == 200 and empty.json() == {"model": "smollm2", "embeddings": []}

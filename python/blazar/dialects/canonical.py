@@ -68,6 +68,8 @@ class CanonicalRequest:
     truncate       Ollama ``/api/embed``: cut each input to what the engine embeds in one batch (its default).
     late_chunking  embedding kind, ``input`` a list of non-empty strings: the chunks of one text, embedded together
                    and pooled per chunk (``gateway.late_chunking``).
+    raw_vectors    embedding kind: the vectors as the model pools them, not L2-normalised (Ollama's legacy
+                   ``/api/embeddings``; llama-server's ``embd_normalize: -1``).
     notes          fields accepted but ignored, one teaching sentence each.
     load_only      Ollama: no prompt, messages or input; the request only loads (or with keep_alive 0 unloads) the
                    model and is never sent to the engine.
@@ -90,6 +92,7 @@ class CanonicalRequest:
     options_ctx: int | None = None
     truncate: bool = False
     late_chunking: bool = False
+    raw_vectors: bool = False
     notes: list[str] = field(default_factory=list)
     load_only: bool = False
 

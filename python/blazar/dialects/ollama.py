@@ -162,9 +162,10 @@ def parse_embed(body: Any) -> CanonicalRequest:
 
 
 def parse_embeddings_legacy(body: Any) -> CanonicalRequest:
-    """A legacy /api/embeddings body (``prompt``, one string); an empty prompt only loads the model."""
+    """A legacy /api/embeddings body (``prompt``, one string); an empty prompt only loads the model. Its vector is
+    the model's own, not normalised, as Ollama's legacy endpoint answers (``/api/embed`` normalises)."""
     body = json_object(body)
-    req = CanonicalRequest(model=_model(body), kind="embedding")
+    req = CanonicalRequest(model=_model(body), kind="embedding", raw_vectors=True)
     prompt = _str_field(body, "prompt")
     req.input = prompt
     req.load_only = not prompt

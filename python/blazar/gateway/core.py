@@ -533,6 +533,8 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     hit = claim_remote(sup, req, canon)
     if hit is not None:
         body, load_ns = await remote.embed(sup, req, canon, *hit), 0
+        if canon.raw_vectors:
+            note_ignored(req, "raw vectors: a remote's vectors are sent as it returns them")
     else:
         _name, key, slots = claim_local(sup, req, canon)
         with await req.gate.admit(req, key, slots, canon):
@@ -565,6 +567,11 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
         path, body = render_engine(canon)
         if child.spec.engine_model is not None:
             body["model"] = child.spec.engine_model
+        if canon.raw_vectors:
+            if child.lane == "llama-cpp":
+                body["embd_normalize"] = -1  # llama-server's switch for the pooled vector as it is
+            else:
+                note_ignored(req, f"raw vectors: the {child.lane} lane returns them L2-normalised")
         t0 = time.perf_counter()
         _status, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
         req.engine_s += time.perf_counter() - t0
