@@ -107,8 +107,13 @@ class StreamTranslator:
     ``dialect`` is ``"openai"`` (pass-through with ``model`` rewritten and llama.cpp's
     ``__verbose`` member cut out; the usage-only chunk dropped unless ``include_usage``), ``"ollama_chat"`` / ``"ollama_generate"`` (NDJSON objects,
     complete ``tool_calls`` with object arguments, the final ``done: true`` object with
-    durations in ns) or ``"anthropic"`` (Messages API SSE events, a ``ping`` after
-    ``message_start`` and after 10 s without output). Any other value raises ``ValueError``.
+    durations in ns), ``"anthropic"`` (Messages API SSE events, a ``ping`` after
+    ``message_start`` and after 10 s without output) or ``"responses"`` (OpenAI's Responses API:
+    ``response.*`` events with their ``sequence_number``, ``output_index`` and ``content_index``;
+    reasoning, message and function_call output items; ``response.completed``, or
+    ``response.incomplete`` at the token bound, or ``response.failed``; ``message_id`` is then the
+    response id, by default a fresh ``resp_...``, and ``echo`` the request's members every response
+    object repeats, as JSON object members without braces). Any other value raises ``ValueError``.
 
     Time is Unix-epoch nanoseconds: the clock starts at ``start_ns`` (default: now) and each call
     may pass ``now_ns``; with both given, output is fully deterministic. ``load_duration_ns`` is
@@ -139,6 +144,7 @@ class StreamTranslator:
         redact: str | None = None,
         prefill: str | None = None,
         n: int = 1,
+        echo: str | None = None,
     ) -> Self: ...
     def feed(self, chunk: bytes, now_ns: int | None = None) -> bytes:
         """Engine bytes in (any chunking), client bytes out (possibly empty). An empty chunk
@@ -178,6 +184,7 @@ def translate_whole(
     now_ns: int | None = None,
     prefill: str | None = None,
     n: int = 1,
+    echo: str | None = None,
 ) -> tuple[bytes, dict[str, object]]:
     """A whole non-streamed engine ``chat.completion`` body to the client's body, with the same
     summary as :meth:`StreamTranslator.summary` (``ttft_ms`` and ``tpot_ms`` are None). Ollama's

@@ -20,7 +20,7 @@ import orjson
 from blazar.errors import BlazarError
 from blazar.store import Store
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/embeddings")
 """What a batch may call, as in OpenAI's Batch API (its other endpoints are not served here)."""
 COMPLETION_WINDOW = "24h"
 WINDOW_SECS = 24 * 3600

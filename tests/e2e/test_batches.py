@@ -104,6 +104,24 @@ def test_a_batch_runs_under_its_key_and_its_answers_come_back_as_files(daemon_fa
         client(d, "sk-wrong-0123456789abcdef0123456789abcdef").files.list()
 
 
+def test_a_responses_batch_answers_with_response_objects(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    c = client(d)
+    body = {"model": "smollm2", "input": "The sky is", "max_output_tokens": 4, "temperature": 0}
+    lines = [{"custom_id": cid, "method": "POST", "url": "/v1/responses", "body": body} for cid in ("a", "b")]
+    f = c.files.create(file=("responses.jsonl", jsonl(lines)), purpose="batch")
+    b = finished(
+        c, c.batches.create(input_file_id=f.id, endpoint="/v1/responses", completion_window="24h").id
+    )
+    assert b.status == "completed" and b.request_counts is not None and b.request_counts.completed == 2, b
+    assert b.output_file_id is not None
+    out = records(c, b.output_file_id)
+    texts = {cid: r["response"]["body"]["output"][0]["content"][0]["text"] for cid, r in out.items()}
+    assert sorted(texts) == ["a", "b"] and texts["a"] == texts["b"]
+    assert all(r["response"]["body"]["object"] == "response" for r in out.values())
+
+
 def test_a_bad_input_fails_the_batch_before_anything_runs(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory()
@@ -129,7 +147,7 @@ def test_a_bad_input_fails_the_batch_before_anything_runs(daemon_factory: object
             endpoint="/v1/chat/completions", completion_window="24h",
         )  # fmt: skip
     with pytest.raises(openai.BadRequestError, match="endpoint"):
-        c.batches.create(input_file_id=f.id, endpoint="/v1/responses", completion_window="24h")  # type: ignore[arg-type]
+        c.batches.create(input_file_id=f.id, endpoint="/v1/moderations", completion_window="24h")
     with pytest.raises(openai.NotFoundError):
         c.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")
     with pytest.raises(openai.BadRequestError, match="multipart"):

@@ -1,9 +1,9 @@
 //! Response translation: the engine's OpenAI-dialect responses to the client's dialect.
 //!
-//! Owns turning engine SSE streams (chunk by chunk) and whole bodies into OpenAI, Ollama and
-//! Anthropic client bytes, merging tool-call fragments, and the end-of-response summary. The
+//! Owns turning engine SSE streams (chunk by chunk) and whole bodies into OpenAI (Chat
+//! Completions and the Responses API), Ollama and Anthropic client bytes, merging tool-call fragments, and the end-of-response summary. The
 //! engine's format is read in `engine`; each dialect writes in its own module (`openai`,
-//! `ollama`, `anthropic`) for streams and bodies alike; `stream` and `whole` drive them;
+//! `responses`, `ollama`, `anthropic`) for streams and bodies alike; `stream` and `whole` drive them;
 //! `python` is the surface. It must not do I/O or log: bytes in, bytes out.
 
 mod anthropic;
@@ -16,6 +16,7 @@ mod ollama;
 mod openai;
 mod prefill;
 mod python;
+mod responses;
 mod stream;
 #[cfg(test)]
 mod tests;

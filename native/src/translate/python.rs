@@ -31,7 +31,7 @@ impl StreamTranslator {
     #[new]
     #[pyo3(signature = (
         dialect, model, *, include_usage = false, load_duration_ns = 0, message_id = None,
-        prompt_tokens_hint = 0, start_ns = None, redact = None, prefill = None, n = 1
+        prompt_tokens_hint = 0, start_ns = None, redact = None, prefill = None, n = 1, echo = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -45,6 +45,7 @@ impl StreamTranslator {
         redact: Option<String>,
         prefill: Option<String>,
         n: u64,
+        echo: Option<String>,
     ) -> PyResult<Self> {
         let opts = Options {
             dialect: parse_dialect(dialect)?,
@@ -56,6 +57,7 @@ impl StreamTranslator {
             redact: redact.filter(|s| !s.is_empty()),
             prefill: prefill.filter(|s| !s.is_empty()),
             n,
+            echo,
         };
         Ok(Self { inner: Translator::new(opts, start_ns) })
     }
@@ -95,7 +97,7 @@ impl StreamTranslator {
 #[pyfunction]
 #[pyo3(signature = (
     dialect, model, engine_body, *, load_duration_ns = 0, message_id = None, total_duration_ns = 0,
-    now_ns = None, prefill = None, n = 1
+    now_ns = None, prefill = None, n = 1, echo = None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn translate_whole<'py>(
@@ -109,6 +111,7 @@ fn translate_whole<'py>(
     now_ns: Option<u64>,
     prefill: Option<String>,
     n: u64,
+    echo: Option<String>,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyDict>)> {
     let opts = WholeOptions {
         dialect: parse_dialect(dialect)?,
@@ -119,6 +122,7 @@ fn translate_whole<'py>(
         now_ns: now_ns.unwrap_or_else(system_ns),
         prefill: prefill.filter(|s| !s.is_empty()),
         n,
+        echo,
     };
     let (out, summary) = whole(&opts, engine_body).map_err(StreamError::new_err)?;
     Ok((PyBytes::new(py, &out), summary_dict(py, &summary)?))

@@ -14,6 +14,7 @@ use super::legacy;
 use super::ollama::{self, Metrics};
 use super::openai;
 use super::prefill::Prefill;
+use super::responses;
 use crate::frame::{FrameError, SseEvent, SseParser, DEFAULT_MAX_FRAME};
 
 /// Quiet time after which an Anthropic stream gets a `ping`.
@@ -26,10 +27,12 @@ pub enum Dialect {
     OllamaChat,
     OllamaGenerate,
     Anthropic,
+    /// OpenAI's Responses API (`/v1/responses`).
+    Responses,
 }
 
 impl Dialect {
-    pub const NAMES: &'static str = "'openai', 'ollama_chat', 'ollama_generate' or 'anthropic'";
+    pub const NAMES: &'static str = "'openai', 'ollama_chat', 'ollama_generate', 'anthropic' or 'responses'";
 
     pub fn parse(name: &str) -> Option<Self> {
         Some(match name {
@@ -37,6 +40,7 @@ impl Dialect {
             "ollama_chat" => Self::OllamaChat,
             "ollama_generate" => Self::OllamaGenerate,
             "anthropic" => Self::Anthropic,
+            "responses" => Self::Responses,
             _ => return None,
         })
     }
@@ -58,19 +62,36 @@ pub struct Options {
     pub prefill: Option<String>,
     /// The client's `n` (choices per prompt; 0 or 1: one), for adding up usage reports.
     pub n: u64,
+    /// Responses API: the request's members every response object repeats (see `responses::Head`).
+    pub echo: Option<String>,
 }
 
 /// A fresh Anthropic-style message id.
 pub fn new_message_id() -> String {
+    new_id("msg_")
+}
+
+/// `prefix` and 24 random hex digits.
+fn new_id(prefix: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
-    let mut id = String::from("msg_");
+    let mut id = String::from(prefix);
     for round in 0..2u64 {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u64(super::clock::system_ns() ^ round);
         id.push_str(&format!("{:016x}", h.finish()));
     }
-    id.truncate(4 + 24);
+    id.truncate(prefix.len() + 24);
     id
+}
+
+/// The id of a response to `dialect`: the caller's, else a fresh one (`resp_...` for the
+/// Responses API, `msg_...` otherwise).
+pub fn response_id(dialect: Dialect, given: Option<&String>) -> String {
+    match given {
+        Some(id) => id.clone(),
+        None if dialect == Dialect::Responses => new_id("resp_"),
+        None => new_message_id(),
+    }
 }
 
 /// Reads a JSON object (only an object: serde would also accept an array for a struct).
@@ -115,12 +136,19 @@ pub(super) fn first_message<'c, 'a>(chunk: &'c Completion<'a>) -> Option<&'c Mes
     choice.delta.as_ref().or(choice.message.as_ref())
 }
 
+/// What every Responses API object of a response repeats (borrowing only the fields it names, so
+/// the state's writer and buffer stay free).
+fn head<'s>(id: &'s str, start_ns: u64, model: &'s [u8], echo: &'s Option<String>) -> responses::Head<'s> {
+    responses::Head { id, created_at: start_ns / 1_000_000_000, model, echo: echo.as_deref().unwrap_or("") }
+}
+
 struct State {
     opts: Options,
     model: Vec<u8>,
     message_id: String,
     col: Collector,
     anthropic: anthropic::Stream,
+    responses: responses::Stream,
     ollama_sent: usize,
     /// The prompt's token count until the engine reports usage: the caller's hint, or what
     /// llama.cpp's `prompt_progress` said.
@@ -148,12 +176,13 @@ impl Translator {
     /// A translator whose clock starts at `start_ns` (Unix-epoch ns), or now.
     pub fn new(opts: Options, start_ns: Option<u64>) -> Self {
         let clock = Clock::new(start_ns);
-        let message_id = opts.message_id.clone().unwrap_or_else(new_message_id);
+        let message_id = response_id(opts.dialect, opts.message_id.as_ref());
         let state = State {
             model: str_literal(&opts.model),
             message_id,
             col: Collector::new(clock.start_ns(), opts.n),
             anthropic: anthropic::Stream::default(),
+            responses: responses::Stream::default(),
             ollama_sent: 0,
             prompt_hint: opts.prompt_tokens_hint,
             out: Vec::new(),
@@ -309,6 +338,21 @@ impl State {
                 let calls = &self.col.tools.calls;
                 self.anthropic.tools(&mut self.out, calls, &absorbed.tool_slots, &self.message_id);
             }
+            Dialect::Responses => {
+                let head = head(&self.message_id, self.col.start_ns, &self.model, &self.opts.echo);
+                let stream = &mut self.responses;
+                if !stream.started {
+                    stream.start(out, &head);
+                }
+                let calls = &self.col.tools.calls;
+                if !thinking.is_empty() {
+                    stream.reasoning(out, thinking, calls, &head);
+                }
+                if !content.is_empty() {
+                    stream.text(out, content, calls, &head);
+                }
+                stream.tools(out, calls, &absorbed.tool_slots, &head);
+            }
         }
     }
 
@@ -429,6 +473,13 @@ impl State {
                 self.start_anthropic(now);
                 self.anthropic.finish(&mut self.out, &self.col, hint);
             }
+            Dialect::Responses => {
+                let head = head(&self.message_id, self.col.start_ns, &self.model, &self.opts.echo);
+                if !self.responses.started {
+                    self.responses.start(&mut self.out, &head);
+                }
+                self.responses.finish(&mut self.out, &self.col, hint, &head);
+            }
         }
     }
 
@@ -443,6 +494,10 @@ impl State {
             Dialect::Anthropic => {
                 self.anthropic.close_block(&mut self.out);
                 anthropic::error_event(&mut self.out, err);
+            }
+            Dialect::Responses => {
+                let head = head(&self.message_id, self.col.start_ns, &self.model, &self.opts.echo);
+                self.responses.fail(&mut self.out, &self.col, err, &head);
             }
         }
     }

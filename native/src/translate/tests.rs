@@ -39,6 +39,7 @@ fn opts(dialect: Dialect) -> Options {
         redact: None,
         prefill: None,
         n: 1,
+        echo: None,
     }
 }
 
@@ -304,6 +305,7 @@ fn whole_bodies() {
         now_ns: 0,
         prefill: None,
         n: 1,
+        echo: None,
     };
     let (out, s) = translate_whole(&o(Dialect::Anthropic), body).unwrap();
     let out = text(&out);
@@ -430,6 +432,7 @@ data: [DONE]\n\n";
         now_ns: 0,
         prefill: None,
         n: 1,
+        echo: None,
     };
     let (whole, summary) = translate_whole(&opts, body).unwrap();
     assert!(text(&whole).contains("\"response\":\" there was\""), "{}", text(&whole));
@@ -446,6 +449,7 @@ fn whole_opts(dialect: Dialect) -> WholeOptions {
         now_ns: 0,
         prefill: None,
         n: 1,
+        echo: None,
     }
 }
 

@@ -12,8 +12,9 @@ use super::legacy;
 use super::ollama::{self, Metrics};
 use super::openai;
 use super::prefill::Prefill;
+use super::responses;
 use super::stream::{first_logprobs, parse_object, rewrite};
-use super::stream::{new_message_id, Dialect};
+use super::stream::{new_message_id, response_id, Dialect};
 
 /// What the caller knows about a whole response.
 #[derive(Debug, Clone)]
@@ -28,6 +29,8 @@ pub struct WholeOptions {
     pub prefill: Option<String>,
     /// The client's `n` (see `Options::n`).
     pub n: u64,
+    /// Responses API: see `Options::echo`.
+    pub echo: Option<String>,
 }
 
 fn ms_to_ns(ms: Option<f64>) -> u64 {
@@ -52,7 +55,7 @@ pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Sum
         let err = EngineError::parse(body);
         col.engine_error(&err);
         match opts.dialect {
-            Dialect::OpenAi => openai::error_object(&mut out, &err),
+            Dialect::OpenAi | Dialect::Responses => openai::error_object(&mut out, &err),
             Dialect::OllamaChat | Dialect::OllamaGenerate => ollama::error(&mut out, &err.message, false),
             Dialect::Anthropic => anthropic::error_object(&mut out, &err),
         }
@@ -85,6 +88,16 @@ pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Sum
         Dialect::Anthropic => {
             let message_id = opts.message_id.clone().unwrap_or_else(new_message_id);
             anthropic::whole(&mut out, &message_id, &model, &col, 0);
+        }
+        Dialect::Responses => {
+            let id = response_id(opts.dialect, opts.message_id.as_ref());
+            let head = responses::Head {
+                id: &id,
+                created_at: now / 1_000_000_000,
+                model: &model,
+                echo: opts.echo.as_deref().unwrap_or(""),
+            };
+            responses::whole(&mut out, &col, &head);
         }
     }
     Ok((out, whole_summary(&col)))

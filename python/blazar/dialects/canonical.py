@@ -70,6 +70,8 @@ class CanonicalRequest:
                    and pooled per chunk (``gateway.late_chunking``).
     raw_vectors    embedding kind: the vectors as the model pools them, not L2-normalised (Ollama's legacy
                    ``/api/embeddings``; llama-server's ``embd_normalize: -1``).
+    echo           Responses API: the request members every response object repeats, JSON object members without
+                   braces (``dialects.responses``; the native translator writes them).
     notes          fields accepted but ignored, one teaching sentence each.
     load_only      Ollama: no prompt, messages or input; the request only loads (or with keep_alive 0 unloads) the
                    model and is never sent to the engine.
@@ -93,6 +95,7 @@ class CanonicalRequest:
     truncate: bool = False
     late_chunking: bool = False
     raw_vectors: bool = False
+    echo: str | None = None
     notes: list[str] = field(default_factory=list)
     load_only: bool = False
 

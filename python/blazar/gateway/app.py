@@ -86,6 +86,7 @@ ROUTES: dict[str, Route] = {
     "/v1/models": Route(_OPENAI, {"GET": openai.list_models}),
     "/v1/chat/completions": Route(_OPENAI, {"POST": openai.chat_completions}),
     "/v1/completions": Route(_OPENAI, {"POST": openai.completions}),
+    "/v1/responses": Route(_OPENAI, {"POST": openai.responses}),
     "/v1/embeddings": Route(_OPENAI, {"POST": openai.embeddings}),
     "/v1/audio/transcriptions": Route(_OPENAI, {"POST": audio.transcriptions}),
     "/v1/audio/translations": Route(_OPENAI, {"POST": audio.translations}),

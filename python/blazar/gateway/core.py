@@ -53,6 +53,7 @@ OPENAI = Shape("openai", "text/event-stream")
 OLLAMA_CHAT = Shape("ollama_chat", "application/x-ndjson")
 OLLAMA_GENERATE = Shape("ollama_generate", "application/x-ndjson")
 ANTHROPIC = Shape("anthropic", "text/event-stream")
+RESPONSES = Shape("responses", "text/event-stream")
 
 
 ROUTE_MEMO_SECS = 1.0
@@ -445,6 +446,7 @@ async def _dispatch(
                 load_duration_ns=load_ns,
                 prefill=prefill,
                 n=choices,
+                echo=canon.echo,
             )
             req.mark_overhead()
             await proxy.forward_stream(
@@ -472,6 +474,7 @@ async def _dispatch(
             total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
             prefill=prefill,
             n=choices,
+            echo=canon.echo,
         )
         if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
             raise proxy.engine_error(502, data)
@@ -510,6 +513,7 @@ async def _forced_tool_call(
             load_duration_ns=load_ns,
             # the whole answer is in: Anthropic's message_start can say the prompt's size at once
             prompt_tokens_hint=int(usage.get("prompt_tokens") or 0) if isinstance(usage, dict) else 0,
+            echo=canon.echo,
         )
         out = tr.feed(forced_tools.as_stream(completion)) + tr.finish()
         req.summary = tr.summary()
@@ -521,6 +525,7 @@ async def _forced_tool_call(
         orjson.dumps(completion),
         load_duration_ns=load_ns,
         total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
+        echo=canon.echo,
     )
     watch.judge_whole(sup, req, canon)
     return 200, [("content-type", "application/json")], out

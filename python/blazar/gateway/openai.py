@@ -1,4 +1,4 @@
-"""The OpenAI dialect's handlers: /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings.
+"""The OpenAI dialect's handlers: /v1/models, /v1/chat/completions, /v1/responses, /v1/completions, /v1/embeddings.
 
 Each parses with ``dialects.openai`` and hands the canonical request to ``core``; responses come back through
 the native translator (model name as the client asked, usage-only chunk dropped unless asked for).
@@ -15,6 +15,7 @@ import orjson
 from blazar import names
 from blazar.catalog import ModelRow
 from blazar.dialects import openai as dialect
+from blazar.dialects import responses as responses_dialect
 from blazar.gateway import core, remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
@@ -63,6 +64,12 @@ async def retrieve_model(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 async def chat_completions(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     return await core.serve(sup, req, proto, dialect.parse_chat(req.json()), core.OPENAI)
+
+
+async def responses(sup: Supervisor, req: Request, proto: Any) -> Response | None:
+    """``POST /v1/responses``: OpenAI's Responses API, stateless (``dialects.responses``), answered by the native
+    Responses translator from the engine's chat completion."""
+    return await core.serve(sup, req, proto, responses_dialect.parse_responses(req.json()), core.RESPONSES)
 
 
 async def completions(sup: Supervisor, req: Request, proto: Any) -> Response | None:

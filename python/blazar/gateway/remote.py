@@ -143,6 +143,7 @@ async def serve(
                 canon.model,
                 data,
                 total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
+                echo=canon.echo,
             )
         except StreamError as e:
             raise _failed(remote, f"sent an answer that is not a chat completion: {e}") from None
@@ -164,7 +165,11 @@ async def _stream(
     body: bytes,
 ) -> None:
     translator = StreamTranslator(
-        shape.translator, canon.model, include_usage=canon.include_usage, redact=remote.secret
+        shape.translator,
+        canon.model,
+        include_usage=canon.include_usage,
+        redact=remote.secret,
+        echo=canon.echo,
     )
     req.mark_overhead()
     # a client that leaves before the remote's head arrives frees its place in the remote's queue at once

@@ -73,7 +73,9 @@ class SemanticCache:
             if hit is None:
                 return None
             total_ns = int((time.perf_counter() - req.t0) * 1e9)
-            out, _summary = translate_whole(translator, canon.model, hit[1], total_duration_ns=total_ns)
+            out, _summary = translate_whole(
+                translator, canon.model, hit[1], total_duration_ns=total_ns, echo=canon.echo
+            )
         except (StreamError, TypeError, ValueError) as e:
             failed("looking the conversation up", e)
             return None
