@@ -25,7 +25,7 @@ import contextlib
 from blazar import _native
 from tests.native.standins import Future, PyEmptyAwaitable
 
-DIALECTS = ("openai", "ollama_chat", "ollama_generate", "anthropic")
+DIALECTS = ("openai", "ollama_chat", "ollama_generate", "anthropic", "responses")
 
 
 def sse(data: bytes) -> None:
@@ -46,7 +46,7 @@ def sse(data: bytes) -> None:
         results.append((events, error))
     if results[0] != results[1]:
         raise AssertionError(f"native {results[0]!r} != oracle {results[1]!r}")
-    tr = _native.StreamTranslator(DIALECTS[data[0] % 4], "m", start_ns=0, message_id="msg_f")
+    tr = _native.StreamTranslator(DIALECTS[data[0] % len(DIALECTS)], "m", start_ns=0, message_id="msg_f")
     try:
         for piece in pieces:
             tr.feed(piece, now_ns=1)
@@ -79,7 +79,9 @@ def http(data: bytes) -> None:
             if data[0] & 1:
                 link.read_body(done)
             else:
-                tr = _native.StreamTranslator(DIALECTS[data[0] % 4], "m", start_ns=0, message_id="msg_f")
+                tr = _native.StreamTranslator(
+                    DIALECTS[data[0] % len(DIALECTS)], "m", start_ns=0, message_id="msg_f"
+                )
                 link.relay(tr, lambda _b: PyEmptyAwaitable(), done)
     link.lost()
     assert head.settled == 1, "the head's future must be settled once the connection is gone"

@@ -28,7 +28,7 @@ CHILD = textwrap.dedent(
 
     def one_round(r):
         for case in CASES:
-            for dialect in DIALECTS:
+            for dialect in (*DIALECTS, "responses"):
                 tr = _native.StreamTranslator(dialect, "m", include_usage=bool(r % 2))
                 data = case.stream
                 step = 1 + r % 97

@@ -11,8 +11,8 @@ use super::engine::EngineError;
 use super::json::{minify_object, write_str};
 use super::{translate_whole, Dialect, Options, Translator, WholeOptions, PING_AFTER_NS};
 
-const DIALECTS: [Dialect; 4] =
-    [Dialect::OpenAi, Dialect::OllamaChat, Dialect::OllamaGenerate, Dialect::Anthropic];
+const DIALECTS: [Dialect; 5] =
+    [Dialect::OpenAi, Dialect::OllamaChat, Dialect::OllamaGenerate, Dialect::Anthropic, Dialect::Responses];
 
 const RECORDED: [(&str, &[u8]); 11] = [
     ("text", include_bytes!("../../../tests/fixtures/streams/text.sse")),
@@ -398,7 +398,7 @@ fn randomized_mangled_streams_are_cut_invariant() {
                 _ => data.truncate(at),
             }
         }
-        let dialect = DIALECTS[rng.below(4)];
+        let dialect = DIALECTS[rng.below(DIALECTS.len())];
         let whole = run(dialect, &[&data]).0;
         let mut cuts: Vec<usize> = (0..rng.below(8)).map(|_| rng.below(data.len() + 1)).collect();
         cuts.sort_unstable();
@@ -666,4 +666,51 @@ fn ollama_carries_the_tokens_logprobs() {
     assert!(text(&out).contains(&format!("\"logprobs\":{lp}")), "{}", text(&out));
     let (out, _) = run(Dialect::OllamaChat, &[HELLO]);
     assert!(!text(&out).contains("logprobs"));
+}
+
+/// The Responses API dialect: its exact events for a short text answer, and the same bytes at
+/// every chunk boundary of every recorded stream (the SDKs index items and parts by the
+/// `output_index`, `content_index` and `sequence_number` written here).
+#[test]
+fn responses_events_for_a_text_answer() {
+    let mut o = opts(Dialect::Responses);
+    o.message_id = Some("resp_1".to_owned());
+    o.echo = Some("\"tools\":[]".to_owned());
+    let mut tr = Translator::new(o, Some(0));
+    let mut out = tr.feed(HELLO, Some(0)).unwrap();
+    out.extend(tr.finish(Some(0)));
+    let head = "\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":0";
+    let tail = "\"model\":\"m\",\"output\":[],\"error\":null,\"incomplete_details\":null,\"usage\":null,\"tools\":[]";
+    let text = "{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":\"Hi \\\"you\\\"\"}";
+    let item = format!(
+        "{{\"id\":\"msg_1_0\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{text}]}}"
+    );
+    let at = "\"item_id\":\"msg_1_0\",\"output_index\":0,\"content_index\":0";
+    let want = [
+        format!("response.created\",\"sequence_number\":0,\"response\":{{{head},\"status\":\"in_progress\",{tail}}}"),
+        format!("response.in_progress\",\"sequence_number\":1,\"response\":{{{head},\"status\":\"in_progress\",{tail}}}"),
+        "response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"id\":\"msg_1_0\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}".to_owned(),
+        format!("response.content_part.added\",\"sequence_number\":3,{at},\"part\":{{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":\"\"}}"),
+        format!("response.output_text.delta\",\"sequence_number\":4,{at},\"delta\":\"Hi \\\"you\\\"\",\"logprobs\":[]"),
+        format!("response.output_text.done\",\"sequence_number\":5,{at},\"logprobs\":[],\"text\":\"Hi \\\"you\\\"\""),
+        format!("response.content_part.done\",\"sequence_number\":6,{at},\"part\":{text}"),
+        format!("response.output_item.done\",\"sequence_number\":7,\"output_index\":0,\"item\":{item}"),
+        format!(
+            "response.completed\",\"sequence_number\":8,\"response\":{{{head},\"status\":\"completed\",\"model\":\"m\",\"output\":[{item}],\"error\":null,\"incomplete_details\":null,\"usage\":{{\"input_tokens\":4,\"input_tokens_details\":{{\"cached_tokens\":0,\"cache_write_tokens\":0}},\"output_tokens\":2,\"output_tokens_details\":{{\"reasoning_tokens\":0}},\"total_tokens\":6}},\"tools\":[]}}"
+        ),
+    ];
+    let events: Vec<&str> =
+        std::str::from_utf8(&out).unwrap().split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.len(), want.len());
+    for (got, want) in events.iter().zip(&want) {
+        let name = want.split('"').next().unwrap();
+        assert_eq!(*got, format!("event: {name}\ndata: {{\"type\":\"{want}}}"));
+    }
+    for (name, stream) in RECORDED {
+        let (whole, _) = run(Dialect::Responses, &[stream]);
+        for i in 0..=stream.len() {
+            let (cut, _) = run(Dialect::Responses, &[&stream[..i], &stream[i..]]);
+            assert_eq!(cut, whole, "{name}: cut at byte {i}");
+        }
+    }
 }
