@@ -148,3 +148,15 @@ def test_an_unknown_model_is_the_sdks_not_found(daemon: Daemon) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         client(daemon).responses.create(model="ghost", input="hi")
     assert "ghost" in str(e.value)
+
+
+def test_input_tokens_are_counted_by_the_models_template(daemon: Daemon) -> None:
+    c = client(daemon)
+    counted = c.responses.input_tokens.count(model="smollm2", input=ASK, instructions="Be brief.")
+    assert counted.object == "response.input_tokens"
+    r = c.responses.create(model="smollm2", input=ASK, instructions="Be brief.", **SAMPLING)
+    assert r.usage is not None and counted.input_tokens == r.usage.input_tokens  # what the engine then read
+    more = c.responses.input_tokens.count(model="smollm2", input=ASK + " And three animals.")
+    assert more.input_tokens > 0
+    with pytest.raises(openai.NotFoundError):
+        c.responses.input_tokens.count(model="ghost", input="hi")

@@ -11,10 +11,8 @@ from typing import Any
 import orjson
 
 from blazar.dialects import anthropic as dialect
-from blazar.dialects.canonical import render_engine
 from blazar.gateway import core
 from blazar.gateway.http import JSON_HEADERS, Request
-from blazar.preflight import check_images_readable
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -25,18 +23,5 @@ async def messages(sup: Supervisor, req: Request, proto: Any) -> Response | None
 
 
 async def count_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
-    canon = dialect.parse_count_tokens(req.json())
-    core.claim(sup, req, canon)  # the key's scope covers counting too: it runs the model's engine
-
-    async def count() -> int:
-        child, _ = await core.ready_child(sup, req, canon)
-        core.llama_only(child, "counting tokens", "/apply-template and /tokenize")
-        check_images_readable(canon, child.spec.reads_images)  # as /v1/messages would refuse them
-        _path, chat = render_engine(canon)
-        template_req: dict[str, Any] = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
-        prompt = await core.ask_engine(sup, req, child, "/apply-template", template_req, "prompt", str)
-        body = {"content": prompt, "add_special": True}
-        return len(await core.ask_engine(sup, req, child, "/tokenize", body, "tokens", list))
-
-    # a wedged engine is stopped and the count asked once more of a fresh one, as a message would be
-    return 200, JSON_HEADERS, orjson.dumps({"input_tokens": await core.once_more_if_wedged(count)})
+    count = await core.count_input_tokens(sup, req, dialect.parse_count_tokens(req.json()))
+    return 200, JSON_HEADERS, orjson.dumps({"input_tokens": count})

@@ -87,6 +87,7 @@ ROUTES: dict[str, Route] = {
     "/v1/chat/completions": Route(_OPENAI, {"POST": openai.chat_completions}),
     "/v1/completions": Route(_OPENAI, {"POST": openai.completions}),
     "/v1/responses": Route(_OPENAI, {"POST": openai.responses}),
+    "/v1/responses/input_tokens": Route(_OPENAI, {"POST": openai.responses_input_tokens}),
     "/v1/embeddings": Route(_OPENAI, {"POST": openai.embeddings}),
     "/v1/audio/transcriptions": Route(_OPENAI, {"POST": audio.transcriptions}),
     "/v1/audio/translations": Route(_OPENAI, {"POST": audio.translations}),

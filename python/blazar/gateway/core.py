@@ -531,6 +531,25 @@ async def _forced_tool_call(
     return 200, [("content-type", "application/json")], out
 
 
+async def count_input_tokens(sup: Supervisor, req: Request, canon: CanonicalRequest) -> int:
+    """The tokens ``canon``'s prompt takes on its model (Anthropic's count_tokens, the Responses API's
+    input_tokens): the engine's own chat template (llama-server's /apply-template), then its tokenizer."""
+    claim(sup, req, canon)  # the key's scope covers counting too: it runs the model's engine
+
+    async def count() -> int:
+        child, _ = await ready_child(sup, req, canon)
+        llama_only(child, "counting tokens", "/apply-template and /tokenize")
+        check_images_readable(canon, child.spec.reads_images)  # as the request itself would refuse them
+        _path, chat = render_engine(canon)
+        template_req: dict[str, Any] = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
+        prompt = await ask_engine(sup, req, child, "/apply-template", template_req, "prompt", str)
+        body = {"content": prompt, "add_special": True}
+        return len(await ask_engine(sup, req, child, "/tokenize", body, "tokens", list))
+
+    # a wedged engine is stopped and the count asked once more of a fresh one, as the request would be
+    return await once_more_if_wedged(count)
+
+
 async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
     """An embedding request: the engine's OpenAI embeddings body (parsed) and the load time in ns."""
     if canon.late_chunking and sup.remote_for(canon.model) is not None:

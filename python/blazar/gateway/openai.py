@@ -72,6 +72,13 @@ async def responses(sup: Supervisor, req: Request, proto: Any) -> Response | Non
     return await core.serve(sup, req, proto, responses_dialect.parse_responses(req.json()), core.RESPONSES)
 
 
+async def responses_input_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
+    """``POST /v1/responses/input_tokens`` (the SDK's ``responses.input_tokens.count``): what the request's input
+    would take, counted by the model's own template and tokenizer."""
+    count = await core.count_input_tokens(sup, req, responses_dialect.parse_responses(req.json()))
+    return 200, JSON_HEADERS, orjson.dumps({"object": "response.input_tokens", "input_tokens": count})
+
+
 async def completions(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     return await core.serve(sup, req, proto, dialect.parse_completion(req.json()), core.OPENAI)
 
