@@ -39,3 +39,11 @@ def test_init_writes_the_defaults_and_never_replaces_a_file_unasked(env: dict[st
     [bak] = backups(path)
     assert forced.strip() == f"wrote the default config to {path}; the old file is kept as {bak}"
     assert bak.read_text() == "port = 12000\n" and load_config(path, env=env).port == defaults.port
+
+
+def test_a_path_with_brackets_is_printed_as_it_is(tmp_path: Path, env: dict[str, str]) -> None:
+    path = tmp_path / "[projects]" / "config.toml"
+    path.parent.mkdir()
+    env = {**env, "BLAZAR_CONFIG": str(path)}
+    assert blazar_cmd("config", "path", env=env).stdout.strip() == f"{path} (absent: the built-in defaults apply)"
+    assert blazar_cmd("config", "init", env=env).stdout.strip() == f"wrote the default config to {path}"

@@ -23,8 +23,10 @@ from blazar.store import Store
 P = ParamSpec("P")
 R = TypeVar("R")
 
-console = Console(soft_wrap=True, emoji=False)  # a name like "x:thumbs_up:" is text, not an emoji code
-err_console = Console(stderr=True, soft_wrap=True, emoji=False)
+# what the CLI prints is data (paths, names, templates, command lines): a name like "x:thumbs_up:" is text, not an
+# emoji code, and "[/INST]" or a "[projects]" directory is text, not markup; the few styled lines ask for markup
+console = Console(soft_wrap=True, emoji=False, markup=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False, markup=False)
 
 
 def warn(message: str) -> None:

@@ -21,6 +21,8 @@ import httpx
 import orjson
 import typer
 
+from rich.markup import escape
+
 from blazar.cli.common import err_console, handles_errors
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
 
@@ -155,7 +157,7 @@ def repl(chat: Chat, read: Callable[[str], str], out: TextIO, tty: bool) -> None
             out.write("\n[interrupted]\n\n")
         except DaemonError as e:
             out.write("\n")
-            err_console.print(f"[red]error:[/red] {e}", markup=True, highlight=False, soft_wrap=True)
+            err_console.print(f"[red]error:[/red] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True)
         out.flush()
 
 
