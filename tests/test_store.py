@@ -282,3 +282,19 @@ def test_close_is_idempotent_and_conn_after_close_is_a_store_error(tmp_path: Pat
     assert "closed" in repr(store)
     with pytest.raises(StoreError, match="is closed"):
         _ = store.conn
+
+
+def test_a_database_that_cannot_be_written_is_a_teaching_store_error(tmp_path: Path) -> None:
+    path = db_path(tmp_path)
+    Store.open(path).close()
+    # a read-only connection fails every write as a read-only file, directory or mount does
+    store = Store(apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY), path)
+    try:
+        with pytest.raises(StoreError, match="read-only") as e, store.transaction():
+            add_engine(store, "llama-cpp", "a", 0)
+        assert str(path) in str(e.value) and "writable" in str(e.value)
+        assert not store.conn.in_transaction  # rolled back, nothing half-written
+    finally:
+        store.close()
+    with Store.open(path) as again:
+        assert scalar(again.conn, "SELECT COUNT(*) FROM engines") == 0

@@ -24,6 +24,7 @@ calling thread (the CLI), ``digest`` in a worker thread for the gateway, never o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -301,6 +302,9 @@ class Catalog:
                 dest.unlink(missing_ok=True)
                 if kept is not None:
                     os.replace(kept, dest)
+                else:
+                    with contextlib.suppress(OSError):  # the name's folder, if this import made it
+                        dest.parent.rmdir()
                 raise
         if old is not None and old.path != dest:
             self._discard_files(old)

@@ -157,6 +157,28 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def write_failure(exc: apsw.Error, path: Path | None = None) -> StoreError | None:
+    """The teaching StoreError for a database that cannot be written (read-only file, directory or mount; full
+    disk; I/O error), or None for another apsw error."""
+    if isinstance(exc, apsw.ReadOnlyError | apsw.CantOpenError | apsw.PermissionsError):
+        why = "it or its directory is read-only"
+    elif isinstance(exc, apsw.FullError):
+        why = "the disk is full"
+    elif isinstance(exc, apsw.IOError):
+        why = "the disk reported an I/O error"
+    else:
+        return None
+    where = (
+        f"the database {path}"
+        if path is not None
+        else "the catalog database (blazar.db in the data directory)"
+    )
+    return StoreError(
+        f"cannot write {where}: {why} ({exc}); make the data directory and blazar.db writable by this"
+        " user (or point data_dir / BLAZAR_DATA_DIR at a writable directory); nothing was changed"
+    )
+
+
 class Store:
     """One open connection to ``blazar.db``; use ``Store.open`` and close it (or use it as a context manager)."""
 
@@ -236,13 +258,21 @@ class Store:
                 f"database {self.path} is locked by another blazar process (waited {BUSY_TIMEOUT_MS} ms); "
                 "retry, or stop the other process"
             ) from None
+        except apsw.Error as exc:
+            failure = write_failure(exc, self.path)
+            if failure is None:
+                raise
+            raise failure from None
         self._depth = 1
         try:
             yield conn
-        except BaseException:
+        except BaseException as exc:
             self._depth = 0
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            failure = write_failure(exc, self.path) if isinstance(exc, apsw.Error) else None
+            if failure is not None:
+                raise failure from None
             raise
         self._depth = 0
         try:

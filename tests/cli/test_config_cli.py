@@ -45,5 +45,8 @@ def test_a_path_with_brackets_is_printed_as_it_is(tmp_path: Path, env: dict[str,
     path = tmp_path / "[projects]" / "config.toml"
     path.parent.mkdir()
     env = {**env, "BLAZAR_CONFIG": str(path)}
-    assert blazar_cmd("config", "path", env=env).stdout.strip() == f"{path} (absent: the built-in defaults apply)"
+    assert (
+        blazar_cmd("config", "path", env=env).stdout.strip()
+        == f"{path} (absent: the built-in defaults apply)"
+    )
     assert blazar_cmd("config", "init", env=env).stdout.strip() == f"wrote the default config to {path}"

@@ -122,3 +122,15 @@ def test_low_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert doctor.check_disk(tmp_path).status == "warn"
     monkeypatch.setattr(doctor.shutil, "disk_usage", usage(50 << 30))
     assert doctor.check_disk(tmp_path).status == "ok"
+
+
+def test_a_data_dir_that_is_not_one_is_named(tmp_path: Path) -> None:
+    d = make_daemon(tmp_path)
+    (tmp_path / "data").write_text("not a directory")
+    r = d.cli("doctor", check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"the data directory {tmp_path / 'data'} is not a directory" in r.stdout
+    (tmp_path / "data").unlink()
+    (tmp_path / "data" / "blazar.db").mkdir(parents=True)
+    r = d.cli("doctor", check=False)
+    assert f"the database {tmp_path / 'data' / 'blazar.db'} is not a file" in r.stdout

@@ -124,7 +124,10 @@ def test_profile_of_other_lanes(tmp_path: Path, assets: Assets) -> None:
 def test_what_looks_like_markup_is_printed_as_it_is(d: Daemon) -> None:
     """A Mistral-style template ("[INST] ... [/INST]") and an argument with "[bold]" are data, not Rich markup."""
     template = "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"
-    configure(d, f'[models.smollm2]\nchat_template = "{template}"\nextra_args = ["--override-kv", "x=str:[bold]hi"]\n')
+    configure(
+        d,
+        f'[models.smollm2]\nchat_template = "{template}"\nextra_args = ["--override-kv", "x=str:[bold]hi"]\n',
+    )
     r = d.cli("show", "smollm2", "--profile", check=False)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "[/INST]" in r.stdout and "x=str:[bold]hi" in r.stdout

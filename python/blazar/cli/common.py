@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
+import apsw
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -18,7 +19,7 @@ from rich.markup import escape
 from blazar.config import Config, load_config
 from blazar.errors import BlazarError
 from blazar.paths import DataDir
-from blazar.store import Store
+from blazar.store import Store, write_failure
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,6 +51,8 @@ def handles_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except BlazarError as e:
             raise fail(str(e)) from None
+        except apsw.Error as e:  # a write outside a transaction (those become StoreError there)
+            raise fail(str(write_failure(e) or f"database error: {e}")) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
 

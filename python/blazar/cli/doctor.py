@@ -240,6 +240,40 @@ def check_disk(data_dir: Path) -> Check:
     return Check("disk", "ok", detail)
 
 
+def check_writable(root: Path, db: Path) -> Check | None:
+    """A fail when the data directory or its database exists but cannot be written (or is not what it should
+    be): every import, copy, removal and key usage write would fail. None when they are fine, or not made yet."""
+    fix = "make them writable by this user (chmod / chattr -i), or point data_dir (BLAZAR_DATA_DIR) elsewhere"
+    if root.exists() and not root.is_dir():
+        return Check(
+            "store", "fail", f"the data directory {root} is not a directory", "move it aside, or " + fix
+        )
+    if db.exists() and not db.is_file():
+        return Check(
+            "store", "fail", f"the database {db} is not a file", f"move {db} aside; blazar recreates it"
+        )
+    for path in (root, db):
+        if path.exists() and not _can_write(path):
+            return Check("store", "fail", f"{path} cannot be written by this user", fix)
+    return None
+
+
+def _can_write(path: Path) -> bool:
+    """Whether ``path`` (a directory: a file made in it) can really be written: ``os.access`` misses immutable
+    files and read-only mounts."""
+    try:
+        if path.is_dir():
+            probe = path / f".blazar-doctor-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        else:
+            with path.open("r+b"):
+                pass
+    except OSError:
+        return False
+    return True
+
+
 def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
     cfg, cfg_check = check_config()
     hw = hw or hardware.probe()
@@ -247,7 +281,10 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
     engines: list[EngineRow] = []
     models: list[ModelRow] = []
     data = DataDir(cfg.data_dir)
-    if data.db.is_file():
+    writable = check_writable(data.root, data.db)
+    if writable is not None:
+        checks.append(writable)
+    elif data.db.is_file():
         try:
             store = Store.open(data.db)
         except BlazarError as e:

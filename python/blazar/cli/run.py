@@ -20,7 +20,6 @@ from typing import Annotated, Any, TextIO
 import httpx
 import orjson
 import typer
-
 from rich.markup import escape
 
 from blazar.cli.common import err_console, handles_errors
@@ -157,7 +156,9 @@ def repl(chat: Chat, read: Callable[[str], str], out: TextIO, tty: bool) -> None
             out.write("\n[interrupted]\n\n")
         except DaemonError as e:
             out.write("\n")
-            err_console.print(f"[red]error:[/red] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[red]error:[/red] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True
+            )
         out.flush()
 
 

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import apsw
 import orjson
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
@@ -48,6 +49,7 @@ from blazar.gateway.http import (
     declared_length,
 )
 from blazar.gateway.tenancy import Gate
+from blazar.store import write_failure
 from blazar.supervisor import Supervisor
 
 log = logging.getLogger("blazar.gateway")
@@ -284,6 +286,19 @@ class App:
             message = self.sup.data.redact(message)  # a catalog file named in an error: never where it lives
             self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
                           render_error(dialect, status, message, kind))  # fmt: skip
+        except apsw.Error as e:  # a database write outside a transaction (those become StoreError there)
+            failure = write_failure(e)
+            if failure is None:
+                log.exception("database error on %s %s (trace %s)", scope.method, path, trace)
+            else:
+                log.error("%s %s: %s (trace %s)", scope.method, path, failure, trace)
+            status = 503
+            message = (
+                str(failure)
+                if failure is not None
+                else f"database error; see the daemon log for trace {trace}"
+            )
+            self._respond(proto, req, 503, JSON_HEADERS, render_error(dialect, 503, message, "blazar_error"))
         except Exception:
             log.exception("unhandled error on %s %s (trace %s)", scope.method, path, trace)
             status = 500
