@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -145,9 +146,46 @@ def test_a_bad_address_or_key_is_one_line(tmp_path: Path) -> None:
          " BLAZAR_PORT)"),
         (["ps", "--api-key", "sk-a\nb"], "error: the API key must be printable ASCII without spaces (--api-key"
          " or BLAZAR_API_KEY)"),
+        *((["ps", "--host", host], f"error: '{host}' is not a host name or address (--host or BLAZAR_HOST);"
+           " give the port with --port") for host in ("256.1.1.1", "a..b", ".", "xn--")),
+        (["ps", "--host", "nosuchhost.invalid", "--port", "9"], "error: cannot reach the Blazar daemon at"
+         " http://nosuchhost.invalid:9: its host name does not resolve; check --host"),
     ]:  # fmt: skip
         r = blazar(env, *args)
         assert (r.returncode, r.stdout, r.stderr.strip()) == (1, "", line), (args, r.stderr)
+
+
+def test_another_server_at_the_address_is_named(tmp_path: Path) -> None:
+    """An HTTP server that is not Blazar: one line that says so, for each of its answers."""
+    env = make_daemon(tmp_path / "none").env
+    port = free_port()
+    other = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _answers(port), 20, "the other server")
+        (tmp_path / "api").mkdir()
+        (tmp_path / "api" / "ps").write_text("[1, 2]")  # a JSON answer, but no object
+        for args in (["ps"], ["stop", "smollm2"]):
+            r = blazar({**env, "BLAZAR_PORT": str(port)}, *args)
+            assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+            assert f"the server at http://127.0.0.1:{port} did not answer as a Blazar daemon" in r.stderr
+        r = blazar({**env, "BLAZAR_PORT": str(port)}, "ps", "--reset")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "with no Blazar error body; check that --host and --port name the daemon" in r.stderr
+    finally:
+        other.terminate()
+        other.wait(timeout=10)
+
+
+def _answers(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+    except httpx.HTTPError:
+        return False
+    return True
 
 
 def test_until_reads_like_ollamas_ps() -> None:

@@ -24,6 +24,7 @@ from blazar import names
 from blazar.catalog import Catalog
 from blazar.cli.common import console, handles_errors, opened
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
+from blazar.dialects.canonical import MAX_TOKENS
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError
@@ -72,7 +73,15 @@ def one_run(c: httpx.Client, model: str, prompt_tokens: int, gen_tokens: int, ru
             for line in r.iter_lines():
                 if not line.startswith("data: {"):
                     continue
-                chunk = orjson.loads(line[6:])
+                try:
+                    chunk = orjson.loads(line[6:])
+                except orjson.JSONDecodeError:
+                    chunk = None
+                if not isinstance(chunk, dict):
+                    raise DaemonError(
+                        f"the server at {str(c.base_url).rstrip('/')} did not stream as a Blazar daemon; check"
+                        " --host and --port"
+                    )
                 if chunk.get("error"):
                     raise DaemonError(error_text(line[6:].encode(), 500))
                 for choice in chunk.get("choices") or ():
@@ -132,8 +141,10 @@ def bench_cmd(
     model: Annotated[
         str, typer.Argument(help="Model to measure, as `blazar ls` names it (or remote:model).")
     ],
-    prompt_tokens: Annotated[int, typer.Option(help="About how many tokens each prompt has.", min=1)] = 512,
-    gen_tokens: Annotated[int, typer.Option(help="Tokens to generate per run.", min=1)] = 128,
+    prompt_tokens: Annotated[
+        int, typer.Option(help="About how many tokens each prompt has.", min=1, max=1_000_000)
+    ] = 512,
+    gen_tokens: Annotated[int, typer.Option(help="Tokens to generate per run.", min=1, max=MAX_TOKENS)] = 128,
     runs: Annotated[int, typer.Option(help="Runs to take the median of.", min=1, max=100)] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     host: Host = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
 import orjson
@@ -45,8 +45,10 @@ def error_text(data: bytes, status: int) -> str:
         err = err.get("message")
     if isinstance(err, str) and err:
         return err
-    text = data.decode(errors="replace").strip()
-    return text[:300] if text else f"the daemon answered HTTP {status}"
+    if isinstance(body, dict):
+        text = data.decode(errors="replace").strip()
+        return text[:300] if text else f"the daemon answered HTTP {status}"
+    return f"the server answered HTTP {status} with no Blazar error body; check that --host and --port name the daemon"
 
 
 def base_url(host: str, port: int) -> str:
@@ -57,9 +59,31 @@ def base_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+_NO_NAME = ("name or service not known", "nodename nor servname", "name resolution", "no address associated")
+
+
 def unreachable(url: str, exc: httpx.TransportError) -> DaemonError:
+    text = str(exc).lower()
+    if any(n in text for n in _NO_NAME):
+        return DaemonError(
+            f"cannot reach the Blazar daemon at {url}: its host name does not resolve; check --host"
+        )
     why = "connection refused" if isinstance(exc, httpx.ConnectError) else type(exc).__name__
     return DaemonError(f"cannot reach the Blazar daemon at {url} ({why}); start it with: blazar serve")
+
+
+def json_object(r: httpx.Response) -> dict[str, Any]:
+    """The daemon's JSON object answer; anything else means another server answers at that address."""
+    try:
+        body = orjson.loads(r.content)
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):
+        raise DaemonError(
+            f"the server at {str(r.request.url.copy_with(path='/', query=None)).rstrip('/')} did not answer as a"
+            " Blazar daemon (no JSON object); check --host and --port"
+        )
+    return body
 
 
 def address(host: str | None, port: int | None) -> str:
@@ -77,10 +101,21 @@ def address(host: str | None, port: int | None) -> str:
     return base_url(host, port)
 
 
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
 def _is_host(host: str) -> bool:
     """A host name, an IPv4 address, or an IPv6 address with or without brackets; empty means this machine."""
     if ":" not in host:
-        return re.fullmatch(r"[A-Za-z0-9.-]*", host) is not None
+        if not host:
+            return True
+        if re.fullmatch(r"[0-9.]+", host):  # looks like an IPv4 address: it must be one
+            try:
+                return isinstance(ipaddress.ip_address(host), ipaddress.IPv4Address)
+            except ValueError:
+                return False
+        labels = host.removesuffix(".").split(".")
+        return len(host) <= 253 and all(_LABEL.fullmatch(label) for label in labels)
     try:
         return isinstance(
             ipaddress.ip_address(host.removeprefix("[").removesuffix("]")), ipaddress.IPv6Address

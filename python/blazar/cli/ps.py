@@ -18,7 +18,7 @@ import typer
 
 from blazar import names
 from blazar.cli.common import console, handles_errors
-from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, call, client
+from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, call, client, json_object
 from blazar.hardware import human_bytes
 
 FOREVER_AFTER_SECS = 5 * 365 * 86400
@@ -28,7 +28,7 @@ loaded forever ten years ahead)."""
 
 def listing(c: httpx.Client, path: str, field: str) -> list[dict[str, Any]]:
     """The objects in the list ``field`` of the daemon's answer to ``GET path``."""
-    items = call(c, "GET", path).json().get(field)
+    items = json_object(call(c, "GET", path)).get(field)
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
@@ -70,7 +70,7 @@ def ps_cmd(
     url = address(host, port)
     if reset:
         with client(url, api_key) as c:
-            cleared = call(c, "POST", "/api/breakers/reset", b"{}").json().get("reset") or []
+            cleared = json_object(call(c, "POST", "/api/breakers/reset", b"{}")).get("reset") or []
         console.print(
             f"reset: {', '.join(map(str, cleared))}" if cleared else "no engine was held back",
             highlight=False,

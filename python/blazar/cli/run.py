@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from blazar.cli.common import err_console, handles_errors
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
+from blazar.dialects.canonical import MAX_TOKENS
 
 HELP = """Available commands:
   /clear          Forget the conversation so far
@@ -184,12 +185,17 @@ def run_cmd(
         ),
     ] = False,
     max_tokens: Annotated[
-        int | None, typer.Option(help="Stop each answer after this many tokens (Ollama num_predict).", min=1)
+        int | None,
+        typer.Option(
+            help="Stop each answer after this many tokens (Ollama num_predict).", min=1, max=MAX_TOKENS
+        ),
     ] = None,
     temperature: Annotated[
         float | None, typer.Option(help="Sampling temperature; 0 is greedy.", min=0)
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Sampling seed, for repeatable answers.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Sampling seed, for repeatable answers.", min=-1, max=2**32 - 1)
+    ] = None,
     keepalive: Annotated[
         str | None,
         typer.Option(help='How long the model stays loaded after the chat: seconds or a duration ("5m").'),
@@ -204,6 +210,8 @@ def run_cmd(
 
     Otherwise chat: \"\"\" begins and ends a multi-line message, /clear forgets the conversation, /bye or Ctrl-D exits, Ctrl-C stops an answer.
     """
+    if sys.stdout is None:
+        raise DaemonError("standard output is closed: there is nowhere to write the answer")
     url = address(host, port)
     options: dict[str, Any] = {}
     if max_tokens is not None:
@@ -213,7 +221,10 @@ def run_cmd(
     if seed is not None:
         options["seed"] = seed
     text = " ".join(prompt or [])
-    if not interactive and not sys.stdin.isatty():
+    if sys.stdin is None:  # closed (<&-): nothing is piped, and there is no one to chat with
+        if interactive or not text:
+            raise DaemonError("standard input is closed: give a PROMPT to ask one question")
+    elif not interactive and not sys.stdin.isatty():
         piped = sys.stdin.read()
         text = f"{piped.rstrip()}\n\n{text}" if text and piped.strip() else (text or piped.strip())
         if not text:
@@ -229,6 +240,8 @@ def run_cmd(
             if text:
                 chat.ask(text, sys.stdout)
                 sys.stdout.write("\n\n")
+            if sys.stdin is None:
+                return
             tty = sys.stdin.isatty()
             if tty:
                 import readline  # noqa: F401  (line editing and history for input())

@@ -9,6 +9,7 @@ import typer
 
 from blazar.cli.common import config, handles_errors
 from blazar.config import default_config_path
+from blazar.config.checks import is_host_text
 
 app = typer.Typer()
 
@@ -24,7 +25,9 @@ def serve_cmd(
     cfg = config()
     changes: dict[str, object] = {}
     if host is not None:
-        changes["host"] = host
+        if not is_host_text(host.strip()):
+            raise typer.BadParameter(f"must be a host name or address, got {host!r}", param_hint="--host")
+        changes["host"] = host.strip()
     if port is not None:
         if not 1 <= port <= 65535:
             raise typer.BadParameter("must be between 1 and 65535", param_hint="--port")

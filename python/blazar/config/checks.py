@@ -137,6 +137,18 @@ def string(ctx: Ctx, key: str, value: object) -> str:
     return value
 
 
+def host_value(ctx: Ctx, key: str, value: object) -> str:
+    """A host name or address to listen on: non-empty, no spaces or control characters."""
+    text = string(ctx, key, value)
+    if not is_host_text(text):
+        raise ctx.bad(key, "a host name or address (such as 127.0.0.1, 0.0.0.0 or ::1)", value)
+    return text
+
+
+def is_host_text(text: str) -> bool:
+    return bool(text) and not any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in text)
+
+
 def choice(ctx: Ctx, key: str, value: object, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise ctx.bad(key, "one of " + ", ".join(f'"{a}"' for a in allowed), value)

@@ -25,7 +25,9 @@ from blazar.config.checks import (
     boolean,
     choice,
     env_value,
+    host_value,
     integer,
+    is_host_text,
     number,
     path_value,
     quote_key,
@@ -111,7 +113,7 @@ def _model_or_empty(ctx: Ctx, key: str, value: object) -> str:
 
 
 _TOP_LEVEL: dict[str, Check] = {
-    "host": string,
+    "host": host_value,
     "port": lambda c, k, v: integer(c, k, v, 1, 65535),
     "data_dir": path_value,
     "idle_timeout_secs": lambda c, k, v: integer(c, k, v, 0),
@@ -224,7 +226,7 @@ def _from_table(ctx: Ctx, doc: Mapping[str, object]) -> dict[str, object]:
 def _apply_env(fields: dict[str, object], env: Mapping[str, str]) -> None:
     host = env_value(env, "BLAZAR_HOST")
     if host is not None:
-        if not host.strip():
+        if not is_host_text(host.strip()):
             raise ConfigError(f"BLAZAR_HOST must be a host name or address, got {host!r}")
         fields["host"] = host.strip()
     port = env_value(env, "BLAZAR_PORT")
