@@ -315,3 +315,17 @@ def test_only_an_engine_stopped_for_a_model_still_there_is_retried() -> None:
     assert _stopped_on_purpose(running, child(None)) is None  # type: ignore[arg-type]  # it died: a 502
     assert _stopped_on_purpose(running, child("model deleted", gone=True)) is None  # type: ignore[arg-type]
     assert _stopped_on_purpose(stopping, child("blazar is shutting down")) is None  # type: ignore[arg-type]
+
+
+def test_a_prompt_over_the_slots_context_names_the_settings() -> None:
+    body = (
+        b'{"error":{"code":400,"message":"request (3031 tokens) exceeds the available context size (2048 tokens),'
+        b' try increasing it","type":"exceed_context_size_error"}}'
+    )
+    err = proxy.engine_error(400, body)
+    assert err.status == 400 and err.source == "engine"
+    assert err.message.startswith("request (3031 tokens) exceeds the available context size (2048 tokens)")
+    assert (
+        "raise ctx_size (or lower parallel) for the model in config.toml, or Ollama's options.num_ctx"
+        in err.message
+    )

@@ -195,8 +195,9 @@ class Catalog:
                 f" lora rm {full} removes it"
             )
         known = [m.name for m in self.list()]
+        lead = f"model '{full}' not found; {fix}"
         hint = f" (known models: {', '.join(known[:10])})" if known else " (the catalog is empty)"
-        return ModelNotFound(f"model '{full}' not found; {fix}{hint}")
+        return ModelNotFound(lead + hint, lead=lead, known=tuple(known))
 
     def check_free(self, full: str) -> None:
         """Refuse a new name whose files would be another model's: adding it would overwrite that model's weights,

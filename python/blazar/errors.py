@@ -20,6 +20,8 @@ BlazarError                 base; ``str(e)`` is one teaching line (what happened
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class BlazarError(Exception):
     """Base class; ``status`` is the HTTP status the gateway uses when it reaches a client."""
@@ -46,9 +48,25 @@ class CatalogError(BlazarError):
 
 
 class ModelNotFound(CatalogError):
-    """The named model is not in the catalog."""
+    """The named model is not in the catalog. ``known`` are the catalog's names its message lists, so the gateway
+    can say it again naming only what the caller may see (``shown_to``)."""
 
     status = 404
+
+    def __init__(self, message: str, *, lead: str = "", known: tuple[str, ...] | None = None) -> None:
+        super().__init__(message)
+        self.lead = lead
+        self.known = known
+
+    def shown_to(self, visible: Callable[[str], bool]) -> str:
+        """The message with only the known models ``visible`` allows."""
+        if self.known is None:
+            return str(self)
+        return self.lead + known_models([n for n in self.known if visible(n)])
+
+
+def known_models(names: list[str]) -> str:
+    return f" (known models: {', '.join(names[:10])})" if names else " (no models you can use)"
 
 
 class EngineError(BlazarError):

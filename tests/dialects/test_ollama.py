@@ -345,7 +345,7 @@ def test_logprobs() -> None:
         "logprobs": True,
         "top_logprobs": 3,
     }
-    assert ollama.parse_chat(chat(logprobs=True)).params == {"logprobs": True}
+    assert ollama.parse_chat(chat(logprobs=True)).params == {"logprobs": True, "top_logprobs": 1}  # not 20
     assert ollama.parse_chat(chat(logprobs=False, top_logprobs=3)).params == {}
     assert "top_logprobs must be an integer from 0 to 20" in refused(
         ollama.parse_chat, chat(logprobs=True, top_logprobs=50)

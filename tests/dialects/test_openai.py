@@ -294,7 +294,12 @@ def test_response_format_errors(rf: Any, needle: str) -> None:
 
 
 def test_logprobs() -> None:
-    assert openai.parse_chat(chat(logprobs=True)).params == {"logprobs": True}
+    # llama-server gives none at top_logprobs 0 and 20 without it: one alternative is the fewest it can give
+    assert openai.parse_chat(chat(logprobs=True)).params == {"logprobs": True, "top_logprobs": 1}
+    assert openai.parse_chat(chat(logprobs=True, top_logprobs=0)).params == {
+        "logprobs": True,
+        "top_logprobs": 1,
+    }
     assert openai.parse_chat(chat(logprobs=False)).params == {"logprobs": False}
     assert "'top_logprobs' needs 'logprobs': true" in refused(openai.parse_chat, chat(top_logprobs=2))
     assert "from 0 to 20, got integer 21" in refused(openai.parse_chat, chat(logprobs=True, top_logprobs=21))
@@ -306,6 +311,10 @@ def test_logprobs() -> None:
     [
         ({"temperature": "hot"}, "'temperature' must be a number, got string \"hot\""),
         ({"temperature": True}, "'temperature' must be a number, got boolean true"),
+        ({"temperature": 2.5}, "'temperature' must be from 0 to 2, got number 2.5"),
+        ({"top_p": -0.1}, "'top_p' must be from 0 to 1, got number -0.1"),
+        ({"presence_penalty": 3}, "'presence_penalty' must be from -2 to 2, got integer 3"),
+        ({"frequency_penalty": -2.5}, "'frequency_penalty' must be from -2 to 2, got number -2.5"),
         ({"top_p": [1]}, "'top_p' must be a number, got an array of 1"),
         ({"seed": 1.5}, "'seed' must be an integer, got number 1.5"),
         ({"top_k": "40"}, "'top_k' must be an integer"),
@@ -597,3 +606,39 @@ def test_render_error() -> None:
         "type": "blazar_error",
         "code": 401,
     }
+
+
+def test_an_assistant_refusal_part_reaches_the_engine_as_text() -> None:
+    req = openai.parse_chat(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot."}]},
+                {"role": "user", "content": "ok"},
+            ],
+        }
+    )
+    assert req.messages[1]["content"] == [{"type": "text", "text": "I cannot."}]
+    bad = {"model": "m", "messages": [{"role": "assistant", "content": [{"type": "refusal", "refusal": 1}]}]}
+    assert "'messages[0].content[0].refusal' must be a string" in refused(openai.parse_chat, bad)
+
+
+def test_openai_fields_no_engine_reads_are_named() -> None:
+    req = openai.parse_chat(
+        chat(
+            modalities=["text", "audio"],
+            audio={"voice": "alloy"},
+            store=True,
+            metadata={"a": "b"},
+            verbosity="low",
+        )
+    )
+    assert req.notes == [
+        "audio: answers are text only",
+        "store: Blazar keeps no completions",
+        "metadata: accepted and not used",
+        "verbosity: the model's length follows the prompt and max_tokens",
+        "modalities: answers are text only",
+    ]
+    assert openai.parse_chat(chat(store=False, modalities=["text"])).notes == []

@@ -123,6 +123,21 @@ def test_forced_call_cut_by_max_tokens_says_so(daemon: Daemon) -> None:
         b.type != "text" or '"name"' not in b.text for b in m.content
     ), m
     assert [b.name for b in m.content if b.type == "tool_use"] == ["get_weather"], m
+    # streamed, the same cut call ends as the whole answer does: length / max_tokens, never a finished call
+    chunks = list(
+        c.chat.completions.create(
+            model="smollm2", messages=ASK, tools=tools, tool_choice="required", max_tokens=30, temperature=0,
+            stream=True,
+        )
+    )  # fmt: skip
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == [
+        "length"
+    ]
+    with a.messages.stream(
+        model="smollm2", max_tokens=30, messages=ASK, tools=[tool], tool_choice={"type": "any"},
+        extra_body={"temperature": 0},
+    ) as stream:  # fmt: skip
+        assert stream.get_final_message().stop_reason == "max_tokens"
 
 
 def test_a_schema_with_definitions_is_forced_too(daemon: Daemon) -> None:

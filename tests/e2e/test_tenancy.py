@@ -155,6 +155,17 @@ def test_a_scoped_key_reaches_no_other_model_by_a_side_door(daemon_factory: obje
     assert bad.status_code == 400 and "'model' must be a model name" in bad.text, bad.text
     assert httpx.get(d.url + "/api/breakers", headers=bearer(SCOPED)).json() == {"held": []}
     assert httpx.get(d.url + "/api/breakers").status_code == 401
+    # its own model is not in the catalog: the 404 names no model it may not see
+    for path, body in [
+        ("/v1/chat/completions", {**CHAT, "model": "other"}),
+        ("/api/show", {"model": "other"}),
+    ]:
+        r = post(d, path, body, bearer(SCOPED))
+        assert r.status_code == 404 and "smollm2" not in r.text and "(no models you can use)" in r.text, (
+            r.text
+        )
+    admin = post(d, "/v1/chat/completions", {**CHAT, "model": "other"}, bearer(ADMIN))
+    assert admin.status_code == 404 and "(known models: smollm2:latest)" in admin.text
 
 
 def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:

@@ -297,8 +297,8 @@ def _logprobs(body: dict[str, Any], req: CanonicalRequest) -> None:
         req.params["logprobs"] = max(top or 0, 1)
     else:
         req.params["logprobs"] = True
-        if top:
-            req.params["top_logprobs"] = top
+        # llama-server gives no logprobs at top_logprobs 0 and 20 alternatives by default: 1 is the fewest
+        req.params["top_logprobs"] = max(top or 0, 1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -73,6 +73,20 @@ _TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "chat_template_kwargs": _OBJECT,
 }
 
+_UNAPPLIED = {
+    "audio": "audio: answers are text only",
+    "prediction": "prediction: predicted outputs are not used to speed up the answer",
+    "store": "store: Blazar keeps no completions",
+    "metadata": "metadata: accepted and not used",
+    "service_tier": "service_tier: a local engine has one tier",
+    "web_search_options": "web_search_options: no web search runs here",
+    "verbosity": "verbosity: the model's length follows the prompt and max_tokens",
+}
+"""OpenAI request fields llama-server does not read: accepted, and named in ``x-blazar-ignored``."""
+
+_RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
+"""OpenAI's bounds on its sampling parameters (it refuses values outside them)."""
+
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _USER_PARTS = ("text", "image_url", "input_audio", "input_video")
 _ASSISTANT_PARTS = ("text", "refusal")
@@ -111,9 +125,14 @@ def parse_chat(body: Any) -> CanonicalRequest:
     params = _params(body, _CHAT_OWN)
     _max_tokens(body, params, ("max_completion_tokens", "max_tokens"))
     _logprobs_chat(body, params)
+    notes = [note for key, note in _UNAPPLIED.items() if body.get(key) not in (None, False)]
+    modalities = body.get("modalities")
+    if isinstance(modalities, list) and any(m != "text" for m in modalities):
+        notes.append("modalities: answers are text only")
     return CanonicalRequest(
         model=_model(body),
         kind="chat",
+        notes=notes,
         messages=_messages(body.get("messages")),
         stream=stream,
         params=params,
@@ -273,6 +292,9 @@ def _params(body: dict[str, Any], own: set[str]) -> dict[str, Any]:
         check = _TYPED.get(key)
         if check is not None and not check[0](value):
             raise DialectError(400, f"'{key}' must be {check[1]}, got {shown(value)}")
+        bounds = _RANGES.get(key)
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise DialectError(400, f"'{key}' must be from {bounds[0]} to {bounds[1]}, got {shown(value)}")
         params[key] = value
     if body.get("stop") is not None:
         params["stop"] = stop_list(body["stop"], "'stop'")
@@ -310,6 +332,10 @@ def _logprobs_chat(body: dict[str, Any], params: dict[str, Any]) -> None:
         params["top_logprobs"] = top
     if logprobs is not None:
         params["logprobs"] = logprobs
+    if logprobs and not top:
+        # llama-server gives no logprobs at all at top_logprobs 0, and 20 alternatives per token without it: each
+        # token's top_logprobs then holds one entry (its own), the fewest llama-server can give with logprobs
+        params["top_logprobs"] = 1
 
 
 def _is_prompt(value: Any, *, mixed: bool = True) -> bool:
@@ -461,6 +487,13 @@ def _content(value: Any, at: str, parts: tuple[str, ...]) -> str | list[dict[str
             raise DialectError(400, f"'{where}.type' must be one of {allowed} here, got {shown(kind)}")
         if kind == "text" and not isinstance(part.get("text"), str):
             raise DialectError(400, f"'{where}.text' must be a string, got {shown(part.get('text'))}")
+        if (
+            kind == "refusal"
+        ):  # an earlier answer's refusal is text of that turn to the engine, which has no such part
+            refusal = part.get("refusal")
+            if not isinstance(refusal, str):
+                raise DialectError(400, f"'{where}.refusal' must be a string, got {shown(refusal)}")
+            part = {"type": "text", "text": refusal}
         if kind == "image_url":
             url = part.get("image_url")
             if isinstance(url, str):

@@ -24,7 +24,7 @@ from blazar.dialects import anthropic as anthropic_dialect
 from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects import openai as openai_dialect
 from blazar.dialects.canonical import DialectError
-from blazar.errors import BlazarError
+from blazar.errors import BlazarError, ModelNotFound
 from blazar.gateway import (
     admin,
     anthropic,
@@ -48,7 +48,7 @@ from blazar.gateway.http import (
     accept_trace_id,
     declared_length,
 )
-from blazar.gateway.tenancy import Gate
+from blazar.gateway.tenancy import Gate, visible
 from blazar.store import write_failure
 from blazar.supervisor import Supervisor
 
@@ -279,6 +279,10 @@ class App:
                 status, message, kind, source = e.status, e.message, None, "blazar"
             else:
                 status, message, source = e.status, str(e), "blazar"
+                if (
+                    isinstance(e, ModelNotFound) and req.key is not None
+                ):  # a scoped key hears of its models only
+                    message = e.shown_to(lambda name: visible(req, name))
                 kind = _BLAZAR_KIND.get(status, "blazar_error")
                 retry = getattr(e, "retry_after", None)
                 if retry:

@@ -172,7 +172,9 @@ def as_stream(completion: dict[str, Any]) -> bytes:
     chunks = [
         {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
                                                      "tool_calls": [{"index": 0, **call}]}, "finish_reason": None}]},
-        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        # a call cut off by max_tokens (a partial call) ends as the whole answer says: length, not tool_calls
+        {**head, "choices": [{"index": 0, "delta": {},
+                              "finish_reason": completion["choices"][0].get("finish_reason") or "tool_calls"}]},
         {**head, "choices": [], "usage": completion["usage"]},
     ]  # fmt: skip
     return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"

@@ -225,6 +225,10 @@ _CLIENT_FAULTS = {
         " unless truncate is false)"
     ),
     "infill is not supported": "",  # a suffix for a model without fill-in-the-middle tokens (501)
+    "exceeds the available context size": (  # a prompt over one slot's context, past Blazar's estimate (400)
+        "; each of the model's parallel slots holds ctx_size / parallel tokens: send a shorter conversation, or"
+        " raise ctx_size (or lower parallel) for the model in config.toml, or Ollama's options.num_ctx"
+    ),
 }
 """llama-server answers these requests with a 5xx, though nothing failed: the request asked for what the model
 cannot do. Blazar passes the engine's message with a 400, and what Blazar's own settings change where the engine
