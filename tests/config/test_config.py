@@ -293,10 +293,22 @@ def test_blank_blazar_host(env: dict[str, str]) -> None:
         ),
         ('cors_origins = "*"', """key 'cors_origins' must be an array of strings, got "*" (string)"""),
         ('cors_origins = ["a", 2]', "key 'cors_origins[1]' must be a string, got 2 (integer)"),
-        ("ctx_size = -1", "key 'ctx_size' must be an integer >= 0, got -1 (integer)"),
-        ("parallel = 0", "key 'parallel' must be an integer >= 1, got 0 (integer)"),
-        ("threads = -2", "key 'threads' must be an integer >= 0, got -2 (integer)"),
-        ("gpu_layers = -2", "key 'gpu_layers' must be an integer >= -1, got -2 (integer)"),
+        ("ctx_size = -1", "key 'ctx_size' must be an integer between 0 and 2147483647, got -1 (integer)"),
+        ("parallel = 0", "key 'parallel' must be an integer between 1 and 2147483647, got 0 (integer)"),
+        (
+            "threads = 9223372036854775807",
+            "key 'threads' must be an integer between 0 and 2147483647, got 9223372036854775807 (integer)",
+        ),
+        (
+            "idle_timeout_secs = 99999999999999999999999",
+            "key 'idle_timeout_secs' must be an integer >= 0 and at most 9223372036854775807 (TOML's 64-bit"
+            " integers), got 99999999999999999999999 (integer)",
+        ),
+        ("threads = -2", "key 'threads' must be an integer between 0 and 2147483647, got -2 (integer)"),
+        (
+            "gpu_layers = -2",
+            "key 'gpu_layers' must be an integer between -1 and 2147483647, got -2 (integer)",
+        ),
         ("port = 1979-05-27", "key 'port' must be an integer between 1 and 65535, got 1979-05-27 (date)"),
         ("port = [1]", "key 'port' must be an integer between 1 and 65535, got [1] (array)"),
         ("models = 3", """key 'models' must be a table of [models."name:tag"] tables, got 3 (integer)"""),
@@ -333,7 +345,9 @@ def test_boolean_is_not_a_number(tmp_path: Path, env: dict[str, str]) -> None:
 
 def test_boolean_rejected_in_model_override(tmp_path: Path, env: dict[str, str]) -> None:
     message = error_for(tmp_path, env, '[models."m"]\nparallel = true\n')
-    assert message.endswith("key 'models.m.parallel' must be an integer >= 1, got true (boolean)")
+    assert message.endswith(
+        "key 'models.m.parallel' must be an integer between 1 and 2147483647, got true (boolean)"
+    )
 
 
 def test_long_values_are_shortened(tmp_path: Path, env: dict[str, str]) -> None:

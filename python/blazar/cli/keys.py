@@ -13,6 +13,7 @@ import typer
 from blazar import keys
 from blazar.cli.common import console, handles_errors
 from blazar.config import default_config_path
+from blazar.config.checks import INT64_MAX
 
 app = typer.Typer(
     help="Manage API keys in config.toml ($BLAZAR_CONFIG, else ~/.config/blazar/config.toml).",
@@ -34,13 +35,15 @@ def add_cmd(
         str | None,
         typer.Option(help="Comma-separated models the key may use (name:tag); omit for full access + admin."),
     ] = None,
-    rpm: Annotated[int, typer.Option(min=0, help="Requests per minute; 0 = unlimited.")] = 0,
+    rpm: Annotated[int, typer.Option(min=0, max=INT64_MAX, help="Requests per minute; 0 = unlimited.")] = 0,
     tpm: Annotated[
-        int, typer.Option(min=0, help="Prompt + completion tokens per minute; 0 = unlimited.")
+        int, typer.Option(min=0, max=INT64_MAX, help="Prompt + completion tokens per minute; 0 = unlimited.")
     ] = 0,
-    daily_tokens: Annotated[int, typer.Option(min=0, help="Tokens per UTC day; 0 = unlimited.")] = 0,
+    daily_tokens: Annotated[
+        int, typer.Option(min=0, max=INT64_MAX, help="Tokens per UTC day; 0 = unlimited.")
+    ] = 0,
     max_concurrent: Annotated[
-        int, typer.Option(min=0, help="Requests in flight at once; 0 = unlimited.")
+        int, typer.Option(min=0, max=INT64_MAX, help="Requests in flight at once; 0 = unlimited.")
     ] = 0,
     weight: Annotated[float, typer.Option(help="Fair-share weight under contention, > 0.")] = 1.0,
 ) -> None:

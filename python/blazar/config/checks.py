@@ -106,12 +106,18 @@ class Ctx:
         )
 
 
+INT64_MAX = 2**63 - 1
+"""TOML's integers are 64-bit: a larger one makes the file unreadable to other TOML tools."""
+
+
 def integer(ctx: Ctx, key: str, value: object, lo: int, hi: int | None = None) -> int:
     expected = f"an integer between {lo} and {hi}" if hi is not None else f"an integer >= {lo}"
     if isinstance(value, bool) or not isinstance(value, int):
         raise ctx.bad(key, expected, value)
     if value < lo or (hi is not None and value > hi):
         raise ctx.bad(key, expected, value)
+    if value > INT64_MAX:
+        raise ctx.bad(key, f"{expected} and at most {INT64_MAX} (TOML's 64-bit integers)", value)
     return value
 
 

@@ -61,6 +61,9 @@ __all__ = [
 
 CONFIG_ENV = "BLAZAR_CONFIG"
 
+INT_MAX = 2**31 - 1
+"""The largest value llama-server takes for its int flags."""
+
 
 def default_config_path(env: Mapping[str, str] | None = None) -> Path:
     """Where the config file is looked for: ``$BLAZAR_CONFIG``, else ``$XDG_CONFIG_HOME/blazar/config.toml``,
@@ -117,20 +120,22 @@ _TOP_LEVEL: dict[str, Check] = {
     "port": lambda c, k, v: integer(c, k, v, 1, 65535),
     "data_dir": path_value,
     "idle_timeout_secs": lambda c, k, v: integer(c, k, v, 0),
-    "idle_sleep_secs": lambda c, k, v: integer(c, k, v, 0, 2**31 - 1),  # llama-server reads an int
+    "idle_sleep_secs": lambda c, k, v: integer(c, k, v, 0, INT_MAX),  # llama-server reads an int
     "engine_metrics_secs": lambda c, k, v: integer(c, k, v, 0),
     "whisper_idle_secs": lambda c, k, v: integer(c, k, v, 0),
-    "late_chunking_max_tokens": lambda c, k, v: integer(c, k, v, 1, 1 << 20),
+    # 1 cannot hold a warm-up's special tokens: llama-server aborts at start
+    "late_chunking_max_tokens": lambda c, k, v: integer(c, k, v, 2, 1 << 20),
     "child_start_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
     "child_header_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
     "stop_grace_secs": lambda c, k, v: number(c, k, v, 0.0),
     "engine_mode": lambda c, k, v: choice(c, k, v, ENGINE_MODES),
     "cors_origins": strings,
     "log_level": lambda c, k, v: choice(c, k, v, LOG_LEVELS),
-    "ctx_size": lambda c, k, v: integer(c, k, v, 0),
-    "parallel": lambda c, k, v: integer(c, k, v, 1),
-    "threads": lambda c, k, v: integer(c, k, v, 0),
-    "gpu_layers": lambda c, k, v: integer(c, k, v, -1),
+    # llama-server reads these as C ints: a larger value stops it at start ("stoi")
+    "ctx_size": lambda c, k, v: integer(c, k, v, 0, INT_MAX),
+    "parallel": lambda c, k, v: integer(c, k, v, 1, INT_MAX),
+    "threads": lambda c, k, v: integer(c, k, v, 0, INT_MAX),
+    "gpu_layers": lambda c, k, v: integer(c, k, v, -1, INT_MAX),
     "queue_wait_secs": lambda c, k, v: integer(c, k, v, 0),
     "request_body_timeout_secs": lambda c, k, v: integer(c, k, v, 1),
     "semantic_cache": boolean,
