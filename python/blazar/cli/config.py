@@ -6,12 +6,13 @@ atomic replace as ``blazar keys``; it never replaces an existing file without ``
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
 
 from blazar.cli.common import console, fail, handles_errors
-from blazar.config import default_config_path, render_default_config
+from blazar.config import CONFIG_ENV, default_config_path, render_default_config
 from blazar.config.write import config_lock, read_config_bytes, write_config
 
 app = typer.Typer(
@@ -44,6 +45,13 @@ def init_cmd(
 def path_cmd() -> None:
     """Print the config file's path ($BLAZAR_CONFIG, else the default), and whether it exists."""
     path = default_config_path()
-    console.print(
-        f"{path}{'' if path.is_file() else ' (absent: the built-in defaults apply)'}", highlight=False
-    )
+    named = bool(os.environ.get(CONFIG_ENV))
+    if path.is_dir():
+        state = " (a directory, not a file: every command refuses to start until it is a config file)"
+    elif path.is_file():
+        state = ""
+    elif named:  # the other commands refuse a config they were told to read and cannot
+        state = f" (absent: set by {CONFIG_ENV}, so the other commands refuse to start; blazar config init writes it)"
+    else:
+        state = " (absent: the built-in defaults apply)"
+    console.print(f"{path}{state}", highlight=False)
