@@ -134,3 +134,24 @@ def test_a_data_dir_that_is_not_one_is_named(tmp_path: Path) -> None:
     (tmp_path / "data" / "blazar.db").mkdir(parents=True)
     r = d.cli("doctor", check=False)
     assert f"the database {tmp_path / 'data' / 'blazar.db'} is not a file" in r.stdout
+
+
+def test_config_names_the_catalog_lacks(d: Daemon) -> None:
+    config = d.root / "config.toml"
+    try:
+        config.write_text(
+            '[models."smollm"]\nparallel = 2\n[models.smollm2]\nchat_template_file = "/nonexistent.jinja"\n'
+            '[[keys]]\nname = "k"\nsecret = "sk-doctor-0123456789abcdef"\nmodels = ["smolm2"]\n'
+        )
+        code, rep = report(d)
+    finally:
+        config.write_text("")
+    found = [(c["status"], c["detail"], c["fix"]) for c in rep["checks"] if c["name"] == "config names"]
+    assert code == 1 and found == [
+        ("warn", '[models."smollm:latest"] names no catalog model, so it applies to none',
+         "did you mean smollm2:latest? blazar ls lists the catalog"),
+        ("fail", '[models."smollm2:latest"] chat_template_file /nonexistent.jinja is not a file',
+         "fix the path, or remove chat_template_file to use the model's own template"),
+        ("warn", "key 'k' lists model 'smolm2:latest', which is not in the catalog",
+         "did you mean smollm2:latest? blazar ls lists the catalog"),
+    ]  # fmt: skip

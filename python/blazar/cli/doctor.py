@@ -7,6 +7,7 @@ only reads: it never creates the data dir, installs, or starts anything. Exit st
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import shutil
@@ -30,6 +31,7 @@ from blazar.engines.lanes import INSTALL_HINT, serving_lane
 from blazar.engines.registry import EngineRow
 from blazar.errors import BlazarError, ConfigError
 from blazar.hardware import Hardware, human_bytes
+from blazar.loras import Loras
 from blazar.paths import DataDir
 from blazar.profile import fit_model, mmproj_for
 from blazar.store import Store
@@ -186,6 +188,36 @@ def check_models(cfg: Config, models: list[ModelRow], engines: list[EngineRow], 
     return out
 
 
+def check_config_names(cfg: Config, models: list[ModelRow], adapters: list[str]) -> list[Check]:
+    """What config.toml names that the catalog lacks: a ``[models."NAME"]`` table or a key's ``models`` entry
+    for no model (a typo is silently no override, or a key that can use nothing), and a ``chat_template_file``
+    that is not there (the engine would fail to start)."""
+    known = [m.name for m in models] + adapters
+    out = []
+
+    def missing(name: str) -> bool:
+        return name not in known and not any(name.startswith(f"{r.name}:") for r in cfg.remotes)
+
+    def hint(name: str) -> str:
+        close = difflib.get_close_matches(name, known, n=1)
+        return f"did you mean {close[0]}? " if close else ""
+
+    for name, override in cfg.models.items():
+        if known and missing(name):
+            out.append(Check("config names", "warn", f'[models."{name}"] names no catalog model, so it applies to none',
+                             f"{hint(name)}blazar ls lists the catalog"))  # fmt: skip
+        path = override.chat_template_file
+        if path is not None and not path.is_file():
+            out.append(Check("config names", "fail", f'[models."{name}"] chat_template_file {path} is not a file',
+                             "fix the path, or remove chat_template_file to use the model's own template"))  # fmt: skip
+    for key in cfg.keys:
+        for name in key.models:
+            if known and missing(name):
+                out.append(Check("config names", "warn", f"key '{key.name}' lists model '{name}', which is not in the"
+                                 " catalog", f"{hint(name)}blazar ls lists the catalog"))  # fmt: skip
+    return out
+
+
 def _blazar_version_at(host: str, port: int) -> str | None:
     """The version a Blazar answering /healthz on ``host:port`` reports, or None when something else is there."""
     target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
@@ -280,6 +312,7 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
     checks = [cfg_check, check_hardware(hw)]
     engines: list[EngineRow] = []
     models: list[ModelRow] = []
+    adapters: list[str] = []
     data = DataDir(cfg.data_dir)
     writable = check_writable(data.root, data.db)
     if writable is not None:
@@ -292,12 +325,15 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
         else:
             try:
                 engines = registry.list_all(store)
-                models = Catalog(store, data).list()
+                catalog = Catalog(store, data)
+                models = catalog.list()
+                adapters = [a.name for a in Loras(catalog).list()]
             finally:
                 store.close()
     checks += check_engines(engines)
     checks += check_updates(data)
     checks += check_models(cfg, models, engines, hw)
+    checks += check_config_names(cfg, models, adapters)
     checks.append(check_port(cfg))
     checks.append(check_disk(cfg.data_dir))
     return checks, hw
