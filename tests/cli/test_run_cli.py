@@ -82,6 +82,11 @@ def test_unknown_model_is_the_daemons_message_and_exit_1(daemon: Daemon) -> None
     r = run(daemon.env, "no-such-model", "hello")
     assert r.returncode == 1
     assert r.stderr.startswith("error: model 'no-such-model:latest' not found")
+    # a chat that would start with no prompt: the model is loaded first, as ollama run does, and the error ends it
+    r = run(daemon.env, "no-such-model", "--interactive", stdin="hi\n")
+    assert r.returncode == 1 and r.stderr.startswith("error: model 'no-such-model:latest' not found"), (
+        r.stderr
+    )
 
 
 @pytest.mark.e2e

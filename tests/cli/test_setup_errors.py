@@ -45,3 +45,16 @@ def test_serve_on_a_host_that_is_not_this_machine(tmp_path: Path, host: str, why
     line = one_line_error(("serve",), env_for(tmp_path, BLAZAR_HOST=host, BLAZAR_PORT=str(port)))
     assert line.startswith(f"error: cannot listen on {host}:{port}: {why}"), line
     assert "BLAZAR_HOST" in line
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--path", "/nonexistent/llama-server"), "error: engine binary /nonexistent/llama-server does not exist"),
+        (("--path", "/bin/true", "--tag", ""), "error: engine tag '' is not valid"),
+        (("--path", "/bin/true", "--tag", "../x"), "error: engine tag '../x' is not valid"),
+    ],
+)
+def test_engine_add_refuses_before_it_probes(tmp_path: Path, extra: tuple[str, ...], needle: str) -> None:
+    line = one_line_error(("engine", "add", "--kind", "llama-cpp", *extra), env_for(tmp_path))
+    assert line.startswith(needle) and "warning" not in line, line

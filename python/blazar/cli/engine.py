@@ -121,6 +121,11 @@ def add_cmd(
 ) -> None:
     """Register an engine binary you already have."""
     with opened() as (_cfg, data, store):
+        registry.check_kind(kind)
+        registry.check_tag(tag)
+        registry.check_binary(
+            path
+        )  # before any probe of it: a missing file is one error, not a warning and one
         version = None
         if kind == "llama-cpp":
             try:

@@ -47,6 +47,16 @@ class Chat:
     keep_alive: str | None = None
     messages: list[dict[str, str]] = field(default_factory=list)
 
+    def load(self) -> None:
+        """Load the model before the first prompt, as ``ollama run`` does: a model that does not exist (or that
+        the key may not use) is the command's error, before any prompt is read."""
+        body: dict[str, Any] = {"model": self.model, "messages": []}
+        if self.keep_alive is not None:
+            body["keep_alive"] = self.keep_alive
+        r = self.client.post("/api/chat", content=orjson.dumps(body))
+        if r.status_code >= 400:
+            raise DaemonError(error_text(r.content, r.status_code))
+
     def ask(self, text: str, out: TextIO) -> str:
         """Send ``text`` as the next user turn, write the answer to ``out`` as it streams, and return it.
 
@@ -242,6 +252,8 @@ def run_cmd(
                 sys.stdout.write("\n\n")
             if sys.stdin is None:
                 return
+            if not text:
+                chat.load()
             tty = sys.stdin.isatty()
             if tty:
                 import readline  # noqa: F401  (line editing and history for input())

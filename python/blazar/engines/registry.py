@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,6 +81,29 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def check_tag(tag: str) -> None:
+    """An engine tag names a directory and a row: letters, digits, '.', '_', '+' and '-', not starting with a
+    dot or dash, at most 64 characters."""
+    if not _TAG.fullmatch(tag):
+        raise EngineError(
+            f"engine tag {tag!r} is not valid: use letters, digits, '.', '_', '+' and '-' (at most 64, starting with"
+            " a letter or digit)"
+        )
+
+
+def check_binary(path: Path) -> Path:
+    """``path`` resolved, when it is an executable file; else an EngineError saying what it is not."""
+    path = path.resolve()
+    if not path.is_file():
+        raise EngineError(f"engine binary {path} does not exist or is not a file")
+    if not os.access(path, os.X_OK):
+        raise EngineError(f"engine binary {path} is not executable (chmod +x it)")
+    return path
+
+
 def add(
     store: Store,
     *,
@@ -97,11 +121,8 @@ def add(
     check_kind(kind)
     if lane_class not in LANE_CLASSES:
         raise EngineError(f"lane class must be one of {', '.join(LANE_CLASSES)}, not '{lane_class}'")
-    path = path.resolve()
-    if not path.is_file():
-        raise EngineError(f"engine binary {path} does not exist or is not a file")
-    if not os.access(path, os.X_OK):
-        raise EngineError(f"engine binary {path} is not executable (chmod +x it)")
+    check_tag(tag)
+    path = check_binary(path)
     digest = sha256_file(path)
     now = datetime.now(UTC).isoformat()
     with store.transaction():

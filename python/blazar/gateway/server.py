@@ -103,7 +103,8 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
         loop.add_signal_handler(sig, on_signal)
     checker = loop.create_task(check_loop(cfg, sup.store, logging.getLogger("blazar.engines")))
     try:
-        print(f"blazar listening on http://{cfg.host}:{cfg.port}", file=sys.stderr, flush=True)
+        shown = f"[{cfg.host}]" if ":" in cfg.host else cfg.host  # an IPv6 address, as a URL writes it
+        print(f"blazar listening on http://{shown}:{cfg.port}", file=sys.stderr, flush=True)
         await server.serve()
     finally:
         checker.cancel()
