@@ -128,7 +128,9 @@ class StreamTranslator:
     cut there. Usage adds up every report the engine sends (llama-server reports each choice and
     each prompt on its own), each prompt's tokens counted once for its ``n`` choices; an OpenAI
     client asking for usage gets one usage chunk, before ``[DONE]``. The summary's ``choices`` is
-    the highest choice index seen plus one, ``usage_reports`` how many reports were added up.
+    the highest choice index seen plus one, ``usage_reports`` how many reports were added up,
+    ``token_chunks`` how many chunks carried text, reasoning or tool-call pieces (about the tokens
+    generated: what a stream cut off before its usage report is charged).
     """
 
     def __new__(

@@ -50,7 +50,10 @@ def test_serve_on_a_host_that_is_not_this_machine(tmp_path: Path, host: str, why
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (("--path", "/nonexistent/llama-server"), "error: engine binary /nonexistent/llama-server does not exist"),
+        (
+            ("--path", "/nonexistent/llama-server"),
+            "error: engine binary /nonexistent/llama-server does not exist",
+        ),
         (("--path", "/bin/true", "--tag", ""), "error: engine tag '' is not valid"),
         (("--path", "/bin/true", "--tag", "../x"), "error: engine tag '../x' is not valid"),
     ],

@@ -205,6 +205,34 @@ def test_usage_survives_restart(daemon_factory: object, tmp_path: Path) -> None:
     assert again.status_code == 429 and "daily_tokens" in again.json()["error"]["message"]
 
 
+def test_a_stream_the_client_cuts_off_is_still_charged(daemon_factory: object) -> None:
+    """A client that reads part of a stream and hangs up before its usage report is charged the prompt the engine
+    read and a token per chunk it got: hanging up early cannot read past daily_tokens for free."""
+    assert callable(daemon_factory)
+    cfg = KEYS.replace('name = "rated"\nsecret', 'name = "rated"\ndaily_tokens = 100\nsecret').replace(
+        "rpm = 2\n", ""
+    )
+    d: Daemon = daemon_factory(cfg)
+    # its reservation (body / 4 + max_tokens) fits the limit, so only what earlier streams were charged refuses it
+    body = {**CHAT, "stream": True, "max_tokens": 24, "ignore_eos": True, "messages": [
+        {"role": "user", "content": "Write a long story."}]}  # fmt: skip
+    refused = None
+    for _ in range(6):
+        with httpx.stream(
+            "POST", d.url + "/v1/chat/completions", json=body, headers=bearer(RATED), timeout=60
+        ) as r:
+            if r.status_code == 429:
+                refused = r.read()
+                break
+            assert r.status_code == 200
+            chunks = 0
+            for line in r.iter_lines():
+                chunks += line.startswith("data: {")
+                if chunks == 12:
+                    break  # hang up before the 24 tokens and the usage report
+    assert refused is not None and b"daily_tokens" in refused, "cut-off streams were charged nothing"
+
+
 def test_requests_in_flight_hold_their_tokens_against_tpm(daemon_factory: object) -> None:
     """Concurrent requests cannot overshoot tpm by more than one request's worth: each holds its estimate (body
     and max_tokens) until it finishes, so once those fill the limit the next is refused, naming them."""

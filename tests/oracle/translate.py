@@ -270,6 +270,7 @@ class Collector:
             "engine_error": self.engine_error,
             "choices": self.choices,
             "usage_reports": self.usage_reports,
+            "token_chunks": self.token_chunks,
         }
 
 

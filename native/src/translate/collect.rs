@@ -39,6 +39,9 @@ pub struct Summary {
     /// How many usage reports `usage` adds up (llama-server reports each choice and each prompt of a
     /// stream on its own; a whole body carries one task's).
     pub usage_reports: u64,
+    /// Chunks that carried text, reasoning or tool-call pieces: about the tokens generated, what a
+    /// stream cut off before its usage report is charged.
+    pub token_chunks: u64,
 }
 
 #[derive(Debug, Default)]
@@ -178,6 +181,7 @@ impl Collector {
             engine_error: self.engine_error.clone(),
             choices: self.choices,
             usage_reports: self.usage_reports,
+            token_chunks: self.token_chunks,
         }
     }
 }

@@ -175,6 +175,7 @@ fn summary_dict<'py>(py: Python<'py>, s: &Summary) -> PyResult<Bound<'py, PyDict
     d.set_item("engine_error", &s.engine_error)?;
     d.set_item("choices", s.choices)?;
     d.set_item("usage_reports", s.usage_reports)?;
+    d.set_item("token_chunks", s.token_chunks)?;
     Ok(d)
 }
 

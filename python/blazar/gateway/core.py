@@ -449,21 +449,25 @@ async def _dispatch(
                 echo=canon.echo,
             )
             req.mark_overhead()
-            await proxy.forward_stream(
-                sup,
-                child,
-                path,
-                engine_body,
-                proto,
-                req.extra_headers,
-                translator,
-                shape.stream_type,
-                watch.on_stall(sup, req, canon),
-            )
-            req.summary = translator.summary()
+            req.dispatched = True
+            try:
+                await proxy.forward_stream(
+                    sup,
+                    child,
+                    path,
+                    engine_body,
+                    proto,
+                    req.extra_headers,
+                    translator,
+                    shape.stream_type,
+                    watch.on_stall(sup, req, canon),
+                )
+            finally:  # a stream cut off (client gone, engine dead) is charged what it sent (Gate.finish)
+                req.summary = translator.summary()
             watch.observe(sup, req, canon)
             return None
         t0 = time.perf_counter()
+        req.dispatched = True
         _status, data = await proxy.forward_whole(sup, child, path, engine_body, req.client)
         req.engine_s += time.perf_counter() - t0
         out, summary = translate_whole(
@@ -500,6 +504,7 @@ async def _forced_tool_call(
 ) -> Response:
     """A forced tool call on a model whose template cannot emit one: constrained JSON, rendered as a call."""
     t0 = time.perf_counter()
+    req.dispatched = True
     constrained = orjson.dumps(forced_tools.constrained_body(body, schema))
     _s, data = await proxy.forward_whole(sup, child, "/v1/chat/completions", constrained, req.client)
     req.engine_s += time.perf_counter() - t0

@@ -151,6 +151,9 @@ class Request:
     quota_lease: QuotaLease | None = None
     reserved: int = 0
     """Tokens its key's tpm and daily_tokens hold for it until it finishes (``Quotas.check``)."""
+    dispatched: bool = False
+    """Its request was sent to an engine (or a remote), which read the prompt: an answer cut off before its usage
+    report is still charged (``Gate.finish``)."""
     model: str | None = None
     queue_depth: int = 0
     gate: Gate = field(default=None)  # type: ignore[assignment]  # set by the app before any handler runs

@@ -134,8 +134,10 @@ async def serve(
     with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
         path, body = _body(canon, model)
         if canon.stream:
+            req.dispatched = True
             await _stream(sup, req, proto, canon, shape, remote, path, body)
             return None
+        req.dispatched = True
         data = await _ask(sup, req, remote, path, body)
         try:
             out, summary = translate_whole(
@@ -191,7 +193,7 @@ async def _stream(
                           watch.on_stall(sup, req, canon))  # fmt: skip
     finally:
         remote.links.release(conn)
-    req.summary = translator.summary()
+        req.summary = translator.summary()  # a stream cut off is charged what it sent (Gate.finish)
     watch.observe(sup, req, canon)
 
 

@@ -23,7 +23,14 @@ from blazar.admission import Lease as SlotLease
 from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
-from blazar.gateway.http import HEADER_TOKEN_MAX, ClientWatch, HttpError, Request, is_header_token
+from blazar.gateway.http import (
+    CLIENT_CLOSED,
+    HEADER_TOKEN_MAX,
+    ClientWatch,
+    HttpError,
+    Request,
+    is_header_token,
+)
 from blazar.gateway.otlp import Exporter
 from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
@@ -85,6 +92,8 @@ class Gate:
             req.quota_lease.release()
             req.quota_lease = None
         usage = req.summary.get("usage") if req.summary else None
+        if usage is None and req.dispatched and (status == CLIENT_CLOSED or 200 <= status < 300):
+            usage = cut_off_usage(req)  # cut off: the client left, or the engine died inside the stream
         if req.key is not None and (isinstance(usage, dict) or req.reserved):
             got = usage if isinstance(usage, dict) else {}
             prompt, completion = got.get("prompt_tokens", 0), got.get("completion_tokens", 0)
@@ -217,6 +226,17 @@ def quota_reservation(req: Request, canon: CanonicalRequest) -> int:
     max_tokens = canon.params.get("max_tokens")
     out = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0
     return len(req.body) // RESERVE_BYTES_PER_TOKEN + max(out, 0) * canon.choices()
+
+
+def cut_off_usage(req: Request) -> dict[str, int]:
+    """What an answer cut off before the engine's usage report (the client left, the engine died) is charged:
+    the prompt the engine read, estimated as a reservation estimates it, and a token for each chunk that carried
+    output. Without it a client could read any amount and hang up before the report, charged nothing."""
+    seen = req.summary.get("token_chunks") if req.summary else None
+    return {
+        "prompt_tokens": len(req.body) // RESERVE_BYTES_PER_TOKEN,
+        "completion_tokens": seen if isinstance(seen, int) else 0,
+    }
 
 
 def each_task_charged(summary: dict[str, Any], n: int) -> dict[str, Any]:
