@@ -168,6 +168,22 @@ def test_a_scoped_key_reaches_no_other_model_by_a_side_door(daemon_factory: obje
     assert admin.status_code == 404 and "(known models: smollm2:latest)" in admin.text
 
 
+def test_a_scoped_key_sees_its_shared_engine_under_its_own_name_only(daemon_factory: object) -> None:
+    """A copy runs on its source's engine: the scoped key of the copy sees that engine in /api/ps as its own
+    model, and never the other names it answers for."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(KEYS)
+    copy = httpx.post(
+        d.url + "/api/copy", json={"source": "smollm2", "destination": "other"}, headers=bearer(ADMIN)
+    )
+    assert copy.status_code == 200, copy.text
+    assert post(d, "/v1/chat/completions", {**CHAT, "model": "other"}, bearer(SCOPED)).status_code == 200
+    [mine] = httpx.get(d.url + "/api/ps", headers=bearer(SCOPED)).json()["models"]
+    assert (mine["name"], mine["model"], mine["names"]) == ("other:latest", "other:latest", ["other:latest"])
+    [seen] = httpx.get(d.url + "/api/ps", headers=bearer(ADMIN)).json()["models"]
+    assert seen["name"] == "smollm2:latest" and seen["names"] == ["smollm2:latest", "other:latest"]
+
+
 def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(KEYS)

@@ -136,7 +136,8 @@ async def breakers_list(sup: Supervisor, req: Request, proto: Any) -> Response:
             "last": h.last,
         }
         for h in sup.breakers.held()
-        if visible(req, h.model)
+        # a scoped key sees the engines its models run on: a copy's requests go to its owner's engine
+        if any(visible(req, n) for n in (h.model, *sup.sharing.sharers(h.model)))
     ]
     return 200, JSON_HEADERS, orjson.dumps({"held": held})
 

@@ -120,8 +120,15 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
         if child.state is not State.READY or not child.alive():  # an engine that died is not loaded
             continue
         m = sup.catalog.find(child.model)
-        if m is None or not visible(req, m.name):
+        if m is None:
             continue
+        # every name this engine answers for (copies over the same weights file, the model's LoRA adapters), as
+        # far as the caller may see them: a scoped key sees the engine of its own model, under its own name
+        names = [m.name, *sup.sharing.sharers(m.name), *(a.name for a in sup.loras.for_base(m.name))]
+        names = [n for n in names if visible(req, n)]
+        if not names:
+            continue
+        shown = m if names[0] == m.name else (sup.catalog.find(names[0]) or m)
         digest = await sup.catalog.digest(m)
         limit = float(sup.cfg.idle_timeout_secs) if child.keep_alive is None else child.keep_alive
         remaining = limit if child.inflight > 0 else max(0.0, limit - (now_mono - child.last_used))
@@ -132,18 +139,14 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
         )
         out.append(
             {
-                **_entry(m, digest),
+                **_entry(shown, digest),
                 # the name any endpoint takes back (an unload stops all of the model's engines); Blazar's own
                 # "engine" field says which one this is
-                "name": m.name,
+                "name": names[0],
+                "model": names[0],
                 "engine": _ENGINE_USE.get(child.key[len(m.name) :], "chat"),
-                # Blazar's own: every name this engine answers for (copies over the same weights file, the model's
-                # LoRA adapters), each of which unloads it
-                "names": [
-                    m.name,
-                    *sup.sharing.sharers(m.name),
-                    *(a.name for a in sup.loras.for_base(m.name)),
-                ],
+                # Blazar's own: the names (that the caller may see) this engine answers for, each of which unloads it
+                "names": names,
                 "expires_at": expires.isoformat().replace("+00:00", "Z"),
                 "size_vram": 0,
                 # as Ollama's: what one request can use (its num_ctx), not the engine's total over its slots
