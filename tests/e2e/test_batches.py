@@ -104,6 +104,21 @@ def test_a_batch_runs_under_its_key_and_its_answers_come_back_as_files(daemon_fa
         client(d, "sk-wrong-0123456789abcdef0123456789abcdef").files.list()
 
 
+def test_a_key_with_max_concurrent_1_gets_its_whole_batch_answered(daemon_factory: object) -> None:
+    """The runner keeps within the key's max_concurrent: its requests wait for each other, none fails for it."""
+    assert callable(daemon_factory)
+    one = "sk-batch-one-0123456789abcdef0123456789abc"
+    d: Daemon = daemon_factory(KEYS + f'\n[[keys]]\nname = "one"\nsecret = "{one}"\nmax_concurrent = 1\n')
+    c = client(d, one)
+    f = c.files.create(file=("six.jsonl", jsonl([chat_line(f"q{i}", "Hi", max_tokens=6) for i in range(6)])),
+                       purpose="batch")  # fmt: skip
+    b = finished(
+        c, c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h").id
+    )
+    assert b.status == "completed" and b.request_counts is not None, b
+    assert (b.request_counts.completed, b.request_counts.failed) == (6, 0), b.request_counts
+
+
 def test_a_responses_batch_answers_with_response_objects(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory()

@@ -3,7 +3,8 @@
 Routes: ``/v1/files`` (POST multipart upload, GET list), ``/v1/files/{id}`` (GET, DELETE), ``/v1/files/{id}/content``
 (GET), ``/v1/batches`` (POST create, GET list), ``/v1/batches/{id}`` (GET), ``/v1/batches/{id}/cancel`` (POST).
 
-``BatchRunner`` runs one batch at a time, ``PARALLEL`` of its requests in flight. Each request goes through this
+``BatchRunner`` runs one batch at a time, ``PARALLEL`` of its requests in flight (fewer for a key whose
+``max_concurrent`` is lower: one less than it, so the key's owner can still make a request). Each request goes through this
 daemon's own HTTP front door, under the key that made the batch (its secret looked up per request, so a rotation
 is followed) and ``x-blazar-priority: low``: the same auth, scope, quotas, admission and translation as a
 client's request, and interactive traffic goes first. A busy answer (429, 503) is retried after a pause. Answers
@@ -289,6 +290,12 @@ class BatchRunner:
         followed); None when there is no such key, or auth is off."""
         return next((k.secret for k in self.keys.config.keys if k.name == owner), None)
 
+    def _parallel(self, owner: str | None) -> int:
+        """Requests in flight for a batch of ``owner``: ``PARALLEL``, within the key's ``max_concurrent`` less one
+        (at least one), so the batch neither fails for the key's own limit nor takes every request it may have."""
+        limit = next((k.limits.max_concurrent for k in self.keys.config.keys if k.name == owner), 0)
+        return min(PARALLEL, max(limit - 1, 1)) if limit else PARALLEL
+
     def _unrunnable(self, owner: str | None, secret: str | None) -> str | None:
         """Why a batch of ``owner`` (whose key's secret is ``secret`` now) cannot run now, or None."""
         if owner is not None and secret is None:
@@ -325,7 +332,7 @@ class BatchRunner:
         out: list[bytes] = []
         errs: list[bytes] = []
         saved = time.monotonic()
-        gate = asyncio.Semaphore(PARALLEL)
+        gate = asyncio.Semaphore(self._parallel(owner))
 
         async def one(line: Line) -> None:
             nonlocal saved

@@ -57,6 +57,11 @@ def require_visible(req: Request, model: str) -> None:
         raise HttpError(403, scope_denied_message(req.key, model), "permission_error")
 
 
+UNLEASED_PREFIXES = ("/v1/files", "/v1/batches", "/v1/messages/batches", "/api/keys", "/api/session",
+                     "/api/breakers")  # fmt: skip
+"""POST routes that run no model: no ``max_concurrent`` lease (nor do GET, HEAD and DELETE requests)."""
+
+
 class Gate:
     def __init__(self, cfg: Config, store: Store, data: DataDir, config_path: Path) -> None:
         self.cfg = cfg
@@ -76,7 +81,9 @@ class Gate:
     # -- envelope ------------------------------------------------------------------------------------------
 
     def authenticate(self, req: Request) -> None:
-        """Resolve the caller's key (when auth is active) and take its concurrency lease."""
+        """Resolve the caller's key (when auth is active) and, for a request that may run a model, take its
+        concurrency lease (``max_concurrent``): reading listings, files, batches or sessions takes none, so a key
+        whose requests fill its limit can still watch them."""
         if not self.keys.auth_active or req.path in OPEN_PATHS:
             return
         h = req.headers
@@ -84,7 +91,8 @@ class Gate:
         if ctx is None:
             raise Unauthorized()
         req.key = ctx
-        req.quota_lease = self.quotas.acquire(ctx)
+        if req.method == "POST" and not req.path.startswith(UNLEASED_PREFIXES):
+            req.quota_lease = self.quotas.acquire(ctx)
 
     def finish(self, req: Request, status: int) -> None:
         """The response is over (drained or dropped): free the lease, charge usage, write the audit line."""
