@@ -212,3 +212,16 @@ def test_a_cancel_keeps_what_was_answered_and_a_restart_runs_a_batch_again(daemo
     b2 = finished(c, b2.id, timeout=300)
     assert b2.status == "completed" and b2.request_counts.completed == 12, b2
     assert sorted(records(c, b2.output_file_id)) == sorted(line["custom_id"] for line in lines)
+
+    # a batch being cancelled when the daemon stops ends cancelled with what it had answered, not with nothing
+    b3 = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    while c.batches.retrieve(b3.id).request_counts.completed < 1:  # type: ignore[union-attr]
+        time.sleep(0.05)
+    assert c.batches.cancel(b3.id).status == "cancelling"
+    assert d.stop() == 0
+    d.start()
+    c = client(d)
+    b3 = finished(c, b3.id)
+    assert b3.status == "cancelled" and b3.output_file_id is not None, b3
+    kept = records(c, b3.output_file_id)
+    assert len(kept) >= 1 and b3.request_counts is not None and b3.request_counts.completed == len(kept)

@@ -349,28 +349,40 @@ class BatchRunner:
                 saved = time.monotonic()
                 self.batches.save(doc)
 
-        await asyncio.gather(*(one(line) for line in lines))
+        try:
+            await asyncio.gather(*(one(line) for line in lines))
+        except asyncio.CancelledError:
+            # shutdown: a batch being cancelled ends now with what it has (a restart would find nothing of it
+            # to run, so its answers would be lost); any other runs again when the daemon comes back
+            if batch_id in self.cancelling:
+                files = {
+                    key: self._output(owner, batch_id, key, records) for key, records in _files(out, errs)
+                }
+                self._finish(batch_id, doc, files)
+            raise
+        files = {
+            key: await asyncio.to_thread(self._output, owner, batch_id, key, records)
+            for key, records in _files(out, errs)
+        }
+        self._finish(batch_id, doc, files)
+
+    def _output(self, owner: str | None, batch_id: str, key: str, records: list[bytes]) -> str:
+        """One of a batch's result files written: its id."""
+        return self.files.add(
+            owner, f"{batch_id}_{key[:-8]}.jsonl", "batch_output", b"\n".join(records) + b"\n"
+        ).id
+
+    def _finish(self, batch_id: str, doc: dict[str, Any], files: dict[str, str]) -> None:
+        """The batch's final state saved, with its result files: cancelled or completed."""
         cancelled = batch_id in self.cancelling
         self.cancelling.discard(batch_id)
         _, latest = self.batches.get(batch_id, None)  # a cancel may have been saved meanwhile
-        doc.update(status="finalizing", finalizing_at=int(time.time()))
-        doc["cancelling_at"] = latest.get("cancelling_at")
-        self.batches.save(doc)
-        for records, key in ((out, "output_file_id"), (errs, "error_file_id")):
-            if records:
-                row = await asyncio.to_thread(
-                    self.files.add,
-                    owner,
-                    f"{batch_id}_{key[:-8]}.jsonl",
-                    "batch_output",
-                    b"\n".join(records) + b"\n",
-                )
-                doc[key] = row.id
-        done = int(time.time())
+        now = int(time.time())
+        doc.update(files, finalizing_at=now, cancelling_at=latest.get("cancelling_at"))
         if cancelled:
-            doc.update(status="cancelled", cancelled_at=done)
+            doc.update(status="cancelled", cancelled_at=now)
         else:
-            doc.update(status="completed", completed_at=done)
+            doc.update(status="completed", completed_at=now)
         self.batches.save(doc)
         log.info("batch %s %s: %s", batch_id, doc["status"], doc["request_counts"])
 
@@ -429,6 +441,11 @@ class BatchRunner:
             body = orjson.loads(raw)
         record["response"] = {"status_code": status, "request_id": trace, "body": body}
         return 200 <= status < 300, record
+
+
+def _files(out: list[bytes], errs: list[bytes]) -> list[tuple[str, list[bytes]]]:
+    """The result files a batch has records for: (its id's field in the batch object, the records)."""
+    return [(key, records) for key, records in (("output_file_id", out), ("error_file_id", errs)) if records]
 
 
 def _too_far(retry_after: str | None) -> bool:
