@@ -27,7 +27,17 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:  # someone else's process
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits to be reaped (a daemon killed a moment ago, before init reaps it):
+    state Z in ``/proc/PID/stat``, after the parenthesised command name."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
 
 
 TOKENS_SUFFIX = "@tokens"

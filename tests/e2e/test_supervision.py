@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import stat
@@ -129,6 +130,32 @@ def test_a_model_deleted_mid_stream_ends_the_stream_saying_so(daemon_factory: ob
     assert httpx.post(d.url + "/v1/chat/completions", json={**CHAT, "model": "tmpm"}).status_code == 404
     log = d.log.read_text()
     assert "evicting tmpm:latest (model deleted)" in log and " ERROR " not in log and "died" not in log, log
+
+
+def test_requests_racing_a_delete_get_404_never_a_missing_file(daemon_factory: object) -> None:
+    """Requests that arrive while a delete stops the model's engine wait on it, then find the model gone: 404, not
+    a 400 naming the weights file the delete removed under them."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory('[models."tmpm:latest"]\nctx_size = 2048\nparallel = 2\n')
+    assert (
+        httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "tmpm"}).status_code == 200
+    )
+    story = [{"role": "user", "content": "Write a long story about the sea."}]
+    body = {"model": "tmpm", "messages": story, "max_tokens": 400, "ignore_eos": True, "stream": True}
+    quick = {**CHAT, "model": "tmpm", "max_tokens": 2}
+    with httpx.stream("POST", d.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        next(r.iter_bytes())
+        with concurrent.futures.ThreadPoolExecutor(7) as pool:
+            gone = pool.submit(
+                httpx.request, "DELETE", d.url + "/api/delete", json={"model": "tmpm"}, timeout=60
+            )
+            racing = [pool.submit(httpx.post, d.url + "/v1/chat/completions", json=quick, timeout=60)
+                      for _ in range(6)]  # fmt: skip
+            answers = [f.result() for f in racing]
+        assert gone.result().status_code == 200
+    for a in answers:  # answered, cut by the delete (saying so), or after it: not found
+        assert a.status_code in (200, 404) or (a.status_code == 503 and "(model deleted)" in a.text), a.text
+        assert "cannot read" not in a.text and str(d.data_dir) not in a.text, a.text
 
 
 def test_deleting_a_model_whose_engine_others_share_never_cuts_their_answers(daemon_factory: object) -> None:
@@ -269,6 +296,39 @@ def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 200
     assert len(d.child_pids()) == 1
+
+
+def test_an_unload_still_happens_when_the_request_it_waited_for_fails_before_it_runs(
+    daemon_factory: object,
+) -> None:
+    """keep_alive 0 while a request is queued waits for that request; one refused before it reached the engine
+    (its prompt cannot fit) must not leave the unload waiting for nothing."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("ctx_size = 512\nqueue_wait_secs = 120\n")
+    busy = {**CHAT, "max_tokens": 120, "ignore_eos": True}
+    too_long = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "word " * 2000}],
+        "stream": False,
+    }
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        running = pool.submit(httpx.post, d.url + "/v1/chat/completions", json=busy, timeout=120)
+
+        def busy_now() -> bool:
+            try:
+                return d.child_pids() != [] and engine_busy(d, d.child_pids()[0])
+            except (AssertionError, httpx.HTTPError, OSError, StopIteration):  # still loading
+                return False
+
+        wait_for(busy_now, 60, "the engine busy")
+        queued = pool.submit(httpx.post, d.url + "/api/chat", json=too_long, timeout=120)
+        time.sleep(0.5)  # it waits for the only slot
+        stop = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=120)
+        assert stop.status_code == 200 and stop.json()["done_reason"] == "unload", stop.text
+        assert running.result().status_code == 200
+        assert queued.result().status_code == 400
+    wait_for(lambda: d.child_pids() == [], 30, "the model unloaded once nothing runs on it")
+    assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []
 
 
 def test_a_models_own_idle_timeout_of_zero_never_evicts_it(daemon_factory: object) -> None:

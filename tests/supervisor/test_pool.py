@@ -267,3 +267,22 @@ def test_a_retired_engine_waits_for_its_requests_and_shutdown_stops_it(tmp_path:
         asyncio.run(main())
     finally:
         store.close()
+
+
+def test_a_process_that_exited_and_awaits_reaping_is_not_alive() -> None:
+    """A daemon killed a moment ago stays a zombie until init reaps it: its run files are swept all the same."""
+    import subprocess
+    import time
+
+    from blazar.paths import alive
+
+    proc = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/stat").read_bytes().rsplit(b")", 1)[1][1:2] != b"Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not alive(proc.pid)
+    finally:
+        proc.wait()
+    assert alive(os.getpid())

@@ -384,24 +384,24 @@ async def _dispatch(
     probe: semcache.Probe | None = None,
 ) -> Response | None:
     child, load_ns = await ready_child(sup, req, canon)
-    check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
-    if canon.has_images():
-        check_images_readable(canon, child.spec.reads_images)
-    path, body = render_engine(canon)
-    if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
-        body["model"] = child.spec.engine_model
-    if body.get("repeat_last_n") == WHOLE_CONTEXT:  # Ollama's -1, which llama-server does not take
-        body["repeat_last_n"] = child.spec.ctx_per_slot or child.ctx_size
-    adapters.apply(child, canon.model, body)  # an engine with LoRA adapters: which one applies, if any
-    if canon.stream and shape.translator == "anthropic" and child.lane == "llama-cpp":
-        # the prompt's size before its first token, for message_start's input_tokens
-        body["return_progress"] = True
-    slot = req.gate.session_slot(req, key, slots) if child.lane == "llama-cpp" else None
-    if slot is not None:
-        body["id_slot"] = slot
-        body.setdefault("cache_prompt", True)
-    keep(child, canon, req)
-    try:
+    try:  # from here every end runs ``after``: an unload waiting for this request must not wait in vain
+        check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
+        if canon.has_images():
+            check_images_readable(canon, child.spec.reads_images)
+        path, body = render_engine(canon)
+        if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
+            body["model"] = child.spec.engine_model
+        if body.get("repeat_last_n") == WHOLE_CONTEXT:  # Ollama's -1, which llama-server does not take
+            body["repeat_last_n"] = child.spec.ctx_per_slot or child.ctx_size
+        adapters.apply(child, canon.model, body)  # an engine with LoRA adapters: which one applies, if any
+        if canon.stream and shape.translator == "anthropic" and child.lane == "llama-cpp":
+            # the prompt's size before its first token, for message_start's input_tokens
+            body["return_progress"] = True
+        slot = req.gate.session_slot(req, key, slots) if child.lane == "llama-cpp" else None
+        if slot is not None:
+            body["id_slot"] = slot
+            body.setdefault("cache_prompt", True)
+        keep(child, canon, req)
         choices = canon.choices()
         if choices > slots and child.lane == "llama-cpp":
             raise HttpError(

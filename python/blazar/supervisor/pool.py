@@ -225,7 +225,7 @@ class Supervisor:
         self, model_name: str, embeddings: bool, num_ctx: int | None, tokens: bool = False
     ) -> Child:
         if self.stopping:  # stop_all stops the children it finds: one started after that would outlive it
-            raise LaneError("blazar is shutting down and starts no engine; retry once it is back")
+            raise _shutting_down()
         try:
             model, adapter = self._resolve(model_name, embeddings)
         except ModelNotFound:
@@ -237,6 +237,10 @@ class Supervisor:
             # `blazar rm` + import of other weights under the same name, from another process
             await self.evict(key, "its weights changed in the catalog")
         async with lock:
+            # both may have changed while this waited: a shutdown began, or the model was deleted (its file is gone)
+            if self.stopping:
+                raise _shutting_down()
+            model, adapter = self._resolve(model_name, embeddings)
             child = self.children.get(key)
             if adapter is not None and adapter.path in self.bad_adapters:
                 raise adapters.unloadable(adapter, self.bad_adapters[adapter.path], self.data.log_name(key))
@@ -267,6 +271,8 @@ class Supervisor:
             try:
                 child = await self._spawn(key, model, engine, embeddings, num_ctx, tokens)
             except ChildError:
+                if self.stopping:  # stopped while it started: the shutdown's doing, not a crash
+                    raise _shutting_down() from None
                 # An engine that died on an architecture it does not know is re-routed exactly once.
                 arch = classify_unknown_arch(log_tail(self.data.log_file(key), lines=200))
                 if arch is None:
@@ -578,3 +584,7 @@ class Supervisor:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+def _shutting_down() -> LaneError:
+    return LaneError("blazar is shutting down and starts no engine; retry once it is back")
