@@ -123,7 +123,9 @@ ROUTES: dict[str, Route] = {
 
 _BLAZAR_KIND = {
     400: "invalid_request_error",
+    403: "permission_error",  # a key's scope
     404: "not_found_error",
+    429: "rate_limit_error",  # a key's quotas (rpm, tpm, daily_tokens, max_concurrent)
     502: "engine_error",
     503: "blazar_error",
 }
