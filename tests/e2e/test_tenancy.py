@@ -186,7 +186,7 @@ def test_a_scoped_key_sees_its_shared_engine_under_its_own_name_only(daemon_fact
 
 def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory(KEYS)
+    d: Daemon = daemon_factory("audit = true\n" + KEYS)
     long = {**CHAT, "max_tokens": 400, "stream": True, "ignore_eos": True}
     with httpx.stream(
         "POST", d.url + "/v1/chat/completions", json=long, headers=bearer(ONE), timeout=120
@@ -201,6 +201,9 @@ def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object
         )
     # the client dropped the stream: the lease comes back without waiting for the generation to end
     wait_for(lambda: post(d, "/v1/chat/completions", CHAT, bearer(ONE)).status_code == 200, 30, "the lease")
+    # and the audit lane records that the client left (499), as it does for a whole answer
+    audited = [orjson.loads(line) for line in (d.data_dir / "audit" / "audit.log").read_bytes().splitlines()]
+    assert 499 in [a["status"] for a in audited if a["key"] == "one"], audited
 
 
 def test_usage_survives_restart(daemon_factory: object, tmp_path: Path) -> None:

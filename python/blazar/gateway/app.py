@@ -267,6 +267,8 @@ class App:
         try:
             self.gate.authenticate(req)
             status = await self._handle(scope, proto, route, req)
+            if req.client_left:
+                status = CLIENT_CLOSED
         except ClientGone as e:
             status = CLIENT_CLOSED
             log.info(

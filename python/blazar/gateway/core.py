@@ -451,7 +451,7 @@ async def _dispatch(
             req.mark_overhead()
             req.dispatched = True
             try:
-                await proxy.forward_stream(
+                req.client_left = await proxy.forward_stream(
                     sup,
                     child,
                     path,

@@ -151,6 +151,8 @@ class Request:
     quota_lease: QuotaLease | None = None
     reserved: int = 0
     """Tokens its key's tpm and daily_tokens hold for it until it finishes (``Quotas.check``)."""
+    client_left: bool = False
+    """The client went away inside its streamed answer: logged and audited as 499."""
     dispatched: bool = False
     """Its request was sent to an engine (or a remote), which read the prompt: an answer cut off before its usage
     report is still charged (``Gate.finish``)."""

@@ -414,8 +414,9 @@ async def forward_stream(
     translator: Any,
     content_type: str,
     stall: Stall | None = None,
-) -> None:
-    """Relay the child's SSE stream through ``translator`` (a native ``StreamTranslator``) to the client.
+) -> bool:
+    """Relay the child's SSE stream through ``translator`` (a native ``StreamTranslator``) to the client; whether
+    the client went away before its end.
 
     After the response head, Python is not involved until the stream ends but for a timer every few seconds
     (``_Ticker``): the engine connection's reads go to the native link, which decodes, translates and writes to
@@ -437,7 +438,7 @@ async def forward_stream(
 
             bound = float(sup.cfg.child_header_timeout_secs)
             stuck = functools.partial(_stream_stuck, sup, child)
-            await relay(
+            return await relay(
                 conn, proto, headers, translator, content_type, child.model, failed, stall, stuck, bound
             )
         finally:
@@ -455,7 +456,7 @@ async def relay(
     stall: Stall | None,
     stuck: Callable[[], Awaitable[None]] | None = None,
     bound: float = 0.0,
-) -> None:
+) -> bool:
     """Send the response head and relay the stream whose head ``conn`` read, natively, to its end; a connection
     that fails ends the client's stream with the dialect's error event carrying ``failed``'s message. ``who``
     names the model in logs; ``stuck`` is called once the stream has been quiet for ``bound`` seconds (see
@@ -481,6 +482,7 @@ async def relay(
         await _send_quietly(transport, translator.abort(f"engine sent a malformed stream: {e}"))
     except ProtocolClosed:  # the client went away: granian raises on send
         log.info("client disconnected mid-stream from %s", who)
+        return True
     except Exception:
         log.exception("stream relay for '%s' failed", who)
         await _send_quietly(transport, translator.abort("blazar failed while relaying the stream"))
@@ -488,6 +490,7 @@ async def relay(
         # Granian ends the response when the transport is freed; the link dropped its reference when the relay
         # ended, and no exception traceback may keep this frame (and so the stream) alive.
         del transport
+    return False
 
 
 async def _send_quietly(transport: Any, data: bytes) -> None:

@@ -189,8 +189,8 @@ async def _stream(
                 return "Blazar is shutting down; the stream from the remote was cut off"
             return f"remote '{remote.name}' ({remote.where}) closed the stream: {remote.scrub(str(e))}"
 
-        await proxy.relay(conn, proto, req.extra_headers, translator, shape.stream_type, canon.model, failed,
-                          watch.on_stall(sup, req, canon))  # fmt: skip
+        req.client_left = await proxy.relay(conn, proto, req.extra_headers, translator, shape.stream_type,
+                                            canon.model, failed, watch.on_stall(sup, req, canon))  # fmt: skip
     finally:
         remote.links.release(conn)
         req.summary = translator.summary()  # a stream cut off is charged what it sent (Gate.finish)
