@@ -229,3 +229,26 @@ def test_show_describes_a_model_directory(tmp_path: Path) -> None:
         assert info["general.architecture"] == "qwen2"
         assert shown["template"] and shown["details"]["format"] == "safetensors-quantized"
         assert shown["parameters"].startswith("num_ctx ")
+
+
+def test_show_gives_the_template_config_toml_starts_the_engine_with(tmp_path: Path, model_file: Path) -> None:
+    """A chat_template_file (or an inline chat_template) in config.toml is the template the engine applies: /api/show
+    says it, and so do its capabilities."""
+    from blazar.config.model import ModelOverride
+
+    data = DataDir(tmp_path / "data").ensure()
+    jinja = tmp_path / "tools.jinja"
+    jinja.write_text(
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools }}{% endif %}"
+    )
+    with Store.open(data.db) as store:
+        cat = Catalog(store, data)
+        cat.import_file(model_file, "smollm2", sha256="0" * 64)
+        shown = orjson.loads(asyncio.run(ollama_admin.show(_sup(cat), _show("smollm2"), None))[2])
+        assert "im_start" in shown["template"] and "tools" not in shown["capabilities"]
+        cfg = Config(models={"smollm2:latest": ModelOverride(chat_template_file=jinja)})
+        shown = orjson.loads(asyncio.run(ollama_admin.show(_sup(cat, cfg), _show("smollm2"), None))[2])
+        assert shown["template"] == jinja.read_text() and "tools" in shown["capabilities"]
+        cfg = Config(models={"smollm2:latest": ModelOverride(chat_template="chatml")})
+        shown = orjson.loads(asyncio.run(ollama_admin.show(_sup(cat, cfg), _show("smollm2"), None))[2])
+        assert shown["template"] == "chatml"

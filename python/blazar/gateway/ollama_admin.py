@@ -8,6 +8,7 @@ digest yet (an older database) is hashed on first use by ``Catalog.digest``, in 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -220,6 +221,14 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
         model_info = {k: (v if isinstance(v, str | int | float | bool | list) else []) for k, v in md.items()}
         model_info["general.parameter_count"] = header.get("parameter_count")
         tensors = header.get("tensors")
+    over = sup.cfg.model_override(
+        m.name
+    )  # the template its engine is started with, when config.toml sets one
+    if over.chat_template_file is not None:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            template = over.chat_template_file.read_text()
+    elif over.chat_template:
+        template = over.chat_template  # inline Jinja, or the name of one of llama.cpp's built-in templates
     ctx = _request_ctx(sup, m)
     preset = (m.preset or {}) if adapter is None else {}  # an adapter is served without its base's preset
     own = presets.show_parameters(preset)
