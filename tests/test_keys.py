@@ -587,3 +587,18 @@ def test_no_secret_in_any_error(cfg: Path, env: dict[str, str]) -> None:
         messages.append(str(info.value))
         messages.append(repr(info.value))
     assert_hidden("\n".join(messages))
+
+
+def test_an_edit_keeps_crlf_line_ends_and_a_bom(cfg: Path, env: dict[str, str]) -> None:
+    """A file written on Windows (CRLF, a UTF-8 BOM) is edited in its own conventions: only the key's lines change."""
+    before = b"\xef\xbb\xbf" + BASE.replace("\n", "\r\n").encode()
+    cfg.write_bytes(before)
+    add_key(cfg, "batch", ["smollm2"], env=env)
+    after = cfg.read_bytes()
+    assert after.startswith(b"\xef\xbb\xbf") and b"\n" not in after.replace(b"\r\n", b"")
+    assert all(line in after.split(b"\r\n") for line in before.split(b"\r\n"))
+    assert [k.name for k in load_config(cfg, env).keys] == ["admin", "ci", "batch"]
+    remove_key(cfg, "batch", env=env)
+    again = cfg.read_bytes()
+    assert again.startswith(b"\xef\xbb\xbf") and b"\n" not in again.replace(b"\r\n", b"")
+    assert [k.name for k in load_config(cfg, env).keys] == ["admin", "ci"]

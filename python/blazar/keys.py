@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import math
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -403,6 +404,18 @@ def _decode(path: Path, data: bytes) -> str:
         ) from None
 
 
+def _as_before(text: str, old: bytes | None) -> str:
+    """``text`` in the old file's conventions, so an edit changes only the lines it must: CRLF line ends for a
+    file written with them (tomlkit keeps the old lines' and writes new ones with LF), and its UTF-8 BOM."""
+    if old is None:
+        return text
+    if b"\r\n" in old:
+        text = re.sub(r"(?<!\r)\n", "\r\n", text)
+    if old.startswith(b"\xef\xbb\xbf"):
+        text = "\ufeff" + text
+    return text
+
+
 _Edit = Callable[[TOMLDocument, Config], tuple[list[str], tuple[KeyConfig, ...]]]
 
 
@@ -441,7 +454,7 @@ def _round_trip(
             )
         previous = registry.apply(new_config) if registry is not None else None
         try:
-            write_config(path, new_text, old)
+            write_config(path, _as_before(new_text, old), old)
         except BaseException:
             if registry is not None and previous is not None:
                 registry.apply(previous)
