@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
+import signal
 import socket
 import threading
 import time
@@ -182,6 +184,18 @@ def test_a_scoped_key_sees_its_shared_engine_under_its_own_name_only(daemon_fact
     assert (mine["name"], mine["model"], mine["names"]) == ("other:latest", "other:latest", ["other:latest"])
     [seen] = httpx.get(d.url + "/api/ps", headers=bearer(ADMIN)).json()["models"]
     assert seen["name"] == "smollm2:latest" and seen["names"] == ["smollm2:latest", "other:latest"]
+    # the engine dies under its stream: the error names its model, never the engine's owner it may not see
+    story = {**CHAT, "model": "other", "max_tokens": 300, "ignore_eos": True, "stream": True}
+    with httpx.stream(
+        "POST", d.url + "/v1/chat/completions", json=story, headers=bearer(SCOPED), timeout=60
+    ) as r:
+        chunks = r.iter_bytes()
+        first = next(chunks)
+        [pid] = d.child_pids()
+        os.kill(pid, signal.SIGKILL)
+        text = (first + b"".join(chunks)).decode()
+    assert "died while serving the request" in text and "other:latest" in text, text[-300:]
+    assert "smollm2" not in text, text[-300:]
 
 
 def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:

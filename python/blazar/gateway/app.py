@@ -291,7 +291,7 @@ class App:
                 retry = getattr(e, "retry_after", None)
                 if retry:
                     extra.append(("retry-after", str(retry)))
-            message = self.sup.data.redact(message)  # a catalog file named in an error: never where it lives
+            message = self.sup.data.redact(req.scrub(message))  # never where a file lives, nor a hidden name
             self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
                           render_error(dialect, status, message, kind))  # fmt: skip
         except apsw.Error as e:  # a database write outside a transaction (those become StoreError there)

@@ -26,7 +26,7 @@ from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
 from blazar.gateway import forced_tools, proxy, remote, semcache, tenancy, vectors, watch
 from blazar.gateway.http import HttpError, Request
-from blazar.paths import child_key
+from blazar.paths import EMBED_SUFFIXES, child_key, safe_component
 from blazar.preflight import check_images_readable, check_request_fits
 from blazar.presets import Preset
 from blazar.supervisor import Child, Supervisor, adapters
@@ -141,6 +141,12 @@ def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     a language model, text for a whisper model) is refused, before an engine starts for it."""
     target, wrong, preset = _route(sup, canon)
     req.gate.check_model(req, target[0], canon)
+    if req.key is not None:
+        # the engine may be another model's (a copy over the same weights, a LoRA adapter's base): a scoped key
+        # that may not see that model hears of it under the name it asked for
+        owner = target[1].removesuffix(EMBED_SUFFIXES[0]).removesuffix(EMBED_SUFFIXES[1])
+        if owner != target[0] and not tenancy.visible(req, owner):
+            req.renames = {owner: target[0], safe_component(owner): safe_component(target[0])}
     if wrong is not None:
         raise wrong
     if preset is not None:
@@ -461,6 +467,7 @@ async def _dispatch(
                     translator,
                     shape.stream_type,
                     watch.on_stall(sup, req, canon),
+                    req.scrub if req.renames else None,
                 )
             finally:  # a stream cut off (client gone, engine dead) is charged what it sent (Gate.finish)
                 req.summary = translator.summary()

@@ -151,6 +151,9 @@ class Request:
     quota_lease: QuotaLease | None = None
     reserved: int = 0
     """Tokens its key's tpm and daily_tokens hold for it until it finishes (``Quotas.check``)."""
+    renames: dict[str, str] | None = None
+    """Model names (and their on-disk forms) the caller may not see, each with the name it asked for: the engine
+    it runs on is another model's (``core.claim_local``); its errors say the name it knows (``scrub``)."""
     client_left: bool = False
     """The client went away inside its streamed answer: logged and audited as 499."""
     dispatched: bool = False
@@ -164,6 +167,12 @@ class Request:
 
     def overhead_ms(self) -> float:
         return max(0.0, (time.perf_counter() - self.t0 - self.engine_s) * 1000)
+
+    def scrub(self, message: str) -> str:
+        """``message`` naming the models of ``renames`` by the name the caller asked for."""
+        for hidden, shown in (self.renames or {}).items():
+            message = message.replace(hidden, shown)
+        return message
 
     def mark_overhead(self) -> None:
         """Set ``x-blazar-overhead-ms`` now (a stream's headers leave before the response is complete); a request

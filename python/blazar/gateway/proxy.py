@@ -414,9 +414,11 @@ async def forward_stream(
     translator: Any,
     content_type: str,
     stall: Stall | None = None,
+    scrub: Callable[[str], str] | None = None,
 ) -> bool:
     """Relay the child's SSE stream through ``translator`` (a native ``StreamTranslator``) to the client; whether
-    the client went away before its end.
+    the client went away before its end. ``scrub`` rewrites the message of an error that ends the stream
+    (``Request.scrub``: the names a scoped key may not see).
 
     After the response head, Python is not involved until the stream ends but for a timer every few seconds
     (``_Ticker``): the engine connection's reads go to the native link, which decodes, translates and writes to
@@ -434,7 +436,8 @@ async def forward_stream(
                 raise engine_error(status, data)
 
             async def failed(e: LinkError) -> str:
-                return (await _engine_failed(sup, child, e)).message
+                message = (await _engine_failed(sup, child, e)).message
+                return scrub(message) if scrub is not None else message
 
             bound = float(sup.cfg.child_header_timeout_secs)
             stuck = functools.partial(_stream_stuck, sup, child)
