@@ -444,9 +444,12 @@ def test_session_pins_child_and_slot(daemon_factory: object) -> None:
     assert "on-tmp" in {s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]}
     assert httpx.request("DELETE", d.url + "/api/delete", json={"model": "tmp"}).status_code == 200
     assert [s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]] == ["conv-2"]
+    assert post(d, "/api/generate", {"model": "smollm2", "keep_alive": 0}).json()["done_reason"] == "unload"
+    wait_for(lambda: d.child_pids() == [], 30, "the model unloaded")
     for bad in ("x" * 129, "two words"):
         r = post(d, "/v1/chat/completions", CHAT, {"x-blazar-session": bad})
         assert r.status_code == 400 and "x-blazar-session must be 1-128 printable ASCII" in r.text, r.text
+    assert d.child_pids() == []  # refused before an engine started for it
 
 
 def test_a_scoped_key_sees_and_closes_only_its_own_sessions(daemon_factory: object) -> None:

@@ -131,6 +131,7 @@ class Gate:
         """Scope, rpm, tpm and daily tokens for the model this request names; what ``canon`` may charge
         (``quota_reservation``) is held against tpm and daily_tokens until it finishes."""
         req.model = model
+        check_session_header(req.headers.get("x-blazar-session"))  # before a queue or an engine start
         key = req.key
         if key is not None:
             counted = key.limits.tpm or key.limits.daily_tokens  # a key without them holds nothing
@@ -184,12 +185,7 @@ class Gate:
 
     def session_slot(self, req: Request, model_key: str, slots: int) -> int | None:
         name = req.headers.get("x-blazar-session")
-        if name is not None and not is_header_token(name):
-            raise HttpError(
-                400,
-                f"x-blazar-session must be 1-{HEADER_TOKEN_MAX} printable ASCII characters without spaces"
-                f" (got {len(name)} characters)",
-            )
+        check_session_header(name)
         owner = req.key.name if req.key is not None else ""
         return self.sessions.pin(name, model_key, slots, owner) if name else None
 
@@ -226,6 +222,15 @@ class Gate:
 RESERVE_BYTES_PER_TOKEN = 4
 """A request's prompt is reserved against its key's tpm and daily_tokens at this many body bytes per token: about
 what English text averages, more than the JSON around it costs."""
+
+
+def check_session_header(name: str | None) -> None:
+    if name is not None and not is_header_token(name):
+        raise HttpError(
+            400,
+            f"x-blazar-session must be 1-{HEADER_TOKEN_MAX} printable ASCII characters without spaces"
+            f" (got {len(name)} characters)",
+        )
 
 
 def quota_reservation(req: Request, canon: CanonicalRequest) -> int:
