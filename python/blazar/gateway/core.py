@@ -310,6 +310,13 @@ _UNLOADS: set[asyncio.Task[bool]] = set()
 """Unloads under way (a task nobody awaits must be referenced until it ends)."""
 
 
+async def unloads_done(timeout: float) -> None:
+    """Wait (at most ``timeout`` seconds) for the keep_alive 0 unloads under way: at shutdown, an engine such an
+    unload took out of the supervisor's table is stopped by that unload or by nobody."""
+    if _UNLOADS:
+        await asyncio.wait(list(_UNLOADS), timeout=timeout)
+
+
 async def serve(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape
 ) -> Response | None:
