@@ -185,19 +185,18 @@ impl Stream {
         key(out, "id");
         write_str(out, &self.open_id);
         match item {
-            Item::Message => {
-                out.extend_from_slice(b",\"type\":\"message\",\"status\":");
+            Item::Message | Item::Reasoning => {
+                let (kind, own): (&[u8], &[u8]) = if item == Item::Message {
+                    (b"message", b",\"role\":\"assistant\"")
+                } else {
+                    (b"reasoning", b",\"summary\":[]")
+                };
+                out.extend_from_slice(b",\"type\":\"");
+                out.extend_from_slice(kind);
+                out.extend_from_slice(b"\",\"status\":");
                 write_str(out, status);
-                out.extend_from_slice(b",\"role\":\"assistant\",\"content\":[");
-                if status != "in_progress" {
-                    self.part_json(out, item);
-                }
-                out.push(b']');
-            }
-            Item::Reasoning => {
-                out.extend_from_slice(b",\"type\":\"reasoning\",\"status\":");
-                write_str(out, status);
-                out.extend_from_slice(b",\"summary\":[],\"content\":[");
+                out.extend_from_slice(own);
+                out.extend_from_slice(b",\"content\":[");
                 if status != "in_progress" {
                     self.part_json(out, item);
                 }
@@ -223,17 +222,14 @@ impl Stream {
 
     /// The open item's content part, with its text so far.
     fn part_json(&self, out: &mut Vec<u8>, item: Item) {
-        if item == Item::Reasoning {
-            out.extend_from_slice(b"{\"type\":\"reasoning_text\",");
-            key(out, "text");
-            write_str(out, &self.open_text);
-            out.push(b'}');
+        out.extend_from_slice(if item == Item::Reasoning {
+            b"{\"type\":\"reasoning_text\","
         } else {
-            out.extend_from_slice(b"{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],");
-            key(out, "text");
-            write_str(out, &self.open_text);
-            out.push(b'}');
-        }
+            b"{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],"
+        });
+        key(out, "text");
+        write_str(out, &self.open_text);
+        out.push(b'}');
     }
 
     fn locate(&self, out: &mut Vec<u8>, content: bool) {
@@ -297,15 +293,7 @@ impl Stream {
             }
             Item::Tool(slot) => {
                 let call = &calls[slot];
-                let pending = &call.arguments[self.sent[slot]..];
-                if !pending.is_empty() {
-                    event_head(out, "response.function_call_arguments.delta", &mut self.seq);
-                    self.locate(out, false);
-                    out.extend_from_slice(b",\"delta\":");
-                    write_str(out, pending);
-                    event_end(out);
-                    self.sent[slot] = call.arguments.len();
-                }
+                self.arguments_delta(out, call, slot);
                 event_head(out, "response.function_call_arguments.done", &mut self.seq);
                 self.locate(out, false);
                 out.extend_from_slice(b",\"name\":");
@@ -383,15 +371,20 @@ impl Stream {
                 self.opened[slot] = true;
                 self.open_item(out, Item::Tool(slot), calls, head);
             }
-            let pending = &call.arguments[self.sent[slot]..];
-            if !pending.is_empty() {
-                event_head(out, "response.function_call_arguments.delta", &mut self.seq);
-                self.locate(out, false);
-                out.extend_from_slice(b",\"delta\":");
-                write_str(out, pending);
-                event_end(out);
-                self.sent[slot] = call.arguments.len();
-            }
+            self.arguments_delta(out, call, slot);
+        }
+    }
+
+    /// The open call's arguments not sent yet, as one `function_call_arguments.delta`.
+    fn arguments_delta(&mut self, out: &mut Vec<u8>, call: &ToolCall, slot: usize) {
+        let pending = &call.arguments[self.sent[slot]..];
+        if !pending.is_empty() {
+            event_head(out, "response.function_call_arguments.delta", &mut self.seq);
+            self.locate(out, false);
+            out.extend_from_slice(b",\"delta\":");
+            write_str(out, pending);
+            event_end(out);
+            self.sent[slot] = call.arguments.len();
         }
     }
 
