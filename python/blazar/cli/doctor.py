@@ -63,7 +63,11 @@ def check_config() -> tuple[Config, Check]:
             "config",
             "fail",
             str(e),
-            f"edit {path} (or unset BLAZAR_CONFIG); the other checks below use the built-in defaults",
+            (
+                "fix the BLAZAR_ variable it names (or unset it); the other checks below use the built-in defaults"
+                if "BLAZAR_" in str(e) and str(path) not in str(e)
+                else f"edit {path} (or unset BLAZAR_CONFIG); the other checks below use the built-in defaults"
+            ),
         )
     where = str(path) if path.is_file() else f"{path} absent: built-in defaults"
     return cfg, Check("config", "ok", where)

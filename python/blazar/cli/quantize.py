@@ -21,7 +21,10 @@ def quantize_cmd(
     ],
     name: Annotated[
         str | None,
-        typer.Option(help="The new model's name[:tag]; default: the source's name with the type as its tag."),
+        typer.Option(
+            help="The new model's name[:tag]; default: the source's name, its tag followed by the type"
+            " (smollm2:latest -> smollm2:latest-q4_k_m)."
+        ),
     ] = None,
     allow_requantize: Annotated[
         bool,
