@@ -11,6 +11,7 @@ errors name the Responses fields. Part of the OpenAI spoke: imports ``openai`` a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -59,7 +60,8 @@ def parse_responses(body: Any) -> CanonicalRequest:
     if instructions is not None and not isinstance(instructions, str):
         raise DialectError(400, f"'instructions' must be a string, got {shown(instructions)}")
     messages = [{"role": "system", "content": instructions}] if instructions else []
-    messages += _input(body.get("input"), "input" in body)
+    origins = Origins(["instructions"] if instructions else [])
+    messages += _input(body.get("input"), "input" in body, origins)
     chat["messages"] = messages
     if "stream" in body:
         chat["stream"] = body["stream"]
@@ -80,16 +82,112 @@ def parse_responses(body: Any) -> CanonicalRequest:
     fmt = _format(body.get("text"))
     if fmt is not None:
         chat["response_format"] = fmt
-    metadata = body.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise DialectError(400, f"'metadata' must be an object, got {shown(metadata)}")
-    canon = openai.parse_chat(chat)
+    metadata = _metadata(body.get("metadata"))
+    _check_types(body)
+    try:
+        canon = openai.parse_chat(chat)
+    except (
+        DialectError
+    ) as e:  # its checks name the Chat Completions body built here: say the Responses fields
+        raise DialectError(e.status, origins.responses_words(e.message)) from None
     canon.include_usage = canon.stream  # a response object always carries its usage
     canon.notes += [note for name, note in _IGNORED.items() if body.get(name) is not None]
     if body.get("store") is True:
         canon.notes.append("store: Blazar keeps no responses; each request carries its whole conversation")
     canon.echo = _echo(body, instructions, metadata)
     return canon
+
+
+class Origins:
+    """Where each message of the Chat Completions body came from (``instructions``, ``input[3]``), and each
+    assistant tool call (the ``function_call`` item), so its checks' messages can name the Responses fields."""
+
+    def __init__(self, messages: list[str]) -> None:
+        self.messages = messages
+        self.calls: dict[tuple[int, int], str] = {}
+
+    def responses_words(self, message: str) -> str:
+        def call(m: re.Match[str]) -> str:
+            origin = self.calls.get((int(m[1]), int(m[2])), f"input (message {m[1]}, call {m[2]})")
+            return origin + (
+                ".call_id" if m[3] == ".id" else "." + m[3].removeprefix(".function.") if m[3] else ""
+            )
+
+        def origin(m: re.Match[str]) -> str:
+            i = int(m[1])
+            return self.messages[i] if i < len(self.messages) else f"input (message {i})"
+
+        text = _MESSAGE.sub(origin, _CALL.sub(call, message))
+        for chat, responses in _CHAT_WORDS:
+            text = text.replace(chat, responses)
+        return text
+
+
+_CALL = re.compile(r"messages\[(\d+)\]\.tool_calls\[(\d+)\](\.id|\.function\.\w+)?")
+_MESSAGE = re.compile(r"messages\[(\d+)\]")
+_CHAT_WORDS = (
+    ("response_format.json_schema.", "text.format."),
+    ("response_format", "text.format"),
+    (".function.", "."),  # tools[i].function.name -> tools[i].name
+    ('{"type": "function", "function": {"name": ...}}', '{"type": "function", "name": ...}'),
+    # content part types, as the chat parts made of them are named
+    (
+        'one of "text", "image_url", "input_audio", "input_video" here',
+        'one of "input_text", "input_image" here',
+    ),
+    ('one of "text", "refusal" here', 'one of "output_text", "refusal" here'),
+    ('one of "text" here', 'one of "input_text" here'),
+    ('got string "image_url"', 'got string "input_image"'),
+    ('got string "text"', 'got string "input_text"'),
+    ("'max_completion_tokens'", "'max_output_tokens'"),
+    ("'max_tokens'", "'max_output_tokens'"),
+)
+
+
+def _metadata(value: Any) -> dict[str, str] | None:
+    """OpenAI's metadata: at most 16 string values of at most 512 characters, keys of at most 64."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > 16:
+        raise DialectError(400, f"'metadata' must be an object of at most 16 keys, got {shown(value)}")
+    for k, v in value.items():
+        if len(k) > 64 or not isinstance(v, str) or len(v) > 512:
+            raise DialectError(
+                400,
+                f"'metadata.{k}' must be a string of at most 512 characters (keys at most 64), got {shown(v)}",
+            )
+    return value
+
+
+_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "user": (str, "a string"),
+    "safety_identifier": (str, "a string"),
+    "prompt_cache_key": (str, "a string"),
+    "service_tier": (str, "a string"),
+    "store": (bool, "a boolean"),
+    "background": (bool, "a boolean"),
+    "parallel_tool_calls": (bool, "a boolean"),
+    "reasoning": (dict, "an object"),
+    "include": (list, "an array of strings"),
+    "stream_options": (dict, "an object"),
+    "text": (dict, "an object"),
+}
+
+
+def _check_types(body: dict[str, Any]) -> None:
+    """The Responses members this module takes or repeats, type-checked (what is repeated must be valid)."""
+    for name, (kind, what) in _TYPES.items():
+        value = body.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise DialectError(400, f"'{name}' must be {what}, got {shown(value)}")
+    truncation = body.get("truncation")
+    if truncation is not None and truncation not in ("auto", "disabled"):
+        raise DialectError(400, f'\'truncation\' must be "auto" or "disabled", got {shown(truncation)}')
+    verbosity = (body.get("text") or {}).get("verbosity")
+    if verbosity is not None and verbosity not in ("low", "medium", "high"):
+        raise DialectError(
+            400, f'\'text.verbosity\' must be "low", "medium" or "high", got {shown(verbosity)}'
+        )
 
 
 def _chat_field(name: str) -> str:
@@ -128,10 +226,11 @@ def _echo(body: dict[str, Any], instructions: str | None, metadata: dict[str, An
 # input
 
 
-def _input(value: Any, given: bool) -> list[dict[str, Any]]:
+def _input(value: Any, given: bool, origins: Origins) -> list[dict[str, Any]]:
     if isinstance(value, str):
         if not value:
             raise DialectError(400, "'input' must not be empty")
+        origins.messages.append("input")
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         got = shown(value) if given else "nothing"
@@ -141,6 +240,8 @@ def _input(value: Any, given: bool) -> list[dict[str, Any]]:
             f" function_call_output items, got {got}",
         )
     messages: list[dict[str, Any]] = []
+    first = len(origins.messages)  # the messages before the input's (instructions)
+    calls: dict[str, str] = {}  # call_id -> the function_call item still waiting for its output
     for i, item in enumerate(value):
         at = f"input[{i}]"
         if not isinstance(item, dict):
@@ -148,10 +249,27 @@ def _input(value: Any, given: bool) -> list[dict[str, Any]]:
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
             messages.append(_message(item, at))
+            origins.messages.append(at)
         elif kind == "function_call":
-            _function_call(item, at, messages)
+            if _function_call(item, at, messages):
+                origins.messages.append(at)
+            last = messages[-1]
+            origins.calls[(first + len(messages) - 1, len(last["tool_calls"]) - 1)] = at
+            if item["call_id"] in calls:
+                raise DialectError(
+                    400, f"{at}.call_id {shown(item['call_id'])} is the call_id of {calls[item['call_id']]}"
+                )
+            calls[item["call_id"]] = at
         elif kind == "function_call_output":
-            messages.append(_function_output(item, at))
+            output = _function_output(item, at)
+            if calls.pop(output["tool_call_id"], None) is None:
+                raise DialectError(
+                    400,
+                    f"{at} is the output of call_id {shown(output['tool_call_id'])}, but no function_call item before"
+                    " it has that call_id (or its output came already)",
+                )
+            messages.append(output)
+            origins.messages.append(at)
         elif kind == "reasoning":
             continue  # an earlier turn's reasoning: the chat template leaves it out of the prompt too
         elif kind == "item_reference":
@@ -164,6 +282,13 @@ def _input(value: Any, given: bool) -> list[dict[str, Any]]:
             )
     if not messages:
         raise DialectError(400, "'input' holds no message: add at least one")
+    if calls:
+        waiting = next(iter(calls.values()))
+        raise DialectError(
+            400,
+            f"{waiting} is a function_call with no function_call_output after it: run the function and send its"
+            " output (type function_call_output, the same call_id) after the call",
+        )
     return messages
 
 
@@ -191,7 +316,10 @@ def _part(part: Any, at: str) -> dict[str, Any]:
             raise DialectError(400, f"{at}.text must be a string, got {shown(text)}")
         return {"type": "text", "text": text}
     if kind == "refusal":
-        return {"type": "refusal", "refusal": part.get("refusal")}
+        refusal = part.get("refusal")
+        if not isinstance(refusal, str):
+            raise DialectError(400, f"{at}.refusal must be a string, got {shown(refusal)}")
+        return {"type": "refusal", "refusal": refusal}
     if kind == "input_image":
         url = part.get("image_url")
         if not isinstance(url, str) or not url:
@@ -208,10 +336,12 @@ def _part(part: Any, at: str) -> dict[str, Any]:
     )
 
 
-def _function_call(item: dict[str, Any], at: str, messages: list[dict[str, Any]]) -> None:
+def _function_call(item: dict[str, Any], at: str, messages: list[dict[str, Any]]) -> bool:
+    """Adds the call to the assistant turn it belongs to; whether that made a new message."""
     for name in ("call_id", "name", "arguments"):
-        if not isinstance(item.get(name), str):
-            raise DialectError(400, f"{at}.{name} must be a string, got {shown(item.get(name))}")
+        value = item.get(name)
+        if not isinstance(value, str) or (name != "arguments" and not value):
+            raise DialectError(400, f"{at}.{name} must be a non-empty string, got {shown(value)}")
     call = {
         "id": item["call_id"],
         "type": "function",
@@ -220,8 +350,9 @@ def _function_call(item: dict[str, Any], at: str, messages: list[dict[str, Any]]
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant":
         last.setdefault("tool_calls", []).append(call)  # one assistant turn: its text, then its calls
-    else:
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        return False
+    messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    return True
 
 
 def _function_output(item: dict[str, Any], at: str) -> dict[str, Any]:
@@ -265,7 +396,7 @@ def _tools(value: Any) -> list[dict[str, Any]] | None:
 
 
 def _tool_choice(value: Any) -> Any:
-    if isinstance(value, str):
+    if value in ("auto", "none", "required"):
         return value
     if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
         return {"type": "function", "function": {"name": value["name"]}}
@@ -292,6 +423,18 @@ def _format(text: Any) -> dict[str, Any] | None:
     if kind == "json_object":
         return {"type": "json_object"}
     if kind == "json_schema":
+        name = fmt.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+            raise DialectError(
+                400,
+                f"'text.format.name' must name the format: 1-64 letters, digits, '_' or '-', got {shown(name)}",
+            )
+        if not isinstance(fmt.get("schema"), dict):
+            raise DialectError(
+                400, f"'text.format.schema' must be a JSON schema object, got {shown(fmt.get('schema'))}"
+            )
+        if "strict" in fmt and not isinstance(fmt["strict"], bool | None):
+            raise DialectError(400, f"'text.format.strict' must be a boolean, got {shown(fmt['strict'])}")
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
         return {"type": "json_schema", "json_schema": schema}
     raise DialectError(
