@@ -128,7 +128,14 @@ def test_reasoning_then_text_are_two_items() -> None:
         {"choices": [{"index": 0, "delta": {"reasoning_content": "greets me."}}]},
         {"choices": [{"index": 0, "delta": {"content": "Hello!"}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-        {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 6}},
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 4,
+                "completion_tokens": 6,
+                "prompt_tokens_details": {"cached_tokens": 3},
+            },
+        },
     ]
     stream = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
     events = events_of(translate([stream])[0])
@@ -136,7 +143,10 @@ def test_reasoning_then_text_are_two_items() -> None:
     reasoning, message = final.output
     assert reasoning.type == "reasoning" and reasoning.content is not None
     assert reasoning.content[0].text == "The user greets me." and message.type == "message"
-    assert final.output_text == "Hello!"
+    assert final.output_text == "Hello!" and final.usage is not None
+    # the engine's cached prompt tokens; a chunk of reasoning counted as a reasoning token
+    assert final.usage.input_tokens_details.cached_tokens == 3
+    assert final.usage.output_tokens_details.reasoning_tokens == 2
     kinds = [e["type"] for e in events]
     assert (
         kinds.count("response.reasoning_text.delta") == 2 and kinds.count("response.output_item.added") == 2

@@ -59,6 +59,8 @@ pub struct Collector {
     choices: u64,
     pub chunks: u64,
     pub token_chunks: u64,
+    /// Chunks that carried reasoning: about the reasoning tokens (the Responses API reports them).
+    pub reasoning_chunks: u64,
     pub errors: Vec<String>,
     pub engine_error: Option<String>,
     pub start_ns: u64,
@@ -91,6 +93,7 @@ impl Collector {
             let sum = self.usage_sum.get_or_insert_with(Usage::default);
             sum.prompt_tokens = sum.prompt_tokens.saturating_add(usage.value.prompt_tokens);
             sum.completion_tokens = sum.completion_tokens.saturating_add(usage.value.completion_tokens);
+            sum.cached_tokens = sum.cached_tokens.saturating_add(usage.value.cached_tokens);
             self.usage_reports += 1;
         }
         let mut tokens = false;
@@ -106,6 +109,7 @@ impl Collector {
                 let Some(message) = message else { continue };
                 if let Some(text) = message.reasoning_content.as_ref().filter(|t| !t.0.is_empty()) {
                     self.reasoning.push_str(text.as_str());
+                    self.reasoning_chunks += 1;
                     tokens = true;
                 }
                 if let Some(text) = message.content.as_ref().filter(|t| !t.0.is_empty()) {
@@ -153,7 +157,11 @@ impl Collector {
     /// tokens once (the `n` reports of one prompt's choices count it `n` times).
     pub fn usage(&self) -> Option<Usage> {
         let per_prompt = if self.usage_reports >= self.per_prompt { self.per_prompt } else { 1 };
-        self.usage_sum.map(|u| Usage { prompt_tokens: u.prompt_tokens / per_prompt, ..u })
+        self.usage_sum.map(|u| Usage {
+            prompt_tokens: u.prompt_tokens / per_prompt,
+            cached_tokens: u.cached_tokens / per_prompt,
+            ..u
+        })
     }
 
     /// Prompt tokens: the engine's count, else the caller's hint.

@@ -219,6 +219,19 @@ pub struct Usage {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// `prompt_tokens_details.cached_tokens`: the prompt tokens the engine's cache held (0 when the
+    /// engine does not say; `null` details are none).
+    #[serde(default, rename = "prompt_tokens_details", deserialize_with = "cached_tokens")]
+    pub cached_tokens: u64,
+}
+
+fn cached_tokens<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    struct Details {
+        #[serde(default)]
+        cached_tokens: Option<u64>,
+    }
+    Ok(Option::<Details>::deserialize(deserializer)?.and_then(|d| d.cached_tokens).unwrap_or(0))
 }
 
 /// llama.cpp's per-response timings, used for whole bodies' Ollama durations.

@@ -76,15 +76,39 @@ fn suffix(response_id: &str) -> &str {
     response_id.strip_prefix("resp_").unwrap_or(response_id)
 }
 
-fn usage(out: &mut Vec<u8>, input: u64, output: u64) {
+/// What a response object says it used: prompt, prompt held by the engine's cache, output, of which
+/// reasoning (a chunk of reasoning counted as a token: engines report no such figure).
+#[derive(Debug, Clone, Copy)]
+struct Tokens {
+    input: u64,
+    cached: u64,
+    output: u64,
+    reasoning: u64,
+}
+
+impl Tokens {
+    fn of(col: &Collector, prompt_hint: u64) -> Self {
+        let output = col.completion_tokens();
+        Self {
+            input: col.prompt_tokens(prompt_hint),
+            cached: col.usage().map_or(0, |u| u.cached_tokens),
+            output,
+            reasoning: col.reasoning_chunks.min(output),
+        }
+    }
+}
+
+fn usage(out: &mut Vec<u8>, t: Tokens) {
     out.extend_from_slice(b"{\"input_tokens\":");
-    write_u64(out, input);
-    out.extend_from_slice(
-        b",\"input_tokens_details\":{\"cached_tokens\":0,\"cache_write_tokens\":0},\"output_tokens\":",
-    );
-    write_u64(out, output);
-    out.extend_from_slice(b",\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":");
-    write_u64(out, input.saturating_add(output));
+    write_u64(out, t.input);
+    out.extend_from_slice(b",\"input_tokens_details\":{\"cached_tokens\":");
+    write_u64(out, t.cached);
+    out.extend_from_slice(b",\"cache_write_tokens\":0},\"output_tokens\":");
+    write_u64(out, t.output);
+    out.extend_from_slice(b",\"output_tokens_details\":{\"reasoning_tokens\":");
+    write_u64(out, t.reasoning);
+    out.extend_from_slice(b"},\"total_tokens\":");
+    write_u64(out, t.input.saturating_add(t.output));
     out.push(b'}');
 }
 
@@ -94,7 +118,7 @@ fn response_object(
     head: &Head<'_>,
     status: &str,
     output: &[u8],
-    tokens: Option<(u64, u64)>,
+    tokens: Option<Tokens>,
     error: Option<&EngineError>,
 ) {
     out.push(b'{');
@@ -126,7 +150,7 @@ fn response_object(
     }
     out.extend_from_slice(b",\"usage\":");
     match tokens {
-        Some((input, output)) => usage(out, input, output),
+        Some(t) => usage(out, t),
         None => out.extend_from_slice(b"null"),
     }
     out.push(b',');
@@ -401,8 +425,7 @@ impl Stream {
         let name = if end == End::Incomplete { "response.incomplete" } else { "response.completed" };
         event_head(out, name, &mut self.seq);
         out.extend_from_slice(b",\"response\":");
-        let tokens = (col.prompt_tokens(prompt_hint), col.completion_tokens());
-        response_object(out, head, status, &self.items, Some(tokens), None);
+        response_object(out, head, status, &self.items, Some(Tokens::of(col, prompt_hint)), None);
         event_end(out);
     }
 
@@ -435,6 +458,5 @@ pub fn whole(out: &mut Vec<u8>, col: &Collector, head: &Head<'_>) {
     let slots: Vec<usize> = (0..calls.len()).collect();
     stream.tools(&mut events, calls, &slots, head);
     stream.close_item(&mut events, calls, head, end.status());
-    let tokens = (col.prompt_tokens(0), col.completion_tokens());
-    response_object(out, head, end.status(), &stream.items, Some(tokens), None);
+    response_object(out, head, end.status(), &stream.items, Some(Tokens::of(col, 0)), None);
 }
