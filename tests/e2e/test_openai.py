@@ -426,3 +426,24 @@ def test_tools_a_template_cannot_call_are_named_in_a_header(daemon: Daemon) -> N
     assert "does not support tool calls" in r.headers["x-blazar-ignored"], r.headers
     none = httpx.post(daemon.url + "/v1/chat/completions", json={**body, "tool_choice": "none"}, timeout=120)
     assert "x-blazar-ignored" not in none.headers
+
+
+def test_a_chunked_body_with_trailers_is_read_and_an_unread_body_closes_the_connection(
+    daemon: Daemon,
+) -> None:
+    """Trailer fields after a chunked body are legal HTTP/1.1 (they were a bare 500); an answer given before a body
+    was read (here a 404) says connection: close, so that body is not read as the next request."""
+    body = json.dumps({"model": "smollm2", "messages": PROMPT, "max_tokens": 2}).encode()
+    raw = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n"
+        b"transfer-encoding: chunked\r\n\r\n" + f"{len(body):x}".encode() + b"\r\n" + body + b"\r\n0\r\n"
+        b"x-checksum: abc\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=60) as s:
+        s.sendall(raw)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    r = httpx.post(daemon.url + "/v1/nothing", content=b"x" * 300_000, timeout=30)
+    assert r.status_code == 404 and r.headers.get("connection") == "close", r.headers

@@ -292,6 +292,7 @@ class App:
                 if retry:
                     extra.append(("retry-after", str(retry)))
             message = self.sup.data.redact(req.scrub(message))  # never where a file lives, nor a hidden name
+            extra.extend(_unread_body_closes(scope, req))
             self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
                           render_error(dialect, status, message, kind))  # fmt: skip
         except apsw.Error as e:  # a database write outside a transaction (those become StoreError there)
@@ -353,8 +354,11 @@ class App:
                     "invalid_request_error",
                 )
             t0 = time.perf_counter()
-            req.body = await self.uploads.read(scope, proto)
-            req.engine_s += time.perf_counter() - t0  # the client's time, not Blazar's
+            try:
+                req.body = await self.uploads.read(scope, proto)
+                req.body_read = True
+            finally:  # the client's time, not Blazar's, also when it ran out (408)
+                req.engine_s += time.perf_counter() - t0
         result = await handler(self.sup, req, proto)
         if result is None:
             return 200
@@ -364,6 +368,16 @@ class App:
 
 
 _BEFORE_BODY = "before its body arrived"
+
+
+def _unread_body_closes(scope: Any, req: Request) -> list[tuple[str, str]]:
+    """``connection: close`` for an answer given before the request's body was read (auth, routing, a limit):
+    the rest of that body would otherwise be read as the connection's next request, which then fails."""
+    if req.body_read:
+        return []
+    if declared_length(scope.headers) or scope.headers.get("transfer-encoding"):
+        return [("connection", "close")]
+    return []
 
 
 class Uploads:
@@ -426,13 +440,13 @@ async def _read_body(scope: Any, proto: Any) -> bytes:
         except ProtocolClosed:  # the client hung up before sending the bytes it declared
             raise ClientGone(_BEFORE_BODY) from None
     parts = []
-    total = ends = 0
+    total = 0
     try:
         async for chunk in proto:
             if not chunk:
-                # Granian gives one empty piece at the body's end, and one more before it when the connection
-                # failed first (a chunked body cut off without its last chunk): never taken for a whole body
-                ends += 1
+                # Granian gives one empty piece at the body's end, and one more before it for a chunked body with
+                # trailer fields (legal) or one cut off or framed wrong: what came is the body, and a cut-off one
+                # fails to parse, in the caller's dialect (a 500 with no body was all the client got otherwise)
                 continue
             total += len(chunk)
             if total > MAX_BODY_BYTES:
@@ -440,6 +454,4 @@ async def _read_body(scope: Any, proto: Any) -> bytes:
             parts.append(chunk)
     except ProtocolClosed:
         raise ClientGone(_BEFORE_BODY) from None
-    if ends > 1:
-        raise ClientGone(_BEFORE_BODY)
     return b"".join(parts)

@@ -154,6 +154,8 @@ class Request:
     renames: dict[str, str] | None = None
     """Model names (and their on-disk forms) the caller may not see, each with the name it asked for: the engine
     it runs on is another model's (``core.claim_local``); its errors say the name it knows (``scrub``)."""
+    body_read: bool = False
+    """The envelope read its body (an error answered before that closes the connection: ``app``)."""
     client_left: bool = False
     """The client went away inside its streamed answer: logged and audited as 499."""
     dispatched: bool = False
