@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -185,21 +186,26 @@ def _guess_dialect(path: str) -> str:
 
 
 class Origins:
-    """``cors_origins``: exact origins, patterns whose ``*`` stands for the rest of an origin (``http://localhost:*``
-    is any port), or ``*`` alone for any origin."""
+    """``cors_origins``: exact origins, patterns whose ``*`` stands for any run of characters other than ``/``
+    (``http://localhost:*`` is any port, ``https://*.example.com`` any subdomain, and nothing after a ``*`` is
+    ignored), or ``*`` alone for any origin."""
 
-    __slots__ = ("anyone", "exact", "prefixes")
+    __slots__ = ("anyone", "exact", "patterns")
 
     def __init__(self, allowed: tuple[str, ...]) -> None:
         self.anyone = "*" in allowed
         self.exact = frozenset(o for o in allowed if "*" not in o)
-        self.prefixes = tuple(o[: o.index("*")] for o in allowed if "*" in o and o != "*")
+        self.patterns = tuple(
+            re.compile("[^/]*".join(re.escape(part) for part in o.split("*")))
+            for o in allowed
+            if "*" in o and o != "*"
+        )
 
     def __bool__(self) -> bool:
-        return self.anyone or bool(self.exact) or bool(self.prefixes)
+        return self.anyone or bool(self.exact) or bool(self.patterns)
 
     def allows(self, origin: str) -> bool:
-        return self.anyone or origin in self.exact or origin.startswith(self.prefixes)
+        return self.anyone or origin in self.exact or any(p.fullmatch(origin) for p in self.patterns)
 
 
 class App:
