@@ -154,6 +154,28 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
         assert (
             second.startswith(b"HTTP/1.1 507") and b"beside the" in second and b"uploads in flight" in second
         )
+    # a body of no declared length (chunked) is held to the same reserve as it arrives
+    blobs = d.data_dir / "blobs"
+    wait_for(lambda: not list(blobs.glob(".partial-*")), 10, "the uploads above to be cleaned up")
+    room = shutil.disk_usage(d.data_dir).free - (512 << 20)
+    third = "sha256:" + "c" * 64
+    almost = f"POST /api/blobs/{third} HTTP/1.1\r\nHost: x\r\nContent-Length: {room - (2 << 20)}\r\n\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as held:
+        held.sendall(almost.encode() + b"x" * 10)
+        wait_for(
+            lambda: list(blobs.glob(f".partial-*-{'c' * 16}-*")), 10, "the nearly disk-sized upload to start"
+        )
+        step = 8 << 20
+        chunked = (
+            f"POST /api/blobs/{other} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{step:x}\r\n".encode()
+            + b"y" * step
+            + b"\r\n0\r\n\r\n"
+        )
+        refused = raw(d, chunked)
+        assert refused.startswith(b"HTTP/1.1 507") and b"does not fit on this server's disk" in refused, (
+            refused
+        )
+    assert head(d, other) == 404
     # a client that hangs up mid-upload leaves nothing behind
     cut = f"POST /api/blobs/{never} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n".encode() + b"x" * 10
     raw(d, cut, close_early=True)

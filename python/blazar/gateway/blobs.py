@@ -87,7 +87,9 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     partial = dest.parent / f".partial-{os.getpid()}-{hexd[:16]}-{secrets.token_hex(4)}"
     _PROMISED[0] += declared or 0
     try:
-        got, size = await _receive(proto, partial, float(sup.cfg.request_body_timeout_secs))
+        got, size = await _receive(
+            proto, partial, float(sup.cfg.request_body_timeout_secs), watch_disk=declared is None
+        )
         if declared is not None and size < declared:  # a client that half-closed still reads the answer
             raise HttpError(400, f"the upload ended after {size} of its {declared} bytes; nothing was kept")
         if got != hexd:
@@ -139,9 +141,11 @@ def prune(folder: Path, now: float | None = None) -> list[str]:
     return gone
 
 
-async def _receive(proto: Any, partial: Path, idle: float) -> tuple[str, int]:
+async def _receive(proto: Any, partial: Path, idle: float, watch_disk: bool = False) -> tuple[str, int]:
     """Stream the request body into ``partial``, flushed to disk before it is renamed: its sha256 hex and size
-    (a client that hangs up ends Granian's body early: the size tells)."""
+    (a client that hangs up ends Granian's body early: the size tells). With ``watch_disk`` (a body of no declared
+    length, which was not checked against the disk beforehand) each step must leave ``RESERVE_BYTES`` free
+    beside the uploads in flight, else 507."""
     sha = hashlib.sha256()
     chunks: list[bytes] = []
     held = size = 0
@@ -164,6 +168,13 @@ async def _receive(proto: Any, partial: Path, idle: float) -> tuple[str, int]:
             held += len(chunk)
             size += len(chunk)
             if held >= FLUSH_BYTES:
+                if watch_disk and shutil.disk_usage(partial.parent).free - held < RESERVE_BYTES + _PROMISED[0]:
+                    raise HttpError(
+                        507,
+                        f"the blob does not fit on this server's disk: after {size - held} bytes, the next ones"
+                        f" would leave under {RESERVE_BYTES >> 20} MiB free; nothing was kept",
+                        "blazar_error",
+                    )
                 await asyncio.to_thread(_write, f, sha, b"".join(chunks))
                 chunks.clear()
                 held = 0
