@@ -168,7 +168,10 @@ async def _receive(proto: Any, partial: Path, idle: float, watch_disk: bool = Fa
             held += len(chunk)
             size += len(chunk)
             if held >= FLUSH_BYTES:
-                if watch_disk and shutil.disk_usage(partial.parent).free - held < RESERVE_BYTES + _PROMISED[0]:
+                if (
+                    watch_disk
+                    and shutil.disk_usage(partial.parent).free - held < RESERVE_BYTES + _PROMISED[0]
+                ):
                     raise HttpError(
                         507,
                         f"the blob does not fit on this server's disk: after {size - held} bytes, the next ones"
