@@ -203,6 +203,10 @@ async def _from_blob(
         _filename, hexd = _one_blob(files, "files")
         old = sup.catalog.find(full)
         if old is not None and old.sha256 == hexd:  # the same weights again (an edited Modelfile): the preset
+            if fields and old.format == "whisper":
+                raise HttpError(
+                    400, f"the uploaded file is a whisper.cpp speech model: {_FOR_LANGUAGE_MODELS}"
+                )
             sup.catalog.set_preset(full, presets.merge(None, fields) if fields else None)
             return hexd
         path = blobs.take(sup, hexd)
@@ -215,7 +219,9 @@ async def _from_blob(
             if old is not None:  # replaced in one step once the file is in hand: a failure keeps it
                 await ollama_admin.stop_engines(sup, full, old, "replaced by /api/create")
             row = await asyncio.to_thread(
-                functools.partial(sup.catalog.import_file, path, full, sha256=hexd, replace=old is not None)
+                # replace=True whether or not it existed when looked at: a create of the same name running at the
+                # same time may add it meanwhile, and the last one wins, as in Ollama
+                functools.partial(sup.catalog.import_file, path, full, sha256=hexd, replace=True)
             )
         if fields:
             sup.catalog.set_preset(row.name, presets.merge(None, fields))
@@ -263,7 +269,7 @@ async def _made(sup: Supervisor, src: ModelRow, name: str, preset: Mapping[str, 
         return sup.catalog.set_preset(name, src.preset if preset is None else preset)
     if old is not None:
         await ollama_admin.stop_engines(sup, name, old, "replaced by /api/create")
-    row = sup.catalog.copy(src.name, name, replace=old is not None)
+    row = sup.catalog.copy(src.name, name, replace=True)  # the last of concurrent creates wins, as in Ollama
     return row if preset is None else sup.catalog.set_preset(row.name, preset)
 
 
