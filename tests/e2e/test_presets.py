@@ -37,11 +37,16 @@ def test_a_created_models_preset_is_its_requests_defaults(daemon: Daemon) -> Non
             "system": SYSTEM,
             "parameters": {**OPTIONS, "num_gpu": 99},
             "stream": False,
+            "renderer": "qwen3",  # Ollama's, which Blazar does not take: named, not silently dropped
+            "bogus": 1,
         },
         timeout=60,
     )
     assert raw.status_code == 200 and raw.json() == {"status": "success"}
-    assert "option num_gpu is set when the engine starts" in raw.headers["x-blazar-ignored"]
+    ignored = raw.headers["x-blazar-ignored"]
+    assert "option num_gpu is set when the engine starts" in ignored
+    assert "renderer: Blazar renders prompts with the model's own chat template" in ignored, ignored
+    assert "bogus is not an /api/create field Blazar knows" in ignored, ignored
 
     mine = chat(client, "pirate", [USER])
     same = chat(client, "smollm2", [{"role": "system", "content": SYSTEM}, USER], **OPTIONS)

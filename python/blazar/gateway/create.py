@@ -52,6 +52,16 @@ _NOT_TAKEN = {
 from, and what to do instead."""
 
 
+_TAKEN = {"model", "name", "from", "files", "adapters", "quantize", "quantization", "allow_requantize", "stream",
+          "modelfile", *presets.FIELDS}  # fmt: skip
+"""The create fields Blazar reads; any other is named in ``x-blazar-ignored``."""
+_UNTAKEN = {
+    "renderer": "renderer: Blazar renders prompts with the model's own chat template",
+    "parser": "parser: tool calls and thinking are parsed by the engine from the model's own template",
+    "insecure": "insecure: Blazar pulls nothing for a create",
+}
+
+
 def _string(body: dict[str, Any], field: str, what: str) -> str:
     value = body.get(field)
     if not isinstance(value, str) or not value.strip():
@@ -98,6 +108,9 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         fields, ignored = presets.check({k: body[k] for k in presets.FIELDS if k in body})
     except presets.PresetError as e:
         raise HttpError(400, str(e)) from None
+    ignored += [
+        _UNTAKEN.get(k, f"{k} is not an /api/create field Blazar knows") for k in body if k not in _TAKEN
+    ]
     if ignored:
         core.note_ignored(req, " | ".join(ignored))
     qtype = body.get("quantize")
