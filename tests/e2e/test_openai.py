@@ -428,11 +428,12 @@ def test_tools_a_template_cannot_call_are_named_in_a_header(daemon: Daemon) -> N
     assert "x-blazar-ignored" not in none.headers
 
 
-def test_a_chunked_body_with_trailers_is_read_and_an_unread_body_closes_the_connection(
+def test_a_chunked_body_with_trailers_is_a_400_and_an_unread_body_closes_the_connection(
     daemon: Daemon,
 ) -> None:
-    """Trailer fields after a chunked body are legal HTTP/1.1 (they were a bare 500); an answer given before a body
-    was read (here a 404) says connection: close, so that body is not read as the next request."""
+    """Trailer fields after a chunked body (which Granian cannot tell from a body cut off, never to be acted on)
+    get a 400 that says so, never a bare 500; an answer given before a body was read (here a 404) says
+    connection: close, so that body is not read as the next request."""
     body = json.dumps({"model": "smollm2", "messages": PROMPT, "max_tokens": 2}).encode()
     raw = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n"
@@ -444,6 +445,6 @@ def test_a_chunked_body_with_trailers_is_read_and_an_unread_body_closes_the_conn
         answer = b""
         while chunk := s.recv(65536):
             answer += chunk
-    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert answer.startswith(b"HTTP/1.1 400") and b"did not end with its last chunk" in answer, answer[:400]
     r = httpx.post(daemon.url + "/v1/nothing", content=b"x" * 300_000, timeout=30)
     assert r.status_code == 404 and r.headers.get("connection") == "close", r.headers
