@@ -42,10 +42,10 @@ VARIANTS = {
 BASE = "rsgi+aiohttp"
 
 
-def start_variant(name: str, tmp: Path, upstream: gw.Server, key_file: Path) -> gw.Server:
+def start_variant(name: str, tmp: Path, upstream: str, key_file: Path) -> gw.Server:
     interface, client = VARIANTS[name]
     port = gw.free_port()
-    argv = [sys.executable, str(gw.BARE_PROXY), "--port", str(port), "--upstream", upstream.url]
+    argv = [sys.executable, str(gw.BARE_PROXY), "--port", str(port), "--upstream", upstream]
     argv += ["--api-key-file", str(key_file), "--interface", interface, "--client", client]
     proc, log_path = gw.spawn(name.replace("+", "-"), argv, tmp)
     server = gw.Server(name, f"http://127.0.0.1:{port}", proc, log_path)
@@ -63,6 +63,11 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=100, help="content events per streamed response")
     ap.add_argument(
         "--quick", action="store_true", help="a few seconds, python load generator: checks the script"
+    )
+    ap.add_argument(
+        "--native-unix",
+        action="store_true",
+        help="rsgi+native reaches a second fake upstream on a unix socket, as blazar serve reaches its engines",
     )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -86,9 +91,14 @@ def main() -> None:
         try:
             upstream = gw.start_upstream(tmp, args.chunks, key_file)
             servers["direct"] = upstream
+            unix = None
+            if args.native_unix:
+                unix = gw.start_unix_upstream(tmp, args.chunks, key_file)
+                servers["direct-unix"] = unix
             for name in args.variants:
-                servers[name] = start_variant(name, tmp, upstream, key_file)
-            events = {name: gw.probe(s) for name, s in servers.items() if name != "direct"}
+                via = f"unix:{unix.url}" if unix is not None and name == "rsgi+native" else upstream.url
+                servers[name] = start_variant(name, tmp, via, key_file)
+            events = {name: gw.probe(s) for name, s in servers.items() if not name.startswith("direct")}
             gw.log(f"variants up; SSE events per streamed response: {events}")
             bench = gw.Bench(args, tmp, wrk, servers, events)
             cells: dict[tuple[str, str, int], list[dict[str, Any]]] = {}

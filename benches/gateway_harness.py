@@ -183,6 +183,21 @@ def start_upstream(tmp: Path, chunks: int, key_file: Path) -> Server:
     return s
 
 
+def start_unix_upstream(tmp: Path, chunks: int, key_file: Path) -> Server:
+    """The fake upstream on a unix socket (its ``url`` is the socket's path): a second engine for the native
+    link, which reaches it as ``blazar serve`` reaches a llama-server child."""
+    path = tmp / "upstream.sock"
+    argv = [sys.executable, str(FAKE_UPSTREAM), "--host", str(path), "--api-key-file", str(key_file)]
+    proc, lp = spawn("upstream-unix", [*argv, "--chunks", str(chunks)], tmp)
+    s = Server("direct-unix", str(path), proc, lp)
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        if not s.alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the unix upstream did not start:\n{lp.read_text()[-3000:]}")
+        time.sleep(0.05)
+    return s
+
+
 def start_bare(tmp: Path, upstream: Server, key_file: Path) -> Server:
     port = free_port()
     argv = [sys.executable, str(BARE_PROXY), "--port", str(port), "--upstream", upstream.url]

@@ -226,11 +226,11 @@ async def _asgi_whole(send: Any, status: int, body: bytes) -> None:
 class NativeProxy:
     """RSGI, with Blazar's native engine link and translator doing the upstream I/O and the rewrite."""
 
-    def __init__(self, port: int, api_key: str) -> None:
+    def __init__(self, address: int | Path, api_key: str) -> None:
         from blazar._native import StreamTranslator, translate_whole
         from blazar.supervisor.links import Links
 
-        self.links = Links(port, api_key)
+        self.links = Links(address, api_key)
         self.translator = StreamTranslator
         self.whole = translate_whole
 
@@ -279,10 +279,13 @@ async def run(args: argparse.Namespace) -> None:
             raise SystemExit(
                 "--client native needs --interface rsgi: the native relay writes with RSGI's send_bytes"
             )
-        port = urlsplit(args.upstream).port
-        if port is None:
-            raise SystemExit("--upstream must name its port")
-        app = NativeProxy(port, api_key)
+        if args.upstream.startswith("unix:"):  # the engine's unix socket, as Blazar reaches llama-server
+            app = NativeProxy(Path(args.upstream.removeprefix("unix:")), api_key)
+        else:
+            port = urlsplit(args.upstream).port
+            if port is None:
+                raise SystemExit("--upstream must name its port")
+            app = NativeProxy(port, api_key)
     else:
         client = AiohttpClient(url, headers) if args.client == "aiohttp" else HttpxClient(url, headers)
         app = RsgiProxy(client) if args.interface == "rsgi" else AsgiProxy(client)
@@ -315,7 +318,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description="bare Granian + aiohttp OpenAI proxy (benchmark baseline)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--upstream", required=True, help="base URL of the OpenAI upstream")
+    p.add_argument(
+        "--upstream", required=True, help="base URL of the OpenAI upstream (--client native: or unix:PATH)"
+    )
     p.add_argument("--api-key-file", type=Path, default=None)
     p.add_argument("--interface", choices=("rsgi", "asgi"), default="rsgi")
     p.add_argument("--client", choices=("aiohttp", "httpx", "native"), default="aiohttp")
