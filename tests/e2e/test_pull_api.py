@@ -128,3 +128,18 @@ def test_a_client_that_leaves_cancels_and_the_next_pull_resumes(
         c.close()
     ranges = hub.ranges("slow-Q4_K_M.gguf")
     assert ranges[0] is None and ranges[-1] is not None and int(ranges[-1][6:-1]) >= kept
+
+
+def test_a_failed_pull_stream_names_no_server_path(daemon_with_hub: Daemon, hub: FakeHub) -> None:
+    # the file downloads, then is found not to be a GGUF: the error line is worded as an error body is, with the
+    # data directory written as <data dir>, whether the answer streams or not
+    hub.add("org/garbage-GGUF", "junk-Q4_K_M.gguf", b"this is not a gguf file" * 100)
+    url = f"{daemon_with_hub.url}/api/pull"
+    with httpx.stream("POST", url, json={"model": "hf.co/org/garbage-GGUF"}, timeout=60) as r:
+        lines = [orjson.loads(line) for line in r.iter_lines() if line]
+    streamed = lines[-1]["error"]
+    whole = httpx.post(url, json={"model": "hf.co/org/garbage-GGUF", "stream": False}, timeout=60)
+    assert whole.status_code == 400
+    for message in (streamed, whole.json()["error"]):
+        assert "is not a usable GGUF file" in message and "<data dir>" in message, message
+        assert str(daemon_with_hub.data_dir) not in message

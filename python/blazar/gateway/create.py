@@ -148,7 +148,7 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         await proxy.unless_gone(drain(), req.client)  # a client that leaves stops the tool
         return 200, JSON_HEADERS, orjson.dumps({"status": "success"})
     first = await anext(events)
-    await stream_events(req, proto, first, events, f"create of {name}", "the new model is not made")
+    await stream_events(req, proto, first, events, f"create of {name}", "the new model is not made", sup.data)
     return None
 
 

@@ -20,6 +20,7 @@ from blazar import pull as pulling
 from blazar.errors import BlazarError
 from blazar.gateway import proxy
 from blazar.gateway.http import JSON_HEADERS, ClientGone, HttpError, Request
+from blazar.paths import DataDir
 from blazar.supervisor import Supervisor
 
 log = logging.getLogger("blazar.gateway")
@@ -44,7 +45,7 @@ async def pull(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         return 200, JSON_HEADERS, orjson.dumps({"status": "success"})
     first = await anext(events)  # a bad name raises here, as an HTTP error in Ollama's shape
     await stream_events(
-        req, proto, first, events, f"pull of {model}", "the download is cancelled and resumable"
+        req, proto, first, events, f"pull of {model}", "the download is cancelled and resumable", sup.data
     )
     return None
 
@@ -60,10 +61,12 @@ async def stream_events(
     events: AsyncGenerator[pulling.Event, None],
     what: str,
     on_leave: str,
+    data: DataDir,
 ) -> None:
     """Ollama's progress stream (pull, create): ``first`` and then each of ``events`` as an NDJSON line, a failure
-    as a last ``{"error": ...}`` line. A client that goes away closes ``events`` (which stops the work);
-    ``on_leave`` says in the log what that meant."""
+    as a last ``{"error": ...}`` line, worded as the app words an error body (no path inside ``data``, no model
+    name hidden from the key; an unexpected failure names its trace, not its text). A client that goes away
+    closes ``events`` (which stops the work); ``on_leave`` says in the log what that meant."""
     req.mark_overhead()
     transport = proto.response_stream(200, [*req.extra_headers, ("content-type", "application/x-ndjson")])
     line = orjson.dumps(first.as_ollama()) + b"\n"
@@ -83,11 +86,16 @@ async def stream_events(
             except ClientGone as e:
                 log.info("%s: the client went away (%s); %s", what, e, on_leave)
                 return
-            except Exception as e:
-                if not isinstance(e, BlazarError):
-                    log.exception("%s failed (trace %s)", what, req.trace_id)
+            except (BlazarError, HttpError) as e:
+                message = data.redact(req.scrub(e.message if isinstance(e, HttpError) else str(e)))
                 with contextlib.suppress(Exception):
-                    await transport.send_bytes(orjson.dumps({"error": str(e)}) + b"\n")
+                    await transport.send_bytes(orjson.dumps({"error": message}) + b"\n")
+                return
+            except Exception:
+                log.exception("%s failed (trace %s)", what, req.trace_id)
+                message = f"internal error in blazar; see the daemon log for trace {req.trace_id}"
+                with contextlib.suppress(Exception):
+                    await transport.send_bytes(orjson.dumps({"error": message}) + b"\n")
                 return
             line = orjson.dumps(event.as_ollama()) + b"\n"
     finally:
