@@ -429,3 +429,11 @@ def test_num_ctx_restarts_the_engine_with_that_context(daemon_factory: object, c
         model="smollm2", messages=MESSAGES, options={**OPTIONS, "num_ctx": 10**6}
     )  # capped at 8192 trained
     assert ps()[0] == 8192
+
+
+def test_push_is_refused_with_the_way_to_share_a_model(daemon: Daemon, client: Make) -> None:
+    c = client(daemon)
+    with pytest.raises(ollama.ResponseError) as e:
+        c.push("smollm2")
+    assert e.value.status_code == 501
+    assert "no model registry to push to" in e.value.error and "blazar import FILE" in e.value.error

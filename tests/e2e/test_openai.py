@@ -155,6 +155,11 @@ def test_embeddings(daemon: Daemon) -> None:
     )
     assert len(whole.json()["data"][0]["embedding"]) == 576
     assert "dimensions 4096: the model's vectors have 576" in whole.headers["x-blazar-ignored"]
+    # exactly the model's size (or a remote that shortened them already): as asked, nothing to note
+    exact = httpx.post(
+        daemon.url + "/v1/embeddings", json={"model": "smollm2", "input": "hi", "dimensions": 576}, timeout=60
+    )
+    assert len(exact.json()["data"][0]["embedding"]) == 576 and "x-blazar-ignored" not in exact.headers
 
 
 def test_trace_id_on_every_response(daemon: Daemon) -> None:

@@ -108,6 +108,7 @@ ROUTES: dict[str, Route] = {
     "/api/embed": Route(_OLLAMA, {"POST": ollama.embed}),
     "/api/embeddings": Route(_OLLAMA, {"POST": ollama.embeddings_legacy}),
     "/api/pull": Route(_OLLAMA, {"POST": pull.pull}),
+    "/api/push": Route(_OLLAMA, {"POST": ollama_admin.push}),
     "/api/create": Route(_OLLAMA, {"POST": create.create}),
     "/api/keys": Route(_OPENAI, {"GET": admin.list_keys, "POST": admin.add_key, "DELETE": admin.remove_key}),
     "/api/keys/rotate": Route(_OPENAI, {"POST": admin.rotate_key}),

@@ -589,7 +589,9 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     dims = canon.params.get("dimensions")
     if isinstance(dims, int) and not canon.late_chunking:
         size = vectors.shorten(body, dims)
-        if size is not None:
+        if (
+            size is not None and size < dims
+        ):  # as long as asked (a remote that shortened them): nothing to say
             note_ignored(req, f"dimensions {dims}: the model's vectors have {size}, so they are sent whole")
     return body, load_ns
 

@@ -279,6 +279,17 @@ def full_access(req: Request, what: str) -> None:
         )
 
 
+async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
+    """Ollama's ``/api/push``: there is no registry here to push to, so it is refused (501), with how to move a
+    model instead; a 404 would read as "no such model" to clients."""
+    raise HttpError(
+        501,
+        "blazar has no model registry to push to, so /api/push is not supported; a model here is a GGUF file:"
+        " copy it to the other machine and add it there with blazar import FILE --name NAME, or publish it on"
+        " the Hugging Face Hub, from where /api/pull and blazar pull fetch it",
+    )
+
+
 async def copy(sup: Supervisor, req: Request, proto: Any) -> Response:
     full_access(req, "copying models")
     body = req.json_object()
