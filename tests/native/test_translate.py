@@ -278,6 +278,20 @@ def test_anthropic_pings_when_quiet_for_10s() -> None:
     assert tr.feed(b"", now_ns=20_000_000_001) == b'event: ping\ndata: {"type":"ping"}\n\n'
 
 
+def test_a_prefilled_anthropic_stream_starts_with_the_prompt_size() -> None:
+    # answering a prefill, llama-server sends its role-only chunk before the prompt report (recorded from the
+    # real engine with return_progress): message_start waits for the report, so input_tokens is the prompt's
+    tr = _native.StreamTranslator("anthropic", MODEL, start_ns=0, message_id=MESSAGE_ID, prefill="A fruit:")
+    assert tr.feed(b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}\n\n') == b""
+    progress = b'"prompt_progress":{"total":37,"cache":0,"processed":37,"time_ms":9}'
+    started = tr.feed(b'data: {"choices":[{"index":0,"delta":{"content":"A fruit:"}}],' + progress + b"}\n\n")
+    start = json.loads(started.split(b"data: ")[1].split(b"\n")[0])
+    assert start["type"] == "message_start" and start["message"]["usage"]["input_tokens"] == 37
+    # without a prefill the role chunk starts the message at once (pings can keep a slow prompt's stream open)
+    plain = _native.StreamTranslator("anthropic", MODEL, start_ns=0, message_id=MESSAGE_ID)
+    assert b"message_start" in plain.feed(b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
+
+
 def test_abort_speaks_the_dialect_and_is_final() -> None:
     tr = _native.StreamTranslator("ollama_generate", MODEL)
     assert tr.abort("client went away") == b'{"error":"client went away"}\n'

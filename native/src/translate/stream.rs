@@ -328,6 +328,13 @@ impl State {
                 }
             }
             Dialect::Anthropic => {
+                let empty = content.is_empty() && thinking.is_empty() && absorbed.tool_slots.is_empty();
+                if empty && self.prompt_hint == 0 && self.opts.prefill.is_some() {
+                    // answering a prefill, llama-server sends its role-only first chunk before its
+                    // prompt report: `message_start` waits for that (or for the first output), so it
+                    // carries the prompt's size
+                    return;
+                }
                 self.start_anthropic(now);
                 if !thinking.is_empty() {
                     self.anthropic.thinking(&mut self.out, thinking);
