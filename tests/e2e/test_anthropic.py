@@ -74,6 +74,22 @@ def test_a_prefill_is_continued_not_repeated(daemon: Daemon) -> None:
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == first.text, r.text
 
 
+def test_thinking_on_a_template_without_it_is_noted_by_its_anthropic_name(daemon: Daemon) -> None:
+    body = {
+        "model": "smollm2",
+        "max_tokens": 4,
+        "messages": MESSAGES,
+        "thinking": {"type": "enabled", "budget_tokens": 2000},
+    }
+    r = httpx.post(daemon.url + "/v1/messages", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    noted = r.headers["x-blazar-ignored"]
+    assert "thinking is ignored: the chat template of 'smollm2:latest' has no thinking section" in noted, (
+        noted
+    )
+    assert "think is ignored" not in noted
+
+
 def test_a_template_without_tool_calls_is_noted_in_the_callers_terms(daemon: Daemon) -> None:
     """SmolLM2's template cannot emit tool calls: the x-blazar-ignored note says how this dialect forces one."""
     tool = {"name": "get_weather", "description": "d", "input_schema": {"type": "object", "properties": {}}}

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
 import orjson
 import pytest
@@ -364,6 +365,16 @@ def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert r.json()["error"]["message"].startswith("all_slots_busy: every slot of model 'smollm2:latest'")
     assert "stayed busy for 1s" in r.json()["error"]["message"]
     assert r.headers["retry-after"] == "1"  # clients back off on it
+    # Anthropic's API says "overloaded" with 529 (its SDK raises OverloadedError), never 503
+    t = occupy_the_only_slot(d)
+    client = anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as e:
+        client.messages.create(model="smollm2", max_tokens=4, messages=CHAT["messages"])  # type: ignore[arg-type]
+    t.join()
+    client.close()
+    assert e.value.status_code == 529 and type(e.value).__name__ == "OverloadedError", e.value
+    assert e.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    assert "all_slots_busy" in e.value.body["error"]["message"]  # type: ignore[index]
 
 
 def test_a_client_that_leaves_while_queued_is_never_run(daemon_factory: object) -> None:

@@ -77,6 +77,12 @@ def render_error(dialect: str, status: int, message: str, kind: str | None) -> b
     return openai_dialect.render_error(status, message, kind)
 
 
+def wire_status(dialect: str, status: int) -> int:
+    """The status an error goes out with: Anthropic's API says "overloaded" with 529, never 503 (its SDK raises
+    OverloadedError for it)."""
+    return 529 if status == 503 and dialect == "anthropic" else status
+
+
 async def _healthz(sup: Supervisor, req: Request, proto: Any) -> Response:
     return 200, JSON_HEADERS, orjson.dumps({"status": "ok", "version": __version__})
 
@@ -299,6 +305,7 @@ class App:
                 if retry:
                     extra.append(("retry-after", str(retry)))
             message = self.sup.data.redact(req.scrub(message))  # never where a file lives, nor a hidden name
+            status = wire_status(dialect, status)
             extra.extend(_unread_body_closes(scope, req))
             self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
                           render_error(dialect, status, message, kind))  # fmt: skip
@@ -308,13 +315,15 @@ class App:
                 log.exception("database error on %s %s (trace %s)", scope.method, path, trace)
             else:
                 log.error("%s %s: %s (trace %s)", scope.method, path, failure, trace)
-            status = 503
             message = (
                 str(failure)
                 if failure is not None
                 else f"database error; see the daemon log for trace {trace}"
             )
-            self._respond(proto, req, 503, JSON_HEADERS, render_error(dialect, 503, message, "blazar_error"))
+            status = wire_status(dialect, 503)
+            self._respond(
+                proto, req, status, JSON_HEADERS, render_error(dialect, 503, message, "blazar_error")
+            )
         except Exception:
             log.exception("unhandled error on %s %s (trace %s)", scope.method, path, trace)
             status = 500

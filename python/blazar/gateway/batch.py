@@ -7,9 +7,10 @@ Routes: ``/v1/files`` (POST multipart upload, GET list), ``/v1/files/{id}`` (GET
 ``max_concurrent`` is lower: one less than it, so the key's owner can still make a request). Each request goes through this
 daemon's own HTTP front door, under the key that made the batch (its secret looked up per request, so a rotation
 is followed) and ``x-blazar-priority: low``: the same auth, scope, quotas, admission and translation as a
-client's request, and interactive traffic goes first. A busy answer (429, 503) is retried after a pause. Answers
-with a 2xx status go to the output file, others (and requests that got no answer) to the error file. A batch
-whose key is gone, or that was made while auth was off and meets keys now, fails saying so. A batch left
+client's request, and interactive traffic goes first. A busy answer (429, 503; 529 from /v1/messages) is retried
+after a pause. Answers with a 2xx status go to the output file, others (and requests that got no answer) to the
+error file. A batch whose key is gone, or that was made while auth was off and meets keys now, fails saying so.
+A batch left
 unfinished by a restart runs again from its start; cancelling stops sending its requests, and what was answered
 is kept; a batch still queued is cancelled at once. Uploads and inputs are read off the event loop. Storage is
 ``blazar.batches``.
@@ -60,6 +61,8 @@ SAVE_EVERY_SECS = 1.0
 REQUEST_TIMEOUT_SECS = 3600.0
 RETRIES = 20
 """How often one request answered 429 or 503 (busy) is sent again before its answer stands."""
+BUSY = (429, 503, 529)
+"""Busy answers: a rate limit, the model's slots taken (529 is that in Anthropic's dialect)."""
 RETRY_MAX_SECS = 30.0
 RETRY_FAR_SECS = 300.0
 """A busy answer whose ``Retry-After`` is longer than this (a key's spent daily_tokens, which reset at midnight)
@@ -430,7 +433,7 @@ class BatchRunner:
                     "message": f"the request got no answer: {e or type(e).__name__}",
                 }
                 return False, record
-            if status in (429, 503) and attempt < RETRIES and not _too_far(retry_after):
+            if status in BUSY and attempt < RETRIES and not _too_far(retry_after):
                 if batch_id in self.cancelling:
                     return None
                 await asyncio.sleep(_pause(retry_after, attempt))

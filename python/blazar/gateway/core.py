@@ -425,8 +425,9 @@ async def _dispatch(
                 "invalid_request_error",
             )
         if forced_tools.asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
+            field = forced_tools.think_field(shape.translator)
             note_ignored(
-                req, f"think is ignored: the chat template of '{child.model}' has no thinking section"
+                req, f"{field} is ignored: the chat template of '{child.model}' has no thinking section"
             )
         schema = forced_tool_schema(canon) if forced_tools.wants_forcing(canon) else None
         if (

@@ -69,6 +69,14 @@ def asks_to_think(canon: CanonicalRequest) -> bool:
     )
 
 
+_THINK_FIELD = {"openai": "reasoning_effort", "anthropic": "thinking", "responses": "reasoning"}
+
+
+def think_field(translator: str) -> str:
+    """The request field that turned thinking on, in the caller's dialect (Ollama's is ``think``)."""
+    return _THINK_FIELD.get(translator, "think")
+
+
 _FORCE_A_CALL = {
     "openai": "send tool_choice required, or name a tool, to force a call",
     "anthropic": 'send tool_choice {"type": "any"}, or {"type": "tool", "name": ...}, to force a call',
