@@ -286,6 +286,50 @@ def test_plain_text_documents_become_text() -> None:
     assert req.messages == [{"role": "user", "content": "The grass is green.\nA\nB\nSummarise."}]
 
 
+def test_content_documents_as_the_sdk_types_them() -> None:
+    # a content source's content is a string or text and image blocks; title, context and citations are noted
+    doc = {
+        "type": "document",
+        "source": {"type": "content", "content": "hello doc"},
+        "title": "T",
+        "context": "C",
+    }
+    req = anthropic.parse_messages(msgs(messages=[{"role": "user", "content": [doc]}]))
+    assert req.messages == [{"role": "user", "content": "hello doc"}]
+    assert "document title, context not shown to the model: only its text is" in req.notes
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    mixed = {
+        "type": "document",
+        "source": {"type": "content", "content": [{"type": "text", "text": "A"}, image]},
+    }
+    req = anthropic.parse_messages(msgs(messages=[{"role": "user", "content": [mixed]}]))
+    parts = req.messages[0]["content"]
+    assert parts[0] == {"type": "text", "text": "A"} and parts[1]["type"] == "image_url"
+    bad = {"type": "document", "source": {"type": "content", "content": [{"type": "tool_use"}]}}
+    with pytest.raises(
+        DialectError, match=r"messages\.0\.content\.0\.source\.content\.0\.type: Input should be"
+    ):
+        anthropic.parse_messages(msgs(messages=[{"role": "user", "content": [bad]}]))
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"metadata": {"user_id": 5}}, "metadata.user_id: Input should be a valid string, got integer 5"),
+        ({"metadata": {"foo": 1}}, "metadata.foo: Extra inputs are not permitted"),
+        ({"service_tier": "fast"}, "service_tier: Input should be 'auto' or 'standard_only'"),
+        ({"tools": [WEATHER, WEATHER]}, "tools: Tool names must be unique; 'get_weather' is given twice"),
+        ({"tools": [{**WEATHER, "name": "a b!"}]}, "tools.0.name: String should match pattern"),
+    ],
+)
+def test_fields_the_api_types_strictly(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(DialectError, match=message.replace(".", r"\.").replace("(", r"\(")) as e:
+        anthropic.parse_messages(msgs(**extra))
+    assert e.value.status == 400
+    ok = anthropic.parse_messages(msgs(metadata={"user_id": "u-1"}, service_tier="auto"))
+    assert "metadata is accepted and not used" in ok.notes
+
+
 def test_tool_round_trip_into_the_engine_body() -> None:
     body = msgs(
         tools=[WEATHER],

@@ -13,6 +13,7 @@ Error messages follow the API's ``field.path: problem`` form. Imports only ``can
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,8 +113,7 @@ def parse_messages(body: Any) -> CanonicalRequest:
             req.params["response_fields"] = ["stop_type", "stopping_word"]
     metadata = body.get("metadata")
     if metadata is not None:
-        if not isinstance(metadata, dict):
-            raise DialectError(400, f"metadata: Input should be an object, got {shown(metadata)}")
+        _metadata(metadata)
         req.notes.append("metadata is accepted and not used")
     return req
 
@@ -163,6 +163,7 @@ def _parse(body: dict[str, Any], known: set[str]) -> CanonicalRequest:
     req.keep_alive = parse_duration(body.get("keep_alive"))
     for key in body:
         if key in _IGNORED:
+            _check_ignored(key, body[key])
             state.notes.append(f"{key} is accepted and not used by a local engine")
         elif key not in known:
             state.notes.append(f"{key} is not a Messages API field Blazar knows and is ignored")
@@ -196,12 +197,37 @@ def _system(value: Any, state: _State) -> list[dict[str, Any]]:
     return [{"role": "system", "content": text}] if text else []
 
 
+_SERVICE_TIERS = ("auto", "standard_only")
+
+
+def _check_ignored(key: str, value: Any) -> None:
+    """An accepted-and-unused field still has the API's type, as a client written against the API sends it."""
+    if key == "service_tier" and value not in _SERVICE_TIERS:
+        raise DialectError(
+            400, f"service_tier: Input should be 'auto' or 'standard_only', got {shown(value)}"
+        )
+
+
+def _metadata(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise DialectError(400, f"metadata: Input should be an object, got {shown(value)}")
+    for key, item in value.items():
+        if key != "user_id":
+            raise DialectError(400, f"metadata.{key}: Extra inputs are not permitted (only user_id is)")
+        if item is not None and not isinstance(item, str):
+            raise DialectError(400, f"metadata.user_id: Input should be a valid string, got {shown(item)}")
+
+
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+
+
 def _tools(value: Any, state: _State) -> list[dict[str, Any]] | None:
     if value is None:
         return None
     if not isinstance(value, list):
         raise DialectError(400, f"tools: Input should be a list of tools, got {shown(value)}")
-    out = []
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for i, tool in enumerate(value):
         if not isinstance(tool, dict):
             raise DialectError(400, f"tools.{i}: Input should be an object, got {shown(tool)}")
@@ -215,6 +241,14 @@ def _tools(value: Any, state: _State) -> list[dict[str, Any]] | None:
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             raise DialectError(400, f"tools.{i}.name: Field required (a non-empty string), got {shown(name)}")
+        if not _TOOL_NAME.fullmatch(name):
+            raise DialectError(
+                400,
+                f"tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$', got {shown(name)}",
+            )
+        if name in seen:
+            raise DialectError(400, f"tools: Tool names must be unique; '{name}' is given twice")
+        seen.add(name)
         schema = tool.get("input_schema")
         if schema is None:
             raise DialectError(400, f"tools.{i}.input_schema: Field required")
@@ -443,38 +477,51 @@ def _user(blocks: list[tuple[Any, str]], state: _State) -> list[dict[str, Any]]:
         if kind == "tool_result":
             results.append(_tool_result(block, at, state))
         else:
-            parts.append(_part(block, kind, at))
+            parts.extend(_part(block, kind, at, state))
     out = results
     if parts or not results:
         out.append({"role": "user", "content": _flatten(parts)})
     return out
 
 
-def _part(block: dict[str, Any], kind: str, at: str) -> dict[str, Any]:
+def _part(block: dict[str, Any], kind: str, at: str, state: _State) -> list[dict[str, Any]]:
     if kind == "text":
-        return {"type": "text", "text": _text(block, at)}
+        return [{"type": "text", "text": _text(block, at)}]
     if kind == "image":
-        return {"type": "image_url", "image_url": {"url": _image_url(block.get("source"), f"{at}.source")}}
+        return [_image(block, at)]
     # document: plain-text sources become text; PDFs need a document reader the engine does not have
     source = block.get("source")
+    unused = [key for key in ("title", "context", "citations") if block.get(key) is not None]
+    if unused:
+        state.notes.append(f"document {', '.join(unused)} not shown to the model: only its text is")
     if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
-        return {"type": "text", "text": source["data"]}
-    if (
-        isinstance(source, dict)
-        and source.get("type") == "content"
-        and isinstance(source.get("content"), list)
-    ):
-        texts = [
-            _text(b, f"{at}.source.content.{k}")
-            for k, b in enumerate(source["content"])
-            if isinstance(b, dict)
-        ]
-        return {"type": "text", "text": "\n".join(texts)}
+        return [{"type": "text", "text": source["data"]}]
+    if isinstance(source, dict) and source.get("type") == "content":
+        content = source.get("content")
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}]
+        if not isinstance(content, list):
+            raise DialectError(
+                400,
+                f"{at}.source.content: Input should be a string or a list of blocks, got {shown(content)}",
+            )
+        out: list[dict[str, Any]] = []
+        for k, inner in enumerate(content):
+            where = f"{at}.source.content.{k}"
+            if _block(inner, where, ("text", "image"), state) == "text":
+                out.append({"type": "text", "text": _text(inner, where)})
+            else:
+                out.append(_image(inner, where))
+        return out
     raise DialectError(
         400,
         f"{at}.source: only plain-text documents can be read by a local engine; "
         "extract the document's text and send it as a text block",
     )
+
+
+def _image(block: dict[str, Any], at: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": _image_url(block.get("source"), f"{at}.source")}}
 
 
 def _image_url(source: Any, at: str) -> str:
@@ -515,7 +562,7 @@ def _tool_result(block: dict[str, Any], at: str, state: _State) -> dict[str, Any
         for k, inner in enumerate(content):
             where = f"{at}.content.{k}"
             kind = _block(inner, where, ("text", "image", "document"), state)
-            parts.append(_part(inner, kind, where))
+            parts.extend(_part(inner, kind, where, state))
     elif content is not None:
         raise DialectError(
             400,
