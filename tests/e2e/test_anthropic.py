@@ -74,6 +74,15 @@ def test_a_prefill_is_continued_not_repeated(daemon: Daemon) -> None:
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == first.text, r.text
 
 
+def test_the_sdk_sees_the_trace_id_as_the_request_id(daemon: Daemon) -> None:
+    c = client(daemon)
+    raw = c.messages.with_raw_response.create(model="smollm2", max_tokens=2, messages=MESSAGES)  # type: ignore[arg-type]
+    assert raw.request_id == raw.headers["x-blazar-trace-id"] and raw.parse()._request_id == raw.request_id
+    with pytest.raises(anthropic.NotFoundError) as e:
+        c.messages.create(model="no-such-model", max_tokens=2, messages=MESSAGES)  # type: ignore[arg-type]
+    assert e.value.request_id == e.value.response.headers["x-blazar-trace-id"]
+
+
 def test_thinking_on_a_template_without_it_is_noted_by_its_anthropic_name(daemon: Daemon) -> None:
     body = {
         "model": "smollm2",

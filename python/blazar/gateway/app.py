@@ -249,7 +249,8 @@ class App:
             ("access-control-allow-origin", "*" if self.cors.anyone else origin),
             (
                 "access-control-expose-headers",
-                "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored, x-blazar-sentinel, x-blazar-cache",
+                "x-blazar-trace-id, x-blazar-overhead-ms, x-blazar-ignored, x-blazar-sentinel, x-blazar-cache,"
+                " request-id",
             ),
             ("vary", "origin"),
         ]
@@ -265,6 +266,10 @@ class App:
             scope.method, path, scope.query_string, headers, b"", trace, t0=t0, gate=self.gate, client=proto
         )
         req.extra_headers.append(("x-blazar-trace-id", trace))
+        if (
+            dialect == _ANTHROPIC
+        ):  # Anthropic's SDK shows it as the request's id (``request_id``), in errors too
+            req.extra_headers.append(("request-id", trace))
         cors = self._cors_headers(headers.get("origin")) if self.cors else []
         if cors:
             req.extra_headers.extend(cors)
