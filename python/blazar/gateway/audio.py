@@ -20,7 +20,7 @@ import orjson
 
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.engines.argv import WHISPER_PATH
-from blazar.gateway import core, proxy
+from blazar.gateway import core, proxy, routing
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request, parse_multipart
 from blazar.supervisor import Supervisor
 
@@ -110,7 +110,7 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
     if translate:
         form["translate"] = "true"
     canon = CanonicalRequest(model=model, kind="audio")
-    _name, key, slots = core.claim(sup, req, canon)
+    _name, key, slots = routing.claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
         child, _load_ns = await core.ready_child(sup, req, canon)
         body, content_type = _multipart(fields["file"][0] or "audio.wav", fields["file"][1], form)

@@ -32,7 +32,7 @@ import orjson
 from blazar import ggml_whisper, modelfile, names, presets, quantize
 from blazar.catalog import ModelRow, read_header
 from blazar.errors import BlazarError
-from blazar.gateway import blobs, core, ollama_admin, proxy
+from blazar.gateway import blobs, ollama_admin, proxy, routing
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.ollama_admin import full_access
 from blazar.gateway.pull import stream_events
@@ -112,7 +112,7 @@ async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
         _UNTAKEN.get(k, f"{k} is not an /api/create field Blazar knows") for k in body if k not in _TAKEN
     ]
     if ignored:
-        core.note_ignored(req, " | ".join(ignored))
+        routing.note_ignored(req, " | ".join(ignored))
     qtype = body.get("quantize")
     if qtype is not None and not isinstance(qtype, str):
         raise HttpError(

@@ -153,7 +153,7 @@ class Request:
     """Tokens its key's tpm and daily_tokens hold for it until it finishes (``Quotas.check``)."""
     renames: dict[str, str] | None = None
     """Model names (and their on-disk forms) the caller may not see, each with the name it asked for: the engine
-    it runs on is another model's (``core.claim_local``); its errors say the name it knows (``scrub``)."""
+    it runs on is another model's (``routing.claim_local``); its errors say the name it knows (``scrub``)."""
     body_read: bool = False
     """The envelope read its body (an error answered before that closes the connection: ``app``)."""
     client_left: bool = False

@@ -14,7 +14,7 @@ import orjson
 
 from blazar.dialects import ollama as dialect
 from blazar.dialects.canonical import CanonicalRequest, render_engine
-from blazar.gateway import core, proxy, watch
+from blazar.gateway import core, proxy, routing, watch
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.supervisor import Supervisor, adapters
 
@@ -28,9 +28,9 @@ def _now() -> str:
 async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> str:
     """Ollama loads (or, with keep_alive 0, unloads) a model when a request carries nothing to generate; the
     key must be allowed that model, as for any other request. Returns the done_reason, "load" or "unload"."""
-    if core.claim_remote(sup, req, canon) is not None:  # nothing runs here to load or unload
+    if routing.claim_remote(sup, req, canon) is not None:  # nothing runs here to load or unload
         return "unload" if canon.keep_alive == 0 else "load"
-    name, _key, _slots = core.claim_local(sup, req, canon)
+    name, _key, _slots = routing.claim_local(sup, req, canon)
     if canon.keep_alive == 0:
         sup.catalog.get(name)  # 404 for a model that is not there
         engine = sup.sharing.owner(name)  # a model that shares another's engine unloads it, as in Ollama
@@ -74,7 +74,7 @@ async def generate(sup: Supervisor, req: Request, proto: Any) -> Response | None
 async def _infill(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
     """Fill-in-the-middle (``suffix``) runs on llama-server's native /infill, whole, and is shaped here once;
     it is claimed and admitted like any generation."""
-    _name, key, slots = core.claim(sup, req, canon)
+    _name, key, slots = routing.claim(sup, req, canon)
     with await req.gate.admit(req, key, slots, canon):
         return await core.once_more_if_wedged(lambda: _infill_admitted(sup, req, canon))
 

@@ -105,7 +105,7 @@ class Supervisor:
         # (client-given name, use) -> its ready child, and the catalog generation it was found in (a row changed
         # since may have moved the name to another engine: ``sharing``)
         self._hot: dict[tuple[str, bool, bool], tuple[Child, int]] = {}
-        # gateway.core.route_target's memo: (name, embedding, late chunking) -> (target, preset, until, catalog
+        # gateway.routing.route_target's memo: (name, embedding, late chunking) -> (target, preset, until, catalog
         # generation)
         self.routes: dict[tuple[str, bool, bool], tuple[tuple[str, str, int], Preset | None, float, int]] = {}
         self.stopping = False  # stop_all has begun: an engine stopped under a request is not replaced for it
