@@ -74,14 +74,15 @@ def llama_only(child: Child, feature: str, endpoint: str) -> None:
 async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
     """The child for ``canon`` and the load time in ns when this request had to start it (else 0)."""
     t0 = time.perf_counter()
-    child = await sup.ensure_ready(
-        canon.model,
-        embeddings=canon.kind == "embedding",
-        num_ctx=canon.options_ctx,
-        tokens=canon.late_chunking,
+    child = await req.waiting(
+        sup.ensure_ready(
+            canon.model,
+            embeddings=canon.kind == "embedding",
+            num_ctx=canon.options_ctx,
+            tokens=canon.late_chunking,
+        )
     )
     waited = time.perf_counter() - t0
-    req.engine_s += waited
     if (child.lane == "whisper") != (canon.kind == "audio"):  # route_target refuses these before any load
         raise wrong_kind(child.model, child.lane == "whisper")
     load_ns = int(waited * 1e9)
@@ -354,10 +355,8 @@ async def _dispatch(
                 req.summary = translator.summary()
             watch.observe(sup, req, canon)
             return None
-        t0 = time.perf_counter()
         req.dispatched = True
-        _status, data = await proxy.forward_whole(sup, child, path, engine_body, req.client)
-        req.engine_s += time.perf_counter() - t0
+        _status, data = await req.waiting(proxy.forward_whole(sup, child, path, engine_body, req.client))
         out, summary = translate_whole(
             shape.translator,
             canon.model,
@@ -391,11 +390,11 @@ async def _forced_tool_call(
     load_ns: int,
 ) -> Response:
     """A forced tool call on a model whose template cannot emit one: constrained JSON, rendered as a call."""
-    t0 = time.perf_counter()
     req.dispatched = True
     constrained = orjson.dumps(forced_tools.constrained_body(body, schema))
-    _s, data = await proxy.forward_whole(sup, child, "/v1/chat/completions", constrained, req.client)
-    req.engine_s += time.perf_counter() - t0
+    _s, data = await req.waiting(
+        proxy.forward_whole(sup, child, "/v1/chat/completions", constrained, req.client)
+    )
     completion = forced_tools.synthetic_completion(data)
     if canon.stream:
         usage = completion.get("usage")
@@ -477,9 +476,7 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
         if canon.late_chunking:
             from blazar.gateway import late_chunking  # it builds on this module
 
-            t0 = time.perf_counter()
-            body = await late_chunking.embed(sup, req, child, canon)
-            req.engine_s += time.perf_counter() - t0
+            body = await req.waiting(late_chunking.embed(sup, req, child, canon))
             return body, load_ns
         if canon.truncate and child.lane == "llama-cpp" and isinstance(canon.input, list):
             canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
@@ -491,9 +488,9 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
                 body["embd_normalize"] = -1  # llama-server's switch for the pooled vector as it is
             else:
                 note_ignored(req, f"raw vectors: the {child.lane} lane returns them L2-normalised")
-        t0 = time.perf_counter()
-        _status, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
-        req.engine_s += time.perf_counter() - t0
+        _status, data = await req.waiting(
+            proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
+        )
     finally:
         after(sup, child, req)
     parsed: dict[str, Any] = orjson.loads(data)

@@ -9,16 +9,19 @@ import asyncio
 import itertools
 import os
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from email import policy
 from email.parser import BytesHeaderParser
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from blazar.dialects.canonical import json_object
 from blazar.keys import KeyCtx
 from blazar.quotas import Lease as QuotaLease
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from blazar.gateway.tenancy import Gate
@@ -166,6 +169,15 @@ class Request:
     gate: Gate = field(default=None)  # type: ignore[assignment]  # set by the app before any handler runs
     client: Any = None
     """The RSGI protocol of the client's connection (its ``client_disconnect()`` says when the client leaves)."""
+
+    async def waiting(self, awaitable: Awaitable[T]) -> T:
+        """``await awaitable``, its time counted as the engine's (``engine_s``), not Blazar's overhead, however it
+        ends: an engine that dies or wedges under a request is the engine's time too."""
+        t0 = time.perf_counter()
+        try:
+            return await awaitable
+        finally:
+            self.engine_s += time.perf_counter() - t0
 
     def overhead_ms(self) -> float:
         return max(0.0, (time.perf_counter() - self.t0 - self.engine_s) * 1000)

@@ -117,9 +117,7 @@ async def _whole(sup: Supervisor, remote: Remote, path: str, body: bytes) -> tup
 
 async def _ask(sup: Supervisor, req: Request, remote: Remote, path: str, body: bytes) -> bytes:
     """One whole answer from the remote (its error answers raised); a client that leaves stops the wait."""
-    t0 = time.perf_counter()
-    status, data = await proxy.unless_gone(_whole(sup, remote, path, body), req.client)
-    req.engine_s += time.perf_counter() - t0
+    status, data = await req.waiting(proxy.unless_gone(_whole(sup, remote, path, body), req.client))
     if status >= 400:
         raise _answered(remote, status, data)
     return data
