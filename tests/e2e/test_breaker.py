@@ -28,6 +28,14 @@ def test_an_engine_that_keeps_crashing_is_held_back_until_reset(daemon_factory: 
         assert "exited with code" in r.json()["error"]["message"]
     engine_log = d.data_dir / "logs" / "smollm2--latest.log"
     assert engine_log.read_text().count(START_MARK) == 3
+    # the daemon's log says so too: each failed start, and the hold once it begins
+    said = d.log.read_text()
+    assert said.count("engine for smollm2:latest failed to start: engine for 'smollm2:latest' exited") == 3, (
+        said
+    )
+    assert "engine for smollm2:latest crashed 3 times in 120s: its restarts are held back for 60s" in said, (
+        said
+    )
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 503, r.text
     assert r.headers["retry-after"] == "60"

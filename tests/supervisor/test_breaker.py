@@ -32,6 +32,20 @@ def crash(b: Breakers, n: int, clock: Clock, gap: float = 1.0, key: str = "m:lat
         clock.t += gap
 
 
+def test_the_hold_is_logged_once_when_it_opens(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    b = Breakers(clock)
+    with caplog.at_level("WARNING", logger="blazar.supervisor"):
+        crash(b, 2, clock)
+        assert caplog.records == []
+        crash(b, 3, clock)  # opens, then two more crashes while held: said once
+    [record] = caplog.records
+    assert record.getMessage().startswith(
+        "engine for m:latest crashed 3 times in 120s: its restarts are held"
+    )
+    assert "`blazar ps --reset` lifts the hold" in record.getMessage()
+
+
 def test_two_crashes_hold_nothing_back_and_the_third_does() -> None:
     clock = Clock()
     b = Breakers(clock)

@@ -8,6 +8,7 @@ ps --reset``, ``POST /api/breakers/reset``) clears it by hand. Pure apart from t
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from blazar.errors import ChildError
+
+log = logging.getLogger("blazar.supervisor")
 
 CRASHES_TO_OPEN = 3
 """Crashes within ``CRASH_WINDOW_SECS`` that hold an engine's restarts back."""
@@ -68,6 +71,12 @@ class Breakers:
             h.crashes.popleft()
         h.last = _gist(why)
         if len(h.crashes) >= CRASHES_TO_OPEN:
+            if h.held_until <= now:  # it opens now (a crash while held does not say it again)
+                log.warning(
+                    "engine for %s crashed %d times in %.0fs: its restarts are held back for %.0fs (last: %s);"
+                    " `blazar ps --reset` lifts the hold",
+                    model, len(h.crashes), CRASH_WINDOW_SECS, HOLD_SECS, h.last,
+                )  # fmt: skip
             h.held_until = now + HOLD_SECS
 
     def clean(self, key: str) -> None:

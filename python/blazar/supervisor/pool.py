@@ -401,6 +401,7 @@ class Supervisor:
                               key, ", ".join(str(p) for p in bad))  # fmt: skip
                     self.bad_adapters.update(bad)
                     return await self._spawn(key, model, engine, embeddings, num_ctx, tokens)
+                log.error("engine for %s failed to start: %s", key, e)
                 self._crashed(child, f"its start failed: {e}")
             raise
         await bank.restore(child)
