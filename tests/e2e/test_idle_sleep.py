@@ -93,3 +93,34 @@ def test_a_keep_alive_longer_than_the_sleep_keeps_the_model_loaded(daemon_factor
     waking.join(60)
     wait_for(lambda: not d.child_pids(), 15, "the engine to stop once the waking request ended")
     assert "smollm2:latest woke from its idle sleep" in d.log.read_text()
+
+
+def test_an_asleep_engine_that_answers_nothing_is_replaced_within_seconds(daemon_factory: object) -> None:
+    """A stopped (SIGSTOP) engine asleep: the wake-up would wait child_start_timeout_secs (a reload can be slow),
+    but its health check, which an asleep or reloading engine answers, gets nothing either, so it is stopped as
+    wedged within about WAKE_CHECK_SECS and the request runs on a fresh engine."""
+    import contextlib
+    import os
+    import signal
+
+    from blazar.supervisor.sleep import WAKE_CHECK_SECS
+
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(SLEEPY)
+    generate(d)
+    [pid] = d.child_pids()
+    wait_for(lambda: running(d)["asleep"] is True, 15, "the engine to fall asleep")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        generate(d)
+        took = time.monotonic() - t0
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed as wedged, as it should be
+            os.kill(pid, signal.SIGCONT)
+    assert took < WAKE_CHECK_SECS + 20, took  # not child_start_timeout_secs (120 s)
+    assert pid not in d.child_pids()
+    said = d.log.read_text()
+    assert (
+        "waking smollm2:latest: it answers neither the wake-up nor its health check, so it is wedged" in said
+    )

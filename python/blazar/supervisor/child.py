@@ -99,7 +99,7 @@ class Child:
             0.0  # arrival (perf_counter) of the request whose keep_alive applies (gateway.core.keep)
         )
         self.kept_awake = 0.0  # when a wake-up or keep-awake ping last reset its idle sleep clock (sleep.py)
-        self.waking: asyncio.Task[None] | None = None  # the wake-up requests to it share (sleep.py)
+        self.waking: asyncio.Task[bool] | None = None  # the wake-up requests to it share (sleep.py)
         self.hints = CacheHints()  # its prompt cache hit rate and draft acceptance (hints.py)
         self.weights: tuple[int, int] | None = None
         """The model file's (device, inode) when this child was spawned: other weights under the same name (a
@@ -264,10 +264,10 @@ class Child:
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.25)
 
-    async def responsive(self, timeout: float = 2.0) -> bool:
-        """Whether the engine answers its health endpoint within ``timeout``. A running engine that is slow to
-        answer a request still does (llama-server serves ``/health`` beside its slots); a wedged one (stopped,
-        deadlocked) does not."""
+    async def responsive(self, timeout: float = 2.0, any_answer: bool = False) -> bool:
+        """Whether the engine answers its health endpoint within ``timeout`` (healthy; with ``any_answer``, with
+        any status, as while it reloads its model). A running engine that is slow to answer a request still does
+        (llama-server serves ``/health`` beside its slots); a wedged one (stopped, deadlocked) does not."""
         http = self.http
         if http is None or http.closed or not self.alive():
             return False
@@ -275,7 +275,7 @@ class Child:
             async with http.get(
                 self.base_url + self.spec.health_path, timeout=aiohttp.ClientTimeout(total=timeout)
             ) as r:
-                return r.status == 200
+                return r.status == 200 or any_answer
         return False
 
     @property

@@ -37,6 +37,8 @@ from blazar.supervisor.sharing import Sharing
 
 log = logging.getLogger("blazar.supervisor")
 
+WEDGED_WAKING = "it answered neither a wake-up from its idle sleep nor its health check"
+
 CATALOG_RECHECK_SECS = 1.0
 """A ready child answers requests without a catalog query for this long after the catalog last confirmed its
 model, so a model removed by another process (``blazar rm``) is refused within about a second."""
@@ -182,7 +184,9 @@ class Supervisor:
         """Wake ``child`` from its idle sleep under a lease (the idle loop must not evict it meanwhile); whether
         it is still the model's ready engine afterwards (else the caller looks again)."""
         with self.lease(child):
-            await sleep.wake(child, float(self.cfg.child_start_timeout_secs))
+            answered = await sleep.wake(child, float(self.cfg.child_start_timeout_secs))
+        if not answered:  # stopped as a wedged engine is; the caller starts a fresh one
+            await self.evict(child.key, WEDGED_WAKING, grace=1.0, only=child, crash=True)
         return child.state is State.READY and self.children.get(child.key) is child
 
     def remove_lora(self, name: str) -> None:

@@ -65,13 +65,19 @@ def needs_wake(child: Child, now: float) -> bool:
     return may_be_asleep(child, now) or (child.waking is not None and not child.waking.done())
 
 
-async def wake(child: Child, timeout: float) -> None:
+WAKE_CHECK_SECS = 5.0
+"""While a wake-up waits for the model to come back, how often the engine's health check is asked whether it still
+answers (a reload is slow; an engine that answers nothing at all, stopped or deadlocked, is wedged)."""
+
+
+async def wake(child: Child, timeout: float) -> bool:
     """Wake ``child``, waiting until its model is back (at most ``timeout`` seconds); callers that arrive meanwhile
-    share the one wake-up. The caller holds a lease on ``child`` meanwhile, so the idle loop leaves it alone. A
-    wake-up that fails is left to the request, whose own failure handling (a dead or wedged engine) applies."""
+    share the one wake-up. The caller holds a lease on ``child`` meanwhile, so the idle loop leaves it alone.
+    False: it answered neither the wake-up nor its health check (``WAKE_CHECK_SECS``), so it is wedged and the
+    caller stops it. A wake-up that fails otherwise is left to the request, whose own failure handling applies."""
     if child.waking is None or child.waking.done():
         child.waking = asyncio.get_running_loop().create_task(_wake(child, timeout))
-    await asyncio.shield(child.waking)
+    return await asyncio.shield(child.waking)
 
 
 def _no_slots(child: Child) -> bool:
@@ -80,21 +86,32 @@ def _no_slots(child: Child) -> bool:
     return "--no-slots" in child.spec.argv_template
 
 
-async def _wake(child: Child, timeout: float) -> None:
+async def _wake(child: Child, timeout: float) -> bool:
     if _no_slots(child):
-        return
+        return True
     t0 = time.monotonic()
+    asked = asyncio.ensure_future(child.ask("/slots", timeout=timeout))
     try:
-        await child.ask("/slots", timeout=timeout)
+        while not (await asyncio.wait({asked}, timeout=WAKE_CHECK_SECS))[0]:
+            if not await child.responsive(any_answer=True):  # asleep or reloading, it still answers /health
+                log.warning(
+                    "waking %s: it answers neither the wake-up nor its health check, so it is wedged",
+                    child.key,
+                )
+                return False
+        asked.result()
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
         log.warning(
-            "waking %s failed (%s); the request goes to it as it is", child.key, e or type(e).__name__
+            "waking %s failed (%s); the request goes to it as it is", child.key, str(e) or type(e).__name__
         )
-        return
+        return True
+    finally:
+        asked.cancel()  # a no-op once it is done
     child.kept_awake = time.monotonic()
     took = child.kept_awake - t0
     if took > 0.05:
         log.info("%s woke from its idle sleep in %.2fs", child.key, took)
+    return True
 
 
 def wants_awake(child: Child) -> bool:
@@ -116,6 +133,6 @@ async def keep_awake(child: Child) -> None:
     try:
         await child.ask("/slots", timeout=ASK_TIMEOUT_SECS)
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
-        log.warning("keeping %s awake failed: %s", child.key, e or type(e).__name__)
+        log.warning("keeping %s awake failed: %s", child.key, str(e) or type(e).__name__)
         return
     child.kept_awake = now
