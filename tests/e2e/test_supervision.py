@@ -231,14 +231,29 @@ def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None
     assert r.status_code == 200, r.text
 
 
-def test_an_engine_a_killed_daemon_left_running_is_stopped_by_the_next(daemon_factory: object) -> None:
-    """kill -9 of the daemon leaves its engine running (it has a session of its own); the next daemon's start stops
-    it, and serves from an engine of its own on the same socket."""
+def test_an_engine_stops_when_its_daemon_is_killed(daemon_factory: object) -> None:
+    """kill -9 of the daemon (an OOM kill): its engine gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and exits,
+    so no engine holds its memory until a next daemon starts."""
     assert callable(daemon_factory)
     d: Daemon = daemon_factory()
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [pid] = d.child_pids()
     assert d.proc is not None
+    d.proc.kill()
+    d.proc.wait()
+    wait_for(lambda: not pid_alive(pid), 15, "the engine of the killed daemon to exit")
+
+
+def test_an_engine_a_killed_daemon_left_running_is_stopped_by_the_next(daemon_factory: object) -> None:
+    """An engine that outlives its killed daemon anyway (here it is stopped with SIGSTOP, so the SIGTERM its
+    daemon's death sends waits) is stopped by the next daemon's start, which serves from an engine of its own on
+    the same socket."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory()
+    assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+    [pid] = d.child_pids()
+    assert d.proc is not None
+    os.kill(pid, signal.SIGSTOP)
     d.proc.kill()
     d.proc.wait()
     assert pid_alive(pid)  # orphaned

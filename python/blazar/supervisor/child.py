@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import enum
 import logging
 import os
 import secrets
 import signal
 import socket
+import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,33 @@ START_MARK = "--- blazar: starting "
 
 BIND_FAILED = "couldn't bind HTTP server socket"
 """llama-server's log line when it cannot listen where it was told (``server-http.cpp``)."""
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_daemon() -> Callable[[], None] | None:
+    """For an engine's process, between fork and exec (Linux): SIGTERM when the daemon's thread that started it
+    (the event loop's, which lives as long as the daemon) ends, so a daemon killed with SIGKILL (an OOM kill)
+    leaves no engine holding its memory. One that survives anyway (it ignores SIGTERM, or the daemon died before
+    this was set) is stopped by the next daemon's start (``DataDir.sweep_run``)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    daemon = os.getpid()
+
+    def die_with_daemon() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != daemon:  # it died before the signal was set
+            os._exit(1)
+
+    return die_with_daemon
+
+
+_DIE_WITH_DAEMON = _die_with_daemon()
 
 
 class State(enum.Enum):
@@ -215,6 +245,7 @@ class Child:
                     stdout=log,
                     stderr=log,
                     start_new_session=True,
+                    preexec_fn=_DIE_WITH_DAEMON,
                 )
             except OSError as e:
                 self.state = State.CRASHED
