@@ -24,6 +24,7 @@ from blazar.hardware import Gpu, Hardware
 from blazar.profile import (
     LaunchSpec,
     compile_profile,
+    embed_slots,
     find_mmproj,
     prepare,
     render_command,
@@ -207,6 +208,18 @@ def test_embeddings_profile(tmp_path: Path, model_file: Path) -> None:
     # an input embeds in one batch: late_chunking_max_tokens (2048) within a slot, not llama-server's 512
     assert a[-7:] == ("--embeddings", "--pooling", "mean", "--batch-size", "2048", "--ubatch-size", "2048")
     assert "--lookup-cache-dynamic" not in a
+
+
+def test_an_embedding_engine_takes_a_power_of_two_of_slots(tmp_path: Path, model_file: Path) -> None:
+    # llama-server aborts at start with 3 embedding slots (checked against the real engine in e2e); chat keeps 3
+    cfg = cfg_from(tmp_path, "ctx_size = 1536\nparallel = 3\n")
+    emb = compile_profile(cfg, row(model_file), ENGINE, embeddings=True, hardware=ROOMY)
+    a = emb.argv_template
+    assert a[a.index("--parallel") + 1] == "2" and emb.parallel == 2
+    assert a[-2:] == ("--ubatch-size", str(min(2048, emb.ctx_size // 2)))  # a slot is ctx / 2
+    chat = compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY)
+    assert chat.argv_template[chat.argv_template.index("--parallel") + 1] == "3"
+    assert [embed_slots(n) for n in (1, 2, 3, 4, 5, 7, 8, 9, 64)] == [1, 2, 2, 4, 4, 4, 8, 8, 64]
 
 
 def test_late_chunking_profile(tmp_path: Path, model_file: Path) -> None:

@@ -323,6 +323,13 @@ def mmproj_for(cfg: Config, model: ModelRow) -> Path | None:
     return find_mmproj(model.path)
 
 
+def embed_slots(parallel: int) -> int:
+    """An embedding engine's slot count: ``parallel`` rounded down to a power of two, as llama-server aborts at
+    start with any other (``GGML_ASSERT(ggml_can_mul_mat)`` in its warm-up; build b11434: 3, 5, 6 and 7 abort,
+    1, 2, 4 and 8 serve)."""
+    return 1 << (max(1, parallel).bit_length() - 1)
+
+
 def compile_llama_cpp(
     cfg: Config,
     model: ModelRow,
@@ -341,7 +348,7 @@ def compile_llama_cpp(
     ubatch = None
     if embeddings:
         asked = ctx_size or st.ctx_size
-        ubatch = late_chunk_batch(cfg, asked // max(1, st.parallel) if asked else 0)
+        ubatch = late_chunk_batch(cfg, asked // embed_slots(st.parallel) if asked else 0)
     est = fit_model(cfg, model, hardware=hardware, ctx_size=ctx_size, mmproj=mmproj, ubatch=ubatch).require()
     if est.reduced:
         log.warning(
@@ -351,6 +358,7 @@ def compile_llama_cpp(
             est.ctx_size,
             est.placement,
         )
+    parallel = embed_slots(est.parallel) if embeddings or tokens else est.parallel
     data = cfg.data_dir
     slot_dir = DataDir(data).bank(model.name)
     sock = DataDir(data).run_file(child_key(model.name, embeddings, tokens), "sock")
@@ -367,7 +375,7 @@ def compile_llama_cpp(
         socket=sock if unix else None,  # else a TCP port on 127.0.0.1
     )
     argv += [
-        "--parallel", str(est.parallel),
+        "--parallel", str(parallel),
         "--cache-type-k", est.settings.cache_type_k,
         "--cache-type-v", est.settings.cache_type_v,
         "--flash-attn", est.settings.flash_attn,
@@ -396,7 +404,7 @@ def compile_llama_cpp(
         argv += ["--spec-type", "ngram-cache", "--lookup-cache-dynamic", str(lookup)]
     if embeddings and not tokens:
         # one input up to late_chunking_max_tokens (within a slot), not llama-server's default batch of 512
-        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, est.parallel)))
+        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, parallel)))
         argv += ["--embeddings", "--pooling", "mean", "--batch-size", batch, "--ubatch-size", batch]
     sleep_secs = _flag_int(ov.extra_args, "--sleep-idle-seconds")  # the user's own wins
     if sleep_secs is None:
@@ -410,12 +418,12 @@ def compile_llama_cpp(
     if tokens:
         # late chunking: one vector per token, pooled per chunk by the gateway, and a request's tokens embedded in
         # one batch; after extra_args, so a model's own --pooling or -ub (for its other engines) cannot undo it
-        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, est.parallel)))
+        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, parallel)))
         argv += ["--embeddings", "--pooling", "none", "--batch-size", batch, "--ubatch-size", batch]
     return LaunchSpec(
         argv_template=tuple(argv),
         ctx_size=est.ctx_size,
-        parallel=est.parallel,
+        parallel=parallel,
         slot_save_dir=slot_dir,
         lookup_cache=lookup,
         socket_path=sock if unix else None,

@@ -453,3 +453,13 @@ def test_a_chunked_body_with_trailers_is_a_400_and_an_unread_body_closes_the_con
     assert answer.startswith(b"HTTP/1.1 400") and b"did not end with its last chunk" in answer, answer[:400]
     r = httpx.post(daemon.url + "/v1/nothing", content=b"x" * 300_000, timeout=30)
     assert r.status_code == 404 and r.headers.get("connection") == "close", r.headers
+
+
+def test_embeddings_with_three_slots(daemon_factory: object) -> None:
+    """parallel = 3: the chat engine takes 3 slots and the embedding engine 2, as llama-server aborts at start
+    with 3 embedding slots."""
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory("ctx_size = 1536\nparallel = 3\n")
+    r = httpx.post(d.url + "/v1/embeddings", json={"model": "smollm2", "input": ["a", "b", "c"]}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"]) == 3
