@@ -743,7 +743,7 @@ def test_count_tokens_notes_generation_fields() -> None:
         (429, "rate_limit_error"),
         (500, "api_error"),
         (502, "api_error"),
-        (503, "overloaded_error"),
+        (503, "api_error"),
         (504, "timeout_error"),
         (529, "overloaded_error"),
     ],

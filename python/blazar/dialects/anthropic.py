@@ -41,7 +41,7 @@ _ERROR_TYPES = {
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
-    503: "overloaded_error",
+    503: "api_error",  # not in Anthropic's list: a busy 503 goes out as 529 (gateway.app.wire_status)
     504: "timeout_error",
     529: "overloaded_error",
 }

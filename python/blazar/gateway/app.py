@@ -77,10 +77,13 @@ def render_error(dialect: str, status: int, message: str, kind: str | None) -> b
     return openai_dialect.render_error(status, message, kind)
 
 
-def wire_status(dialect: str, status: int) -> int:
-    """The status an error goes out with: Anthropic's API says "overloaded" with 529, never 503 (its SDK raises
-    OverloadedError for it)."""
-    return 529 if status == 503 and dialect == "anthropic" else status
+def wire_status(dialect: str, status: int, headers: list[tuple[str, str]]) -> int:
+    """The status an error goes out with: a busy 503 (one that says when to come back: the model's slots stayed
+    taken, an engine held back) is 529 in Anthropic's dialect, which says "overloaded" so (its SDK raises
+    OverloadedError); its other 503s (a feature another lane lacks) stay 503, an ``api_error``."""
+    if status == 503 and dialect == "anthropic" and any(k == "retry-after" for k, _ in headers):
+        return 529
+    return status
 
 
 async def _healthz(sup: Supervisor, req: Request, proto: Any) -> Response:
@@ -310,7 +313,7 @@ class App:
                 if retry:
                     extra.append(("retry-after", str(retry)))
             message = self.sup.data.redact(req.scrub(message))  # never where a file lives, nor a hidden name
-            status = wire_status(dialect, status)
+            status = wire_status(dialect, status, extra)
             extra.extend(_unread_body_closes(scope, req))
             self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
                           render_error(dialect, status, message, kind))  # fmt: skip
@@ -325,7 +328,7 @@ class App:
                 if failure is not None
                 else f"database error; see the daemon log for trace {trace}"
             )
-            status = wire_status(dialect, 503)
+            status = 503
             self._respond(
                 proto, req, status, JSON_HEADERS, render_error(dialect, 503, message, "blazar_error")
             )
