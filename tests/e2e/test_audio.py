@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.audio import TranscriptionVerbose
 
 from tests.conftest import Daemon, WhisperAssets, closing, wait_for
 
@@ -42,6 +43,30 @@ def test_transcriptions_in_every_format(d: Daemon, whisper_assets: WhisperAssets
             model="whisper-tiny", file=f, response_format="verbose_json", language="en", temperature=0
         )
     assert WORDS in verbose.text.lower() and verbose.segments and verbose.duration and verbose.duration > 10
+    # OpenAI's shape, every field its types require (the SDK builds the object without checking them)
+    checked = TranscriptionVerbose.model_validate(verbose.model_dump())
+    assert checked.segments and all(seg.seek == 0 and seg.compression_ratio > 0 for seg in checked.segments)
+    assert checked.usage is not None and checked.usage.seconds == 11 and checked.words is None
+    with whisper_assets.sample.open("rb") as f:
+        timed = client.audio.transcriptions.create(
+            model="whisper-tiny",
+            file=f,
+            response_format="verbose_json",
+            timestamp_granularities=["word", "segment"],
+        )
+    words = TranscriptionVerbose.model_validate(timed.model_dump()).words
+    assert words and [w.word for w in words[:3]] == ["And", "so", "my"], words
+    assert all(w.start <= w.end for w in words) and timed.segments
+    wrong = httpx.post(
+        d.url + "/v1/audio/transcriptions",
+        files={"file": ("jfk.wav", whisper_assets.sample.read_bytes(), "audio/wav")},
+        data={"model": "whisper-tiny", "timestamp_granularities[]": "word"},
+        timeout=120,
+    )
+    assert (
+        wrong.status_code == 400
+        and "needs response_format 'verbose_json'" in wrong.json()["error"]["message"]
+    )
     for fmt, mark in (("srt", "-->"), ("vtt", "WEBVTT")):
         r = httpx.post(
             d.url + "/v1/audio/transcriptions",

@@ -4,8 +4,9 @@ The client's multipart form (``file``, ``model``, ``response_format``, ``languag
 is checked here, claimed and admitted like any request for its model (scope, quotas, one transcription at a time
 per engine), and sent to the model's ``whisper-server`` as the form that server reads (a translation adds its
 ``translate`` field). Its answer comes back in OpenAI's shapes: ``json`` is ``{"text": ...}`` with whisper's
-segment breaks joined as OpenAI joins them, ``verbose_json`` is whisper-server's own (OpenAI's fields and a
-few more), ``text``, ``srt`` and ``vtt`` are plain text. Audio the engine cannot read is a 400 that says which
+segment breaks joined as OpenAI joins them, ``verbose_json`` is OpenAI's (segments with its fields, ``words`` for
+``timestamp_granularities[]`` ``word``, ``usage``) made from whisper-server's, ``text``, ``srt`` and ``vtt`` are
+plain text. Audio the engine cannot read is a 400 that says which
 formats it reads.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+import zlib
 from typing import Any
 
 import orjson
@@ -74,6 +76,7 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
     fmt = _field(fields, "response_format") or "json"
     if fmt not in FORMATS:
         raise HttpError(400, f"'response_format' must be one of {', '.join(FORMATS)}, not '{fmt[:40]}'")
+    granularities = _granularities(fields, fmt)
     if (_field(fields, "stream") or "false").lower() == "true":
         raise HttpError(400, "'stream' is not supported for whisper models: send it without stream")
     form: dict[str, str] = {"response_format": "verbose_json" if fmt == "json" else fmt}
@@ -146,8 +149,65 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
         if isinstance(duration, int | float):
             reply["usage"] = {"type": "duration", "seconds": max(1, round(duration))}
         return 200, JSON_HEADERS, orjson.dumps(reply)
-    out["text"] = text
-    return 200, JSON_HEADERS, orjson.dumps(out)
+    return 200, JSON_HEADERS, orjson.dumps(_verbose(out, text, granularities, translate))
+
+
+_GRANULARITIES = "timestamp_granularities[]"
+
+
+def _granularities(fields: dict[str, tuple[str | None, bytes]], fmt: str) -> set[str]:
+    """OpenAI's ``timestamp_granularities[]`` (``word``, ``segment``), which only ``verbose_json`` carries."""
+    given = _field(fields, _GRANULARITIES) or _field(fields, "timestamp_granularities") or ""
+    asked = {g.strip() for g in given.split(",") if g.strip()}
+    if asked - {"word", "segment"}:
+        raise HttpError(400, "'timestamp_granularities[]' takes 'word' and 'segment'")
+    if asked and fmt != "verbose_json":
+        raise HttpError(400, "'timestamp_granularities[]' needs response_format 'verbose_json'")
+    return asked
+
+
+def _verbose(out: dict[str, Any], text: str, granularities: set[str], translate: bool) -> dict[str, Any]:
+    """whisper-server's verbose_json as OpenAI's: its segments with OpenAI's fields (``seek``, the 30 s window a
+    segment was decoded in, in centiseconds; ``compression_ratio``, its text's gzip ratio, as Whisper computes
+    it), ``words`` (word, start, end) when the client asked for word timestamps, and ``usage``."""
+    segments = [s for s in out.get("segments") or [] if isinstance(s, dict)]
+    reply: dict[str, Any] = {
+        "task": "translate" if translate else "transcribe",
+        "language": out.get("language"),
+        "duration": out.get("duration"),
+        "text": text,
+        "segments": [_segment(s) for s in segments],
+    }
+    if "word" in granularities:
+        reply["words"] = [
+            {"word": w["word"].strip(), "start": w.get("start"), "end": w.get("end")}
+            for s in segments
+            for w in s.get("words") or []
+            if isinstance(w, dict) and isinstance(w.get("word"), str) and w["word"].strip()
+        ]
+    duration = out.get("duration")
+    if isinstance(duration, int | float):
+        reply["usage"] = {"type": "duration", "seconds": max(1, round(duration))}
+    return reply
+
+
+def _segment(s: dict[str, Any]) -> dict[str, Any]:
+    given, at = s.get("text"), s.get("start")
+    text = given if isinstance(given, str) else ""
+    start = float(at) if isinstance(at, int | float) else 0.0
+    raw = text.encode()
+    return {
+        "id": s.get("id", 0),
+        "seek": int(start // 30) * 3000,
+        "start": start,
+        "end": s.get("end", start),
+        "text": text,
+        "tokens": s.get("tokens") or [],
+        "temperature": s.get("temperature", 0.0),
+        "avg_logprob": s.get("avg_logprob", 0.0),
+        "compression_ratio": len(raw) / len(zlib.compress(raw)) if raw else 0.0,
+        "no_speech_prob": s.get("no_speech_prob", 0.0),
+    }
 
 
 def _joined(text: str) -> str:

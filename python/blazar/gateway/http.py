@@ -243,7 +243,7 @@ def parse_multipart(
     content_type: str | None, body: bytes, expect: str
 ) -> dict[str, tuple[str | None, bytes]]:
     """The fields of a ``multipart/form-data`` body: name -> (filename, bytes), each part's bytes exactly as
-    sent. Parts are found with ``bytes.find`` (a 50 MiB upload in milliseconds); a body cut off before its
+    sent (the first of a repeated name; an array field's, ``name[]``, joined by commas). Parts are found with ``bytes.find`` (a 50 MiB upload in milliseconds); a body cut off before its
     closing boundary, or a part that is itself multipart, is refused (``expect``: what to send instead)."""
     delim = b"--" + _boundary(content_type, expect)
     unreadable = HttpError(
@@ -278,6 +278,8 @@ def parse_multipart(
             if part.get_content_maintype() == "multipart":
                 raise HttpError(400, f"the multipart field '{name[:40]}' must hold a file, not more parts")
             fields[name] = (part.get_filename(), body[start:end])
+        elif isinstance(name, str) and name.endswith("[]"):  # an array, sent one value per part
+            fields[name] = (fields[name][0], fields[name][1] + b"," + body[start:end])
         pos = end + 2 + len(delim)
 
 
