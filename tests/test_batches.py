@@ -67,6 +67,16 @@ def test_a_multipart_upload_as_clients_send_it() -> None:
     fields = parse_form(req.headers["content-type"], req.read())
     assert fields["file"] == ("in.jsonl", b'{"a": 1}\r\n{"b": 2}\n')  # the bytes exactly, line ends included
     assert fields["purpose"] == (None, b"batch")
+    # a repeated array field (the openai SDK sends one part per value) is its values joined; any other repeated
+    # field is its first
+    arr = httpx.Request(
+        "POST",
+        "http://x/v1/audio/transcriptions",
+        files={"file": ("a.wav", b"RIFF")},
+        data={"timestamp_granularities[]": ["word", "segment"], "model": ["m1", "m2"]},
+    )
+    got = parse_form(arr.headers["content-type"], arr.read())
+    assert got["timestamp_granularities[]"] == (None, b"word,segment") and got["model"] == (None, b"m1")
     big = b'{"custom_id": "x"}\r\n--\r\n' * 1_500_000  # 30 MB, dashes and line ends inside
     req_big = httpx.Request(
         "POST", "http://x/v1/files", files={"file": ("big.jsonl", big)}, data={"purpose": "batch"}
