@@ -166,16 +166,18 @@ def test_a_batch_runs_only_under_a_key_that_exists_now(tmp_path: Path) -> None:
 
 
 def test_a_busy_answer_once_the_batch_is_cancelled_means_the_request_never_ran(tmp_path: Path) -> None:
-    """While a batch is cancelled, a request answered 429/503 (busy: it never ran) is not retried and goes to
-    neither file (Anthropic's results call it canceled); any other answer stands."""
+    """While a batch is cancelled, a request answered busy (429, or 503 with Retry-After: it never ran) is not
+    retried and goes to neither file (Anthropic's results call it canceled); any other answer stands."""
     from aiohttp import web
 
     async def scenario() -> None:
-        answers = {"busy": 503, "bad": 400}
+        answers = {"busy": 503, "bad": 400, "lane": 503}
 
         async def handler(request: web.Request) -> web.Response:
             kind = (await request.json())["messages"][0]["content"]
-            return web.json_response({"error": {"message": kind}}, status=answers[kind])
+            # busy says when to come back; a 503 for what the model's lane cannot do does not, and stands
+            headers = {"retry-after": "1"} if kind == "busy" else {}
+            return web.json_response({"error": {"message": kind}}, status=answers[kind], headers=headers)
 
         app = web.Application()
         app.router.add_post(EP, handler)
@@ -200,6 +202,9 @@ def test_a_busy_answer_once_the_batch_is_cancelled_means_the_request_never_ran(t
                 assert await batches._send(busy, None, "b1") is None
                 sent = await batches._send(bad, None, "b1")
                 assert sent is not None and sent[0] is False and sent[1]["response"]["status_code"] == 400
+                lane = read_input(line(body={**body, "messages": [{"role": "user", "content": "lane"}]}), EP)
+                stood = await batches._send(lane[0][0], None, "b1")
+                assert stood is not None and stood[1]["response"]["status_code"] == 503
         await runner_.cleanup()
 
     asyncio.run(scenario())

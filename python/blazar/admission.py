@@ -172,7 +172,8 @@ class Admission:
         self._scheds: dict[str, Scheduler] = {}
 
     def scheduler(self, model_key: str, slots: int) -> Scheduler:
-        """The model's scheduler, created on first use; ``slots`` (N) follows the engine's parallel setting."""
+        """The model's scheduler, created on first use; ``slots`` (N) follows the engine's slot count (its
+        parallel setting; an embedding engine's, rounded down to a power of two: ``profile.embed_slots``)."""
         sched = self._scheds.get(model_key)
         if sched is None:
             sched = self._scheds[model_key] = Scheduler(slots)

@@ -27,6 +27,8 @@ class BlazarError(Exception):
     """Base class; ``status`` is the HTTP status the gateway uses when it reaches a client."""
 
     status = 500
+    retry_after: int | None = None
+    """For a busy answer (the model's slots stayed taken): when to come back, sent as ``Retry-After``."""
 
 
 class ConfigError(BlazarError):

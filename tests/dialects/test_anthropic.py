@@ -328,6 +328,9 @@ def test_fields_the_api_types_strictly(extra: dict[str, Any], message: str) -> N
     assert e.value.status == 400
     ok = anthropic.parse_messages(msgs(metadata={"user_id": "u-1"}, service_tier="auto"))
     assert "metadata is accepted and not used" in ok.notes
+    anthropic.parse_messages(
+        msgs(metadata={"user_id": None}, service_tier=None)
+    )  # null is absent, as elsewhere
 
 
 def test_tool_round_trip_into_the_engine_body() -> None:

@@ -67,6 +67,23 @@ def test_transcriptions_in_every_format(d: Daemon, whisper_assets: WhisperAssets
         wrong.status_code == 400
         and "needs response_format 'verbose_json'" in wrong.json()["error"]["message"]
     )
+    # tiny.en hears English whatever language says, and has nothing to translate: both noted
+    audio = {"file": ("jfk.wav", whisper_assets.sample.read_bytes(), "audio/wav")}
+    url = d.url + "/v1/audio/transcriptions"
+    french = httpx.post(url, files=audio, data={"model": "whisper-tiny", "language": "fr"}, timeout=120)
+    assert french.status_code == 200 and WORDS in french.json()["text"].lower()
+    noted = french.headers["x-blazar-ignored"]
+    assert "language 'fr': 'whisper-tiny:latest' is an English-only model (tiny.en)" in noted, noted
+    translated = httpx.post(
+        d.url + "/v1/audio/translations", files=audio, data={"model": "whisper-tiny"}, timeout=120
+    )
+    assert translated.status_code == 200 and WORDS in translated.json()["text"].lower()
+    assert (
+        "translation: 'whisper-tiny:latest' is an English-only model"
+        in translated.headers["x-blazar-ignored"]
+    )
+    plain = httpx.post(url, files=audio, data={"model": "whisper-tiny"}, timeout=120)
+    assert "x-blazar-ignored" not in plain.headers
     for fmt, mark in (("srt", "-->"), ("vtt", "WEBVTT")):
         r = httpx.post(
             d.url + "/v1/audio/transcriptions",

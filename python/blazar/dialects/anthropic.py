@@ -202,7 +202,7 @@ _SERVICE_TIERS = ("auto", "standard_only")
 
 def _check_ignored(key: str, value: Any) -> None:
     """An accepted-and-unused field still has the API's type, as a client written against the API sends it."""
-    if key == "service_tier" and value not in _SERVICE_TIERS:
+    if key == "service_tier" and value is not None and value not in _SERVICE_TIERS:
         raise DialectError(
             400, f"service_tier: Input should be 'auto' or 'standard_only', got {shown(value)}"
         )

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from blazar import ggml_whisper
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.engines.argv import WHISPER_PATH
 from blazar.gateway import core, proxy, routing
@@ -113,7 +114,8 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
     if translate:
         form["translate"] = "true"
     canon = CanonicalRequest(model=model, kind="audio")
-    _name, key, slots = routing.claim(sup, req, canon)
+    name, key, slots = routing.claim(sup, req, canon)
+    _note_english_only(sup, req, name, language, translate)
     with await req.gate.admit(req, key, slots, canon):
         child, _load_ns = await core.ready_child(sup, req, canon)
         body, content_type = _multipart(fields["file"][0] or "audio.wav", fields["file"][1], form)
@@ -150,6 +152,26 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
             reply["usage"] = {"type": "duration", "seconds": max(1, round(duration))}
         return 200, JSON_HEADERS, orjson.dumps(reply)
     return 200, JSON_HEADERS, orjson.dumps(_verbose(out, text, granularities, translate))
+
+
+def _note_english_only(
+    sup: Supervisor, req: Request, name: str, language: str | None, translate: bool
+) -> None:
+    """An English-only model (``tiny.en``, ...) transcribes English whatever ``language`` says, and has nothing to
+    translate: noted in ``x-blazar-ignored``."""
+    row = sup.catalog.find(name)
+    info = ggml_whisper.read(row.path) if row is not None else None
+    if info is None or info.multilingual:
+        return
+    if language and language not in ("en", "auto"):
+        routing.note_ignored(
+            req,
+            f"language '{language}': '{name}' is an English-only model ({info.size}), which hears English",
+        )
+    if translate:
+        routing.note_ignored(
+            req, f"translation: '{name}' is an English-only model ({info.size}), so it transcribes English"
+        )
 
 
 _GRANULARITIES = "timestamp_granularities[]"

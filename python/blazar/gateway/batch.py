@@ -4,16 +4,15 @@ Routes: ``/v1/files`` (POST multipart upload, GET list), ``/v1/files/{id}`` (GET
 (GET), ``/v1/batches`` (POST create, GET list), ``/v1/batches/{id}`` (GET), ``/v1/batches/{id}/cancel`` (POST).
 
 ``BatchRunner`` runs one batch at a time, ``PARALLEL`` of its requests in flight (fewer for a key whose
-``max_concurrent`` is lower: one less than it, so the key's owner can still make a request). Each request goes through this
-daemon's own HTTP front door, under the key that made the batch (its secret looked up per request, so a rotation
-is followed) and ``x-blazar-priority: low``: the same auth, scope, quotas, admission and translation as a
-client's request, and interactive traffic goes first. A busy answer (429, 503; 529 from /v1/messages) is retried
-after a pause. Answers with a 2xx status go to the output file, others (and requests that got no answer) to the
-error file. A batch whose key is gone, or that was made while auth was off and meets keys now, fails saying so.
-A batch left
-unfinished by a restart runs again from its start; cancelling stops sending its requests, and what was answered
-is kept; a batch still queued is cancelled at once. Uploads and inputs are read off the event loop. Storage is
-``blazar.batches``.
+``max_concurrent`` is lower: one less than it, so the key's owner can still make a request). Each request goes
+through this daemon's own HTTP front door, under the key that made the batch (its secret looked up per request, so
+a rotation is followed) and ``x-blazar-priority: low``: the same auth, scope, quotas, admission and translation as
+a client's request, and interactive traffic goes first. A busy answer (429; a 503, or 529 from /v1/messages, with
+Retry-After) is retried after a pause. Answers with a 2xx status go to the output file, others (and requests that
+got no answer) to the error file. A batch whose key is gone, or that was made while auth was off and meets keys
+now, fails saying so. A batch left unfinished by a restart runs again from its start; cancelling stops sending its
+requests, and what was answered is kept; a batch still queued is cancelled at once. Uploads and inputs are read
+off the event loop. Storage is ``blazar.batches``.
 """
 
 from __future__ import annotations
@@ -61,8 +60,7 @@ SAVE_EVERY_SECS = 1.0
 REQUEST_TIMEOUT_SECS = 3600.0
 RETRIES = 20
 """How often one request answered 429 or 503 (busy) is sent again before its answer stands."""
-BUSY = (429, 503, 529)
-"""Busy answers: a rate limit, the model's slots taken (529 is that in Anthropic's dialect)."""
+
 RETRY_MAX_SECS = 30.0
 RETRY_FAR_SECS = 300.0
 """A busy answer whose ``Retry-After`` is longer than this (a key's spent daily_tokens, which reset at midnight)
@@ -400,7 +398,8 @@ class BatchRunner:
 
     async def _send(self, line: Line, owner: str | None, batch_id: str) -> tuple[bool, dict[str, Any]] | None:
         """One request through the front door: (answered 2xx, the output or error file's record). A busy answer
-        (429, 503: the model's slots stayed taken, a rate limit) is retried after a pause, up to ``RETRIES``
+        (429, or a 503 or 529 with Retry-After: the model's slots stayed taken, a rate limit, an engine held back;
+        not a 503 for a feature the model's lane lacks, which stays so) is retried after a pause, up to ``RETRIES``
         times: a batch waits for capacity rather than failing for it. Once the batch is being cancelled a busy
         answer means the request never ran: None, as for the requests the cancel kept from being sent."""
         record: dict[str, Any] = {"id": new_id("batch_req"), "custom_id": line.custom_id, "response": None,
@@ -433,7 +432,8 @@ class BatchRunner:
                     "message": f"the request got no answer: {e or type(e).__name__}",
                 }
                 return False, record
-            if status in BUSY and attempt < RETRIES and not _too_far(retry_after):
+            busy = status == 429 or (status in (503, 529) and retry_after is not None)
+            if busy and attempt < RETRIES and not _too_far(retry_after):
                 if batch_id in self.cancelling:
                     return None
                 await asyncio.sleep(_pause(retry_after, attempt))

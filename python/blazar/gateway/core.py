@@ -299,7 +299,7 @@ async def _dispatch(
                 "invalid_request_error",
             )
         if forced_tools.asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
-            field = forced_tools.think_field(shape.translator)
+            field = forced_tools.think_field(shape.translator, canon)
             note_ignored(
                 req, f"{field} is ignored: the chat template of '{child.model}' has no thinking section"
             )

@@ -72,8 +72,11 @@ def asks_to_think(canon: CanonicalRequest) -> bool:
 _THINK_FIELD = {"openai": "reasoning_effort", "anthropic": "thinking", "responses": "reasoning"}
 
 
-def think_field(translator: str) -> str:
-    """The request field that turned thinking on, in the caller's dialect (Ollama's is ``think``)."""
+def think_field(translator: str, canon: CanonicalRequest) -> str:
+    """The request field that turned thinking on, in the caller's dialect (Ollama's is ``think``); an OpenAI
+    request may have sent llama-server's own ``chat_template_kwargs`` instead of ``reasoning_effort``."""
+    if translator == "openai" and canon.params.get("reasoning_effort") is None:
+        return "chat_template_kwargs.enable_thinking"
     return _THINK_FIELD.get(translator, "think")
 
 

@@ -17,6 +17,7 @@ from blazar.gateway import remote, tenancy
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import EMBED_SUFFIXES, child_key, safe_component
 from blazar.presets import Preset
+from blazar.profile import embed_slots
 from blazar.supervisor import Supervisor
 from blazar.supervisor.remotes import Remote
 
@@ -63,6 +64,8 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> Route:
     )
     ov = sup.cfg.model_override(base)
     slots = 1 if whisper else ov.parallel if ov.parallel is not None else sup.cfg.parallel
+    if embedding or canon.late_chunking:  # the embedding engine's own slot count (``profile.embed_slots``)
+        slots = embed_slots(slots)
     engine = sup.sharing.owner(base)  # a model over another's weights file shares its engine
     target = name, child_key(engine, embedding, canon.late_chunking), slots
     if row is None or whisper:

@@ -44,18 +44,28 @@ BIND_FAILED = "couldn't bind HTTP server socket"
 _PR_SET_PDEATHSIG = 1
 
 
+def _prctl() -> Any:
+    """libc's ``prctl`` (Linux), resolved once: an engine's process only calls it between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
 def _die_with_daemon() -> Callable[[], None] | None:
     """For an engine's process, between fork and exec (Linux): SIGTERM when the daemon's thread that started it
     (the event loop's, which lives as long as the daemon) ends, so a daemon killed with SIGKILL (an OOM kill)
     leaves no engine holding its memory. One that survives anyway (it ignores SIGTERM, or the daemon died before
     this was set) is stopped by the next daemon's start (``DataDir.sweep_run``)."""
-    if not sys.platform.startswith("linux"):
+    prctl = _PRCTL
+    if prctl is None:
         return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
-    except (OSError, AttributeError):
-        return None
-    daemon = os.getpid()
+    daemon = os.getpid()  # this process, at this spawn
 
     def die_with_daemon() -> None:
         prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
@@ -63,9 +73,6 @@ def _die_with_daemon() -> Callable[[], None] | None:
             os._exit(1)
 
     return die_with_daemon
-
-
-_DIE_WITH_DAEMON = _die_with_daemon()
 
 
 class State(enum.Enum):
@@ -245,7 +252,7 @@ class Child:
                     stdout=log,
                     stderr=log,
                     start_new_session=True,
-                    preexec_fn=_DIE_WITH_DAEMON,
+                    preexec_fn=_die_with_daemon(),
                 )
             except OSError as e:
                 self.state = State.CRASHED

@@ -26,7 +26,7 @@ from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
 from blazar.loras import LoraRow, Loras
 from blazar.paths import DataDir, child_key
 from blazar.presets import Preset
-from blazar.profile import compile_profile, model_settings
+from blazar.profile import compile_profile, embed_slots, model_settings
 from blazar.store import Store
 from blazar.supervisor import adapters, bank, hints, sleep
 from blazar.supervisor.breaker import Breakers
@@ -355,10 +355,14 @@ class Supervisor:
                     if why.startswith("for num_ctx")
                     else "adapters added before the model's engine starts are loaded with it"
                 )
-                raise LaneError(
+                busy = LaneError(
                     f"model '{child.model}' stayed busy for {self.cfg.queue_wait_secs} s, so it could not restart"
                     f" {why}; retry when its requests finish, or {fix}"
                 )
+                busy.retry_after = (
+                    1  # busy, as all_slots_busy is: a 529 for Anthropic clients, retried by batches
+                )
+                raise busy
             await asyncio.sleep(DRAIN_POLL_SECS)
 
     async def _spawn(
@@ -372,7 +376,10 @@ class Supervisor:
     ) -> Child:
         # Compiling reads the GGUF header and probes the GPU: off the event loop. A request's num_ctx is per
         # slot; the engine's context is shared by its slots.
-        ctx_total = num_ctx * model_settings(self.cfg, model.name).parallel if num_ctx else None
+        slots = model_settings(self.cfg, model.name).parallel
+        if embeddings or tokens:
+            slots = embed_slots(slots)
+        ctx_total = num_ctx * slots if num_ctx else None
         spec = await asyncio.to_thread(
             compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total, tokens=tokens
         )

@@ -93,7 +93,8 @@ async def _wake(child: Child, timeout: float) -> bool:
     asked = asyncio.ensure_future(child.ask("/slots", timeout=timeout))
     try:
         while not (await asyncio.wait({asked}, timeout=WAKE_CHECK_SECS))[0]:
-            if not await child.responsive(any_answer=True):  # asleep or reloading, it still answers /health
+            # asleep or reloading, it still answers /health (and the wake-up may have come in meanwhile)
+            if not await child.responsive(any_answer=True) and not asked.done():
                 log.warning(
                     "waking %s: it answers neither the wake-up nor its health check, so it is wedged",
                     child.key,
