@@ -625,20 +625,53 @@ def test_an_assistant_refusal_part_reaches_the_engine_as_text() -> None:
 
 
 def test_openai_fields_no_engine_reads_are_named() -> None:
-    req = openai.parse_chat(
-        chat(
-            modalities=["text", "audio"],
-            audio={"voice": "alloy"},
-            store=True,
-            metadata={"a": "b"},
-            verbosity="low",
-        )
-    )
+    req = openai.parse_chat(chat(store=True, metadata={"a": "b"}, verbosity="low"))
     assert req.notes == [
-        "audio: answers are text only",
         "store: Blazar keeps no completions",
         "metadata: accepted and not used",
         "verbosity: the model's length follows the prompt and max_tokens",
-        "modalities: answers are text only",
     ]
     assert openai.parse_chat(chat(store=False, modalities=["text"])).notes == []
+    # audio output is refused (a client would read message.audio), not answered as text
+    for asked in (
+        {"modalities": ["text", "audio"], "audio": {"voice": "alloy"}},
+        {"audio": {"voice": "alloy"}},
+    ):
+        assert "asks for audio output, which local models do not make" in refused(
+            openai.parse_chat, chat(**asked)
+        )
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"logit_bias": {"123": "x"}}, "'logit_bias' must be an object mapping token ids"),
+        ({"logit_bias": {"123": 200}}, "biases from -100 to 100"),
+        ({"logit_bias": {"abc": 1}}, "'logit_bias' must be"),
+        ({"reasoning_effort": "extreme"}, "'reasoning_effort' must be \"none\""),
+        ({"service_tier": 5}, "'service_tier' must be \"auto\""),
+        ({"metadata": {"a": 1}}, "'metadata' must be an object of string values"),
+        ({"modalities": "audio"}, "'modalities' must be an array"),
+        ({"messages": [{"role": "user", "content": "x", "name": 5}]}, "'messages[0].name' must be a string"),
+        (
+            {"messages": [{"role": "assistant", "content": "y", "reasoning_content": 5}]},
+            "'messages[0].reasoning_content' must be a string",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": 5, "schema": {}}}},
+            "'response_format.json_schema.name' must be a string",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"strict": "yes", "schema": {}}}},
+            "'response_format.json_schema.strict' must be a boolean",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]},
+            "'tools[0].function.strict' must be a boolean",
+        ),
+    ],
+)
+def test_typed_openai_fields(extra: dict[str, Any], needle: str) -> None:
+    assert needle in refused(openai.parse_chat, chat(**extra))
+    ok = chat(logit_bias={"123": -100, "7": 5.5}, reasoning_effort="low", service_tier="auto")
+    assert openai.parse_chat(ok).params["logit_bias"] == {"123": -100, "7": 5.5}

@@ -476,6 +476,10 @@ def function_tools(value: Any, where: str = "tools") -> list[dict[str, Any]] | N
             canon["description"] = desc
         canon["parameters"] = params
         if "strict" in fn and fn["strict"] is not None:
+            if not isinstance(fn["strict"], bool):
+                raise DialectError(
+                    400, f"'{at}.function.strict' must be a boolean, got {shown(fn['strict'])}"
+                )
             canon["strict"] = fn["strict"]
         out.append({"type": "function", "function": canon})
     return out

@@ -42,10 +42,28 @@ _TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "frequency_penalty": _NUMBER,
     "seed": _INT,
     "user": _STR,
-    "metadata": _OBJECT,
+    "metadata": (
+        lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+        "an object of string values",
+    ),
     "store": _BOOL,
     "parallel_tool_calls": _BOOL,
-    "logit_bias": (lambda v: isinstance(v, dict | list), "an object of token id to bias"),
+    "logit_bias": (
+        lambda v: isinstance(v, list) or (isinstance(v, dict) and all(_bias(k, b) for k, b in v.items())),
+        "an object mapping token ids (as strings) to biases from -100 to 100",
+    ),
+    "reasoning_effort": (
+        lambda v: v in ("none", "minimal", "low", "medium", "high", "xhigh"),
+        '"none", "minimal", "low", "medium", "high" or "xhigh"',
+    ),
+    "service_tier": (
+        lambda v: v in ("auto", "default", "flex", "scale", "priority"),
+        '"auto", "default", "flex", "scale" or "priority"',
+    ),
+    "modalities": (
+        lambda v: isinstance(v, list) and all(m in ("text", "audio") for m in v),
+        'an array of "text" and "audio"',
+    ),
     # llama-server extras
     "top_k": _INT,
     "min_p": _NUMBER,
@@ -73,8 +91,12 @@ _TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "chat_template_kwargs": _OBJECT,
 }
 
+
+def _bias(token: Any, bias: Any) -> bool:
+    return isinstance(token, str) and token.isdigit() and is_number(bias) and -100 <= bias <= 100
+
+
 _UNAPPLIED = {
-    "audio": "audio: answers are text only",
     "prediction": "prediction: predicted outputs are not used to speed up the answer",
     "store": "store: Blazar keeps no completions",
     "metadata": "metadata: accepted and not used",
@@ -87,6 +109,7 @@ _UNAPPLIED = {
 _RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
 """OpenAI's bounds on its sampling parameters (it refuses values outside them)."""
 
+_MESSAGE_STRINGS = ("name", "reasoning_content", "refusal")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _USER_PARTS = ("text", "image_url", "input_audio", "input_video")
 _ASSISTANT_PARTS = ("text", "refusal")
@@ -126,9 +149,12 @@ def parse_chat(body: Any) -> CanonicalRequest:
     _max_tokens(body, params, ("max_completion_tokens", "max_tokens"))
     _logprobs_chat(body, params)
     notes = [note for key, note in _UNAPPLIED.items() if body.get(key) not in (None, False)]
-    modalities = body.get("modalities")
-    if isinstance(modalities, list) and any(m != "text" for m in modalities):
-        notes.append("modalities: answers are text only")
+    if "audio" in (body.get("modalities") or ()) or body.get("audio") is not None:
+        raise DialectError(
+            400,
+            "'modalities' asks for audio output, which local models do not make: send modalities [\"text\"]"
+            " (or none), and no 'audio'",
+        )
     return CanonicalRequest(
         model=_model(body),
         kind="chat",
@@ -274,7 +300,7 @@ def _include_usage(body: dict[str, Any], stream: bool) -> bool:
     usage = opts.get("include_usage")
     if usage is not None and not isinstance(usage, bool):
         raise DialectError(400, f"'stream_options.include_usage' must be a boolean, got {shown(usage)}")
-    return stream and bool(usage)
+    return stream and bool(usage)  # OpenAI refuses it without stream; clients of local servers send it anyway
 
 
 def _params(body: dict[str, Any], own: set[str]) -> dict[str, Any]:
@@ -387,6 +413,11 @@ def _response_format(value: Any) -> dict[str, Any] | None:
             raise DialectError(
                 400, f"'response_format.json_schema.schema' must be a JSON schema object, got {shown(schema)}"
             )
+        for key, check in (("name", _STR), ("strict", _BOOL)):
+            if spec.get(key) is not None and not check[0](spec[key]):
+                raise DialectError(
+                    400, f"'response_format.json_schema.{key}' must be {check[1]}, got {shown(spec[key])}"
+                )
         return {**value, "json_schema": dict(spec)}
     raise DialectError(
         400, f'\'response_format.type\' must be "text", "json_object" or "json_schema", got {shown(kind)}'
@@ -442,6 +473,9 @@ def _message(msg: Any, at: str) -> dict[str, Any]:
         allowed = ", ".join(f'"{r}"' for r in _ROLES)
         raise DialectError(400, f"'{at}.role' must be one of {allowed}, got {shown(role)}")
     out = {k: v for k, v in msg.items() if v is not None or k == "content"}
+    for key in _MESSAGE_STRINGS:  # the engine's template reads them as strings (a number is its 500)
+        if out.get(key) is not None and not isinstance(out[key], str):
+            raise DialectError(400, f"'{at}.{key}' must be a string, got {shown(out[key])}")
     if role == "developer":
         out["role"] = "system"
     content = msg.get("content")
