@@ -125,7 +125,9 @@ class StreamTranslator:
     may quote) is cut out of the engine errors relayed and of the summary's ``engine_error``.
     ``prefill`` (the assistant message the conversation ends with, which llama-server repeats at the
     start of its answer) is cut from the start of the content; content that departs from it ends the
-    cut there. Usage adds up every report the engine sends (llama-server reports each choice and
+    cut there, in each choice. ``alternatives`` False (the client asked for logprobs with
+    top_logprobs 0, and the engine for one alternative, the fewest it gives with logprobs) cuts
+    each token's ``top_logprobs``: an empty list for OpenAI, no member for Ollama. Usage adds up every report the engine sends (llama-server reports each choice and
     each prompt on its own), each prompt's tokens counted once for its ``n`` choices; an OpenAI
     client asking for usage gets one usage chunk, before ``[DONE]``. The summary's ``choices`` is
     the highest choice index seen plus one, ``usage_reports`` how many reports were added up,
@@ -147,6 +149,7 @@ class StreamTranslator:
         prefill: str | None = None,
         n: int = 1,
         echo: str | None = None,
+        alternatives: bool = True,
     ) -> Self: ...
     def feed(self, chunk: bytes, now_ns: int | None = None) -> bytes:
         """Engine bytes in (any chunking), client bytes out (possibly empty). An empty chunk
@@ -187,11 +190,12 @@ def translate_whole(
     prefill: str | None = None,
     n: int = 1,
     echo: str | None = None,
+    alternatives: bool = True,
 ) -> tuple[bytes, dict[str, object]]:
     """A whole non-streamed engine ``chat.completion`` body to the client's body, with the same
     summary as :meth:`StreamTranslator.summary` (``ttft_ms`` and ``tpot_ms`` are None). Ollama's
     eval durations come from llama.cpp's ``timings``. An engine ``{"error": ...}`` body becomes
-    the dialect's error body; ``prefill`` as for :class:`StreamTranslator`. Raises
+    the dialect's error body; ``prefill`` and ``alternatives`` as for :class:`StreamTranslator`. Raises
     :class:`StreamError` for a body that is not a UTF-8 JSON object and ``ValueError`` for an
     unknown dialect."""
 

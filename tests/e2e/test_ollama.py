@@ -179,6 +179,11 @@ def test_logprobs_come_with_the_tokens(daemon: Daemon) -> None:
     body = httpx.post(daemon.url + "/api/generate", json=whole, timeout=60).json()
     assert len(body["logprobs"]) == body["eval_count"] == 4, body
     assert "".join(e["token"] for e in body["logprobs"]) == body["response"], body
+    # top_logprobs 0 (or none): each token's own logprob and no alternatives, as Ollama sends it
+    assert all("top_logprobs" not in e for e in body["logprobs"]), body
+    with httpx.stream("POST", daemon.url + "/api/chat", json={**chat, "top_logprobs": 0}, timeout=60) as r:
+        entries = [e for line in r.iter_lines() if line for e in json.loads(line).get("logprobs") or []]
+    assert entries and all("top_logprobs" not in e and e["logprob"] <= 0 for e in entries), entries
     plain = httpx.post(daemon.url + "/api/generate", json={**whole, "logprobs": False}, timeout=60).json()
     assert "logprobs" not in plain
 

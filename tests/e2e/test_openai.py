@@ -85,6 +85,29 @@ def test_stream_with_usage_when_asked(daemon: Daemon) -> None:
     assert len(usage) == 1 and usage[0].completion_tokens > 0
 
 
+def test_chat_logprobs_with_and_without_alternatives(daemon: Daemon) -> None:
+    """logprobs without top_logprobs (or 0): each token's logprob and an empty top_logprobs, as OpenAI sends
+    them; with top_logprobs N, N alternatives. Whole and streamed."""
+    c = client(daemon)
+    ask = {"model": "smollm2", "messages": PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": True}
+    for top, want in ((None, 0), (0, 0), (2, 2)):
+        extra = {} if top is None else {"top_logprobs": top}
+        whole = c.chat.completions.create(**ask, **extra)  # type: ignore[call-overload]
+        entries = whole.choices[0].logprobs.content
+        assert entries and all(len(e.top_logprobs) == want and e.logprob <= 0 for e in entries), (
+            top,
+            entries,
+        )
+        streamed = [
+            e
+            for chunk in c.chat.completions.create(**ask, **extra, stream=True)  # type: ignore[call-overload]
+            for ch in chunk.choices
+            if ch.logprobs and ch.logprobs.content
+            for e in ch.logprobs.content
+        ]
+        assert streamed and all(len(e.top_logprobs) == want for e in streamed), (top, streamed)
+
+
 def test_completions(daemon: Daemon) -> None:
     r = client(daemon).completions.create(model="smollm2", prompt="The sky is", max_tokens=8, temperature=0)
     assert r.choices[0].text
@@ -393,6 +416,19 @@ def test_n_choices_come_from_the_engine_one_slot_each(daemon_factory: object) ->
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
     assert "'n' is 3" in message and "2 parallel slot(s)" in message and "send n <= 2" in message
+
+    # a prefill is continued, not repeated, in every choice (llama-server repeats it at the start of each)
+    count = [{"role": "user", "content": "Count to ten"}, {"role": "assistant", "content": "1, 2, 3,"}]
+    prefilled = c.chat.completions.create(model="smollm2", messages=count, n=2, max_tokens=6, temperature=0)
+    assert [ch.message.content for ch in prefilled.choices] == [prefilled.choices[0].message.content] * 2
+    assert not (prefilled.choices[0].message.content or "").startswith("1, 2"), prefilled
+    streamed: dict[int, str] = {0: "", 1: ""}
+    for chunk in c.chat.completions.create(
+        model="smollm2", messages=count, n=2, max_tokens=6, temperature=0, stream=True
+    ):
+        for ch in chunk.choices:
+            streamed[ch.index] += ch.delta.content or ""
+    assert streamed == {0: prefilled.choices[0].message.content, 1: prefilled.choices[0].message.content}
 
 
 def test_what_the_model_cannot_do_is_a_400_with_the_engines_message(daemon: Daemon) -> None:

@@ -68,6 +68,33 @@ fn legacy(entries: &[Value], offset: &mut u64) -> Value {
     Value::Object(out)
 }
 
+/// `data` (a chunk or body) with each token's `top_logprobs` cut: an empty list for an OpenAI
+/// client (`openai`), which the API sends at top_logprobs 0, else no member at all (Ollama's
+/// shape then); None when nothing changes.
+pub fn without_alternatives(data: &str, openai: bool) -> Option<String> {
+    let mut value: Value = serde_json::from_str(data).ok()?;
+    let mut changed = false;
+    for choice in value.get_mut("choices")?.as_array_mut()?.iter_mut() {
+        let entries = choice.get_mut("logprobs").and_then(|l| l.get_mut("content"));
+        for entry in entries.and_then(Value::as_array_mut).into_iter().flatten() {
+            let Some(entry) = entry.as_object_mut() else { continue };
+            if openai {
+                if let Some(tops) = entry.get_mut("top_logprobs") {
+                    changed |= tops.as_array().is_none_or(|a| !a.is_empty());
+                    *tops = Value::Array(Vec::new());
+                }
+            } else {
+                changed |= entry.remove("top_logprobs").is_some();
+            }
+        }
+    }
+    if changed {
+        serde_json::to_string(&value).ok()
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{may_need, reshape, Offsets};
@@ -100,5 +127,16 @@ mod tests {
         let chat = r#"{"choices":[{"index":0,"delta":{"content":"x"},"logprobs":{"content":[]}}]}"#;
         assert_eq!(reshape(chat, &mut offsets), None);
         assert!(!may_need(r#"{"choices":[{"text":"x","index":0,"logprobs":null}]}"#));
+    }
+
+    #[test]
+    fn alternatives_are_cut_in_each_dialects_shape() {
+        let chunk = r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":{"content":[{"id":1,"token":"Hi","logprob":-0.5,"top_logprobs":[{"id":1,"token":"Hi","logprob":-0.5}]}]}}]}"#;
+        let openai = super::without_alternatives(chunk, true).unwrap();
+        assert!(openai.contains(r#""top_logprobs":[]"#) && openai.contains(r#""logprob":-0.5"#), "{openai}");
+        let ollama = super::without_alternatives(chunk, false).unwrap();
+        assert!(!ollama.contains("top_logprobs") && ollama.contains(r#""token":"Hi""#), "{ollama}");
+        assert_eq!(super::without_alternatives(&openai, true), None); // nothing left to cut
+        assert_eq!(super::without_alternatives(r#"{"choices":[{"index":0}]}"#, true), None);
     }
 }

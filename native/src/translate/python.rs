@@ -31,7 +31,8 @@ impl StreamTranslator {
     #[new]
     #[pyo3(signature = (
         dialect, model, *, include_usage = false, load_duration_ns = 0, message_id = None,
-        prompt_tokens_hint = 0, start_ns = None, redact = None, prefill = None, n = 1, echo = None
+        prompt_tokens_hint = 0, start_ns = None, redact = None, prefill = None, n = 1, echo = None,
+        alternatives = true
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -46,6 +47,7 @@ impl StreamTranslator {
         prefill: Option<String>,
         n: u64,
         echo: Option<String>,
+        alternatives: bool,
     ) -> PyResult<Self> {
         let opts = Options {
             dialect: parse_dialect(dialect)?,
@@ -58,6 +60,7 @@ impl StreamTranslator {
             prefill: prefill.filter(|s| !s.is_empty()),
             n,
             echo,
+            alternatives,
         };
         Ok(Self { inner: Translator::new(opts, start_ns) })
     }
@@ -97,7 +100,7 @@ impl StreamTranslator {
 #[pyfunction]
 #[pyo3(signature = (
     dialect, model, engine_body, *, load_duration_ns = 0, message_id = None, total_duration_ns = 0,
-    now_ns = None, prefill = None, n = 1, echo = None
+    now_ns = None, prefill = None, n = 1, echo = None, alternatives = true
 ))]
 #[allow(clippy::too_many_arguments)]
 fn translate_whole<'py>(
@@ -112,6 +115,7 @@ fn translate_whole<'py>(
     prefill: Option<String>,
     n: u64,
     echo: Option<String>,
+    alternatives: bool,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyDict>)> {
     let opts = WholeOptions {
         dialect: parse_dialect(dialect)?,
@@ -123,6 +127,7 @@ fn translate_whole<'py>(
         prefill: prefill.filter(|s| !s.is_empty()),
         n,
         echo,
+        alternatives,
     };
     let (out, summary) = whole(&opts, engine_body).map_err(StreamError::new_err)?;
     Ok((PyBytes::new(py, &out), summary_dict(py, &summary)?))

@@ -64,6 +64,9 @@ pub struct Options {
     pub n: u64,
     /// Responses API: the request's members every response object repeats (see `responses::Head`).
     pub echo: Option<String>,
+    /// False when the client asked for each token's logprob without alternatives (top_logprobs 0):
+    /// llama-server gives none at all there, so it is asked for one, which is cut (`alternatives`).
+    pub alternatives: bool,
 }
 
 /// A fresh Anthropic-style message id.
@@ -114,8 +117,15 @@ pub(super) fn rewrite(
     dialect: Dialect,
     prefill: &mut Prefill,
     offsets: &mut legacy::Offsets,
+    alternatives: bool,
 ) -> Option<String> {
-    let stripped = if prefill.pending() { prefill.strip(data) } else { None };
+    let mut stripped = if prefill.pending() { prefill.strip(data) } else { None };
+    if !alternatives {
+        let current = stripped.as_deref().unwrap_or(data);
+        if current.contains("\"top_logprobs\"") {
+            stripped = legacy::without_alternatives(current, dialect == Dialect::OpenAi).or(stripped);
+        }
+    }
     let current = stripped.as_deref().unwrap_or(data);
     if dialect == Dialect::OpenAi && legacy::may_need(current) {
         if let Some(reshaped) = legacy::reshape(current, offsets) {
@@ -189,7 +199,7 @@ impl Translator {
             saw_done: false,
             closed: false,
             last_output_ns: clock.start_ns(),
-            prefill: Prefill::new(opts.prefill.clone()),
+            prefill: Prefill::new(opts.prefill.clone(), opts.n),
             usage_event: None,
             offsets: legacy::Offsets::default(),
             opts,
@@ -284,7 +294,8 @@ impl State {
             // (an OpenAI client would read it as a chunk that is not one)
             return;
         }
-        let rewritten = rewrite(ev.data, self.opts.dialect, &mut self.prefill, &mut self.offsets);
+        let rewritten =
+            rewrite(ev.data, self.opts.dialect, &mut self.prefill, &mut self.offsets, self.opts.alternatives);
         let data = rewritten.as_deref().unwrap_or(ev.data);
         let chunk: Completion<'_> = match parse_object(data) {
             Ok(chunk) => chunk,

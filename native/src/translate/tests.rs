@@ -38,6 +38,7 @@ fn opts(dialect: Dialect) -> Options {
         prompt_tokens_hint: 3,
         redact: None,
         prefill: None,
+        alternatives: true,
         n: 1,
         echo: None,
     }
@@ -304,6 +305,7 @@ fn whole_bodies() {
         total_duration_ns: 9,
         now_ns: 0,
         prefill: None,
+        alternatives: true,
         n: 1,
         echo: None,
     };
@@ -431,6 +433,7 @@ data: [DONE]\n\n";
         total_duration_ns: 0,
         now_ns: 0,
         prefill: None,
+        alternatives: true,
         n: 1,
         echo: None,
     };
@@ -448,6 +451,7 @@ fn whole_opts(dialect: Dialect) -> WholeOptions {
         total_duration_ns: 0,
         now_ns: 0,
         prefill: None,
+        alternatives: true,
         n: 1,
         echo: None,
     }

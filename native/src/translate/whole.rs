@@ -31,6 +31,8 @@ pub struct WholeOptions {
     pub n: u64,
     /// Responses API: see `Options::echo`.
     pub echo: Option<String>,
+    /// See `Options::alternatives`.
+    pub alternatives: bool,
 }
 
 fn ms_to_ns(ms: Option<f64>) -> u64 {
@@ -42,8 +44,9 @@ fn ms_to_ns(ms: Option<f64>) -> u64 {
 /// becomes the dialect's error body, with the error in the summary.
 pub fn translate_whole(opts: &WholeOptions, body: &[u8]) -> Result<(Vec<u8>, Summary), String> {
     let body = std::str::from_utf8(body).map_err(|e| format!("engine body is not UTF-8: {e}"))?;
-    let mut prefill = Prefill::new(opts.prefill.clone());
-    let rewritten = rewrite(body, opts.dialect, &mut prefill, &mut legacy::Offsets::default());
+    let mut prefill = Prefill::new(opts.prefill.clone(), opts.n);
+    let mut offsets = legacy::Offsets::default();
+    let rewritten = rewrite(body, opts.dialect, &mut prefill, &mut offsets, opts.alternatives);
     let body = rewritten.as_deref().unwrap_or(body);
     let completion: Completion<'_> =
         parse_object(body).map_err(|e| format!("engine body is not a JSON chat completion: {e}"))?;

@@ -72,6 +72,8 @@ class CanonicalRequest:
                    ``/api/embeddings``; llama-server's ``embd_normalize: -1``).
     echo           Responses API: the request members every response object repeats, JSON object members without
                    braces (``dialects.responses``; the native translator writes them).
+    alternatives   False: logprobs asked for with top_logprobs 0 (llama-server is asked for one alternative, the
+                   fewest it gives with logprobs, and the translator cuts it).
     notes          fields accepted but ignored, one teaching sentence each.
     load_only      Ollama: no prompt, messages or input; the request only loads (or with keep_alive 0 unloads) the
                    model and is never sent to the engine.
@@ -96,6 +98,7 @@ class CanonicalRequest:
     late_chunking: bool = False
     raw_vectors: bool = False
     echo: str | None = None
+    alternatives: bool = True
     notes: list[str] = field(default_factory=list)
     load_only: bool = False
 

@@ -293,11 +293,13 @@ def _logprobs(body: dict[str, Any], req: CanonicalRequest) -> None:
         raise DialectError(400, f"top_logprobs must be an integer from 0 to 20, got {shown(top)}")
     if not logprobs:
         return
+    # llama-server gives no logprobs at top_logprobs 0 and 20 alternatives by default: 1 is the fewest, and the
+    # translator cuts it when the client asked for none (Ollama then sends no top_logprobs)
+    req.alternatives = bool(top)
     if req.kind == "completion":
         req.params["logprobs"] = max(top or 0, 1)
     else:
         req.params["logprobs"] = True
-        # llama-server gives no logprobs at top_logprobs 0 and 20 alternatives by default: 1 is the fewest
         req.params["top_logprobs"] = max(top or 0, 1)
 
 

@@ -147,7 +147,7 @@ def parse_chat(body: Any) -> CanonicalRequest:
     tools = function_tools(body.get("tools"))
     params = _params(body, _CHAT_OWN)
     _max_tokens(body, params, ("max_completion_tokens", "max_tokens"))
-    _logprobs_chat(body, params)
+    alternatives = _logprobs_chat(body, params)
     notes = [note for key, note in _UNAPPLIED.items() if body.get(key) not in (None, False)]
     if "audio" in (body.get("modalities") or ()) or body.get("audio") is not None:
         raise DialectError(
@@ -167,6 +167,7 @@ def parse_chat(body: Any) -> CanonicalRequest:
         response_format=_response_format(body.get("response_format")),
         keep_alive=parse_duration(body.get("keep_alive")),
         include_usage=_include_usage(body, stream),
+        alternatives=alternatives,
     )
 
 
@@ -345,7 +346,8 @@ def _max_tokens(body: dict[str, Any], params: dict[str, Any], keys: tuple[str, .
         return
 
 
-def _logprobs_chat(body: dict[str, Any], params: dict[str, Any]) -> None:
+def _logprobs_chat(body: dict[str, Any], params: dict[str, Any]) -> bool:
+    """The logprobs fields into ``params``; whether each token's alternatives are to be sent."""
     logprobs = body.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, bool):
         raise DialectError(400, f"'logprobs' must be a boolean, got {shown(logprobs)}")
@@ -359,9 +361,11 @@ def _logprobs_chat(body: dict[str, Any], params: dict[str, Any]) -> None:
     if logprobs is not None:
         params["logprobs"] = logprobs
     if logprobs and not top:
-        # llama-server gives no logprobs at all at top_logprobs 0, and 20 alternatives per token without it: each
-        # token's top_logprobs then holds one entry (its own), the fewest llama-server can give with logprobs
+        # llama-server gives no logprobs at all at top_logprobs 0, and 20 alternatives per token without it: it is
+        # asked for one, the fewest it gives with logprobs, and the translator cuts it (``alternatives``)
         params["top_logprobs"] = 1
+        return False
+    return True
 
 
 def _is_prompt(value: Any, *, mixed: bool = True) -> bool:

@@ -335,6 +335,7 @@ async def _dispatch(
                 prefill=prefill,
                 n=choices,
                 echo=canon.echo,
+                alternatives=canon.alternatives,
             )
             req.mark_overhead()
             req.dispatched = True
@@ -366,6 +367,7 @@ async def _dispatch(
             prefill=prefill,
             n=choices,
             echo=canon.echo,
+            alternatives=canon.alternatives,
         )
         if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
             raise proxy.engine_error(502, data)

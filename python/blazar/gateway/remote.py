@@ -144,6 +144,7 @@ async def serve(
                 data,
                 total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
                 echo=canon.echo,
+                alternatives=canon.alternatives,
             )
         except StreamError as e:
             raise _failed(remote, f"sent an answer that is not a chat completion: {e}") from None
@@ -170,6 +171,7 @@ async def _stream(
         include_usage=canon.include_usage,
         redact=remote.secret,
         echo=canon.echo,
+        alternatives=canon.alternatives,
     )
     req.mark_overhead()
     # a client that leaves before the remote's head arrives frees its place in the remote's queue at once
