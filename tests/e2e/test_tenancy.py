@@ -214,6 +214,9 @@ def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object
             busy.text,
             d.log.read_text(),
         )
+        # reading a model's metadata runs no model: no lease (Ollama clients call it during a chat)
+        shown = post(d, "/api/show", {"model": "smollm2"}, bearer(ONE))
+        assert shown.status_code == 200, shown.text
     # the client dropped the stream: the lease comes back without waiting for the generation to end
     wait_for(lambda: post(d, "/v1/chat/completions", CHAT, bearer(ONE)).status_code == 200, 30, "the lease")
     # and the audit lane records that the client left (499), as it does for a whole answer
@@ -281,6 +284,34 @@ def test_requests_in_flight_hold_their_tokens_against_tpm(daemon_factory: object
     refused = [r for r in answers if r.status_code == 429]
     assert len(ok) + len(refused) == 8 and 1 <= len(ok) <= 3, [r.status_code for r in answers]
     assert any("requests in flight may use" in r.json()["error"]["message"] for r in refused), refused[0].text
+
+
+def test_a_request_without_max_tokens_holds_its_slots_context(daemon_factory: object) -> None:
+    """With no max_tokens an answer may fill its slot's context, so that is what it holds: while one runs, a key
+    whose daily_tokens it would exceed admits no second (they could all have run unbounded, far past the limit)."""
+    assert callable(daemon_factory)
+    cfg = "ctx_size = 1024\n" + KEYS.replace(
+        'name = "rated"\nsecret', 'name = "rated"\ndaily_tokens = 300\nsecret'
+    ).replace("rpm = 2\n", "")
+    d: Daemon = daemon_factory(cfg)
+    assert post(d, "/v1/chat/completions", CHAT, bearer(ADMIN)).status_code == 200  # the engine is up
+    unbounded = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "Count to 100."}],
+        "ignore_eos": True,
+    }
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(post, d, "/v1/chat/completions", unbounded, bearer(RATED))
+        wait_for(lambda: queue_running(d), 30, "the first request to run")
+        second = post(d, "/v1/chat/completions", unbounded, bearer(RATED))
+        assert first.result().status_code == 200
+    message = second.json()["error"]["message"]
+    assert second.status_code == 429 and "requests in flight may use" in message, second.text
+    bounded = {
+        **unbounded,
+        "max_tokens": 4,
+    }  # once it is done, what it used is charged: the day's limit is spent
+    assert "used" in post(d, "/v1/chat/completions", bounded, bearer(RATED)).json()["error"]["message"]
 
 
 def test_embeddings_are_charged_to_the_keys_daily_tokens(daemon_factory: object) -> None:

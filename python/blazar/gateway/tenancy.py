@@ -58,7 +58,7 @@ def require_visible(req: Request, model: str) -> None:
 
 
 UNLEASED_PREFIXES = ("/v1/files", "/v1/batches", "/v1/messages/batches", "/api/keys", "/api/session",
-                     "/api/breakers")  # fmt: skip
+                     "/api/breakers", "/api/show", "/api/copy", "/api/push")  # fmt: skip
 """POST routes that run no model: no ``max_concurrent`` lease (nor do GET, HEAD and DELETE requests)."""
 
 
@@ -135,7 +135,11 @@ class Gate:
         key = req.key
         if key is not None:
             counted = key.limits.tpm or key.limits.daily_tokens  # a key without them holds nothing
-            reserve = quota_reservation(req, canon) if canon is not None and counted else 0
+            reserve = (
+                quota_reservation(req, canon, slot_context(self.cfg, model, canon))
+                if canon is not None and counted
+                else 0
+            )
             req.reserved += self.quotas.check(key, model, reserve)
 
     async def admit(self, req: Request, model_key: str, slots: int, canon: CanonicalRequest) -> SlotLease:
@@ -233,12 +237,31 @@ def check_session_header(name: str | None) -> None:
         )
 
 
-def quota_reservation(req: Request, canon: CanonicalRequest) -> int:
-    """What a request may charge its key: its body at ``RESERVE_BYTES_PER_TOKEN``, plus max_tokens for each
-    choice when it says one (held until it finishes, when what it used is charged instead)."""
+def quota_reservation(req: Request, canon: CanonicalRequest, slot_ctx: int) -> int:
+    """What a request may charge its key: its body at ``RESERVE_BYTES_PER_TOKEN``, plus for each choice its
+    max_tokens, or without one what its slot's context (``slot_ctx``) leaves after the prompt, which an answer
+    with no bound may fill (held until it finishes, when what it used is charged instead). Embeddings, audio and
+    loads generate nothing."""
+    prompt = len(req.body) // RESERVE_BYTES_PER_TOKEN
+    if canon.kind not in ("chat", "completion") or canon.load_only:
+        return prompt
     max_tokens = canon.params.get("max_tokens")
-    out = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0
-    return len(req.body) // RESERVE_BYTES_PER_TOKEN + max(out, 0) * canon.choices()
+    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0:
+        out = max_tokens
+    else:
+        out = max(slot_ctx - prompt, 0)
+    return prompt + out * canon.choices()
+
+
+def slot_context(cfg: Config, model: str, canon: CanonicalRequest) -> int:
+    """The context one request of ``model`` may use, as configured (Ollama's ``num_ctx`` when it asks for one):
+    the engine's may be smaller once fitted to memory, never larger."""
+    if canon.options_ctx:
+        return canon.options_ctx
+    ov = cfg.model_override(model)
+    ctx = ov.ctx_size if ov.ctx_size is not None else cfg.ctx_size
+    parallel = ov.parallel if ov.parallel is not None else cfg.parallel
+    return ctx // max(parallel, 1)
 
 
 def cut_off_usage(req: Request) -> dict[str, int]:
