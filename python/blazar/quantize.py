@@ -23,6 +23,7 @@ from blazar import names
 from blazar.catalog import Catalog, ModelRow
 from blazar.digests import sha256_file, split_set
 from blazar.engines import registry
+from blazar.engines.argv import engine_environment
 from blazar.engines.build import QUANTIZER
 from blazar.errors import BlazarError, CatalogError
 from blazar.paths import safe_component
@@ -222,7 +223,10 @@ async def run_async(
         job.log.parent.mkdir(parents=True, exist_ok=True)
         with job.log.open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                *job.argv(out), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+                *job.argv(out),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=engine_environment(()),  # not Blazar's own environment (its keys)
             )
             assert proc.stdout is not None
             async for line in proc.stdout:

@@ -473,3 +473,28 @@ def test_two_daemons_on_one_data_directory_each_get_an_engine(daemon_factory: ob
     # the second daemon's stop left the first one's socket, pid and key files alone
     assert stat.S_ISSOCK(sock.lstat().st_mode) and a.child_pids() == [a_pid]
     assert len(list((a.data_dir / "run").glob("smollm2--latest.*.apikey"))) == 1
+
+
+def test_an_engine_starts_without_blazars_secrets(daemon_factory: object) -> None:
+    """The engine is a third-party binary: its environment has none of Blazar's own variables (BLAZAR_KEYS) nor a
+    variable holding a remote's key (api_key_env), though the daemon's other variables pass on."""
+    assert callable(daemon_factory)
+    remote = '[[remotes]]\nname = "up"\nurl = "http://127.0.0.1:9/v1"\napi_key_env = "UPSTREAM_TOKEN"\n'
+    d: Daemon = daemon_factory(start=False)
+    config = Path(d.env["BLAZAR_CONFIG"])
+    config.write_text(config.read_text() + remote)
+    d.env |= {
+        "BLAZAR_KEYS": "envkey=sk-env-secret-0123456789abcdef",
+        "UPSTREAM_TOKEN": "sk-remote-secret-0123456789abcdef",
+        "ENGINE_SEES_THIS": "yes",
+    }
+    d.start()
+    key = {"authorization": "Bearer sk-env-secret-0123456789abcdef"}
+    r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, headers=key, timeout=60)
+    assert r.status_code == 200, r.text
+    [pid] = d.child_pids()
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert b"ENGINE_SEES_THIS=yes" in environ
+    assert (
+        b"sk-env-secret" not in environ and b"sk-remote-secret" not in environ and b"BLAZAR_" not in environ
+    )

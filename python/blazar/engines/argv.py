@@ -1,4 +1,5 @@
-"""The engines' command lines: one builder per lane, the one place that knows which flag carries what.
+"""The engines' command lines (one builder per lane, the one place that knows which flag carries what) and the
+environment they start with (``engine_environment``).
 
 The launch-profile compilers (``profile.py`` for llama-cpp, ``profile_lanes.py`` for the others) build their argv
 here with every setting; the install gate (``gate.py``) builds its own here with the least that starts a server.
@@ -31,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from blazar.engines.venv import KEY_FILE_FLAG
@@ -206,3 +207,15 @@ def whisper(binary: Path, model: Path, *, port: int | str, threads: int = 0) -> 
     if threads > 0:
         argv += ["-t", str(threads)]
     return argv
+
+
+def engine_environment(secrets_: Iterable[str]) -> dict[str, str]:
+    """The environment an engine starts with: the daemon's, less what is Blazar's own (``BLAZAR_*``: its keys,
+    its API key) and any variable holding one of ``secrets_`` (the configured keys' and remotes' secrets, which
+    ``api_key_env`` may name). An engine is a third-party binary; it gets its own key in a file."""
+    hidden = [s for s in secrets_ if s]
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("BLAZAR_") and not any(secret in value for secret in hidden)
+    }

@@ -137,6 +137,8 @@ class Child:
         )
         self.kept_awake = 0.0  # when a wake-up or keep-awake ping last reset its idle sleep clock (sleep.py)
         self.waking: asyncio.Task[bool] | None = None  # the wake-up requests to it share (sleep.py)
+        self.env: dict[str, str] | None = None
+        """The environment it starts with (``engine_environment``); None: the daemon's."""
         self.hints = CacheHints()  # its prompt cache hit rate and draft acceptance (hints.py)
         self.weights: tuple[int, int] | None = None
         """The model file's (device, inode) when this child was spawned: other weights under the same name (a
@@ -253,6 +255,7 @@ class Child:
                     stderr=log,
                     start_new_session=True,
                     preexec_fn=_die_with_daemon(),
+                    env=self.env,
                 )
             except OSError as e:
                 self.state = State.CRASHED

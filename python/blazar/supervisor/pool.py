@@ -19,6 +19,7 @@ from blazar import names, tasks
 from blazar.catalog import Catalog, ModelRow
 from blazar.config import Config
 from blazar.engines import registry
+from blazar.engines.argv import engine_environment
 from blazar.engines.lanes import classify_unknown_arch, reroute_once, serving_lane
 from blazar.engines.manifest import Manifest, load_manifest
 from blazar.engines.registry import EngineRow
@@ -100,6 +101,10 @@ class Supervisor:
             Path, str
         ] = {}  # adapter files an engine failed to load -> the engine's words
         self.children: dict[str, Child] = {}
+        # engines start without Blazar's own environment and secrets (keys, remotes' keys)
+        self.engine_env = engine_environment(
+            [k.secret for k in cfg.keys] + [r.api_key or "" for r in cfg.remotes]
+        )
         self._locks: dict[str, asyncio.Lock] = {}
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
@@ -387,6 +392,7 @@ class Supervisor:
             loadable = [a for a in self.loras.for_base(model.name) if a.path not in self.bad_adapters]
             spec = adapters.with_adapters(spec, loadable)
         child = Child(key, model.name, spec, self.data)
+        child.env = self.engine_env
         child.weights = weights_id(model.path)
         child.lane = engine.kind
         child.num_ctx = num_ctx
