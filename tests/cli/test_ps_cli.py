@@ -113,9 +113,10 @@ def test_with_keys_they_need_one_and_say_so(daemon_factory: object) -> None:
     d: Daemon = daemon_factory(f'[[keys]]\nname = "admin"\nsecret = "{SECRET}"\n')
     r = blazar(d.env, "ps")
     assert r.returncode == 1
-    assert r.stderr.strip() == ("error: missing or invalid API key (Authorization: Bearer or x-api-key)"), (
-        r.stderr
-    )
+    assert r.stderr.strip() == (
+        "error: missing or invalid API key (Authorization: Bearer or x-api-key); the daemon has API keys: pass one"
+        " with --api-key or BLAZAR_API_KEY"
+    ), r.stderr
     assert SECRET not in r.stderr
     r = blazar({**d.env, "BLAZAR_API_KEY": SECRET}, "ps")
     assert (r.returncode, r.stdout) == (0, "no models are running; a request to one starts it\n"), r.stderr

@@ -55,6 +55,10 @@ def test_compare_lines(tmp_path: Path, store: Store) -> None:
         "mlx        0.2; update available: 0.3: blazar engine install --kind mlx --version 0.3",
         "sd         not installed; the manifest lists no release",
     ]
+    # a lane with no release in the manifest and an engine added by hand (whisper-server, say)
+    registered(store, tmp_path, "sd", "local", "unknown")
+    [sd] = compare(manifest(tmp_path), registry.list_all(store), kind="sd")
+    assert sd.line() == "sd         unknown version (active local); the manifest lists no release"
     only = compare(manifest(tmp_path), [], kind="sglang")
     assert [s.line() for s in only] == [
         "sglang     not installed; newest 0.5.10: blazar engine install --kind sglang --version 0.5.10"

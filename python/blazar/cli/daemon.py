@@ -35,7 +35,8 @@ class DaemonError(BlazarError):
 
 
 def error_text(data: bytes, status: int) -> str:
-    """The message of an error body in any of the daemon's dialects, else the status."""
+    """The message of an error body in any of the daemon's dialects, else the status; a 401 also says how the CLI
+    sends a key."""
     try:
         body = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -44,6 +45,8 @@ def error_text(data: bytes, status: int) -> str:
     if isinstance(err, dict):
         err = err.get("message")
     if isinstance(err, str) and err:
+        if status == 401:
+            return f"{err}; the daemon has API keys: pass one with --api-key or BLAZAR_API_KEY"
         return err
     if isinstance(body, dict):
         text = data.decode(errors="replace").strip()

@@ -39,7 +39,13 @@ class UpdateStatus:
     def line(self) -> str:
         kind = f"{self.kind:<10}"
         if self.newest is None:
-            have = f"{self.installed} installed" if self.installed else "not installed"
+            active = f" (active {self.active_tag})" if self.active_tag else ""
+            if self.installed:
+                have = f"{self.installed} installed{active}"
+            elif self.active_tag:
+                have = f"unknown version{active}"
+            else:
+                have = "not installed"
             return f"{kind} {have}; the manifest lists no release"
         install = f"blazar engine install --kind {self.kind} --version {self.newest}"
         if self.installed is None and self.active_tag is None:
