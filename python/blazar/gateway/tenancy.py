@@ -65,6 +65,7 @@ UNLEASED_PREFIXES = ("/v1/files", "/v1/batches", "/v1/messages/batches", "/api/k
 class Gate:
     def __init__(self, cfg: Config, store: Store, data: DataDir, config_path: Path) -> None:
         self.cfg = cfg
+        self._slot_ctx: dict[str, int] = {}
         self.config_path = config_path
         self.store = store
         self.keys = KeyRegistry(cfg)
@@ -136,11 +137,20 @@ class Gate:
         if key is not None:
             counted = key.limits.tpm or key.limits.daily_tokens  # a key without them holds nothing
             reserve = (
-                quota_reservation(req, canon, slot_context(self.cfg, model, canon))
-                if canon is not None and counted
-                else 0
+                quota_reservation(req, canon, self._slot_context(model, canon)) if canon and counted else 0
             )
             req.reserved += self.quotas.check(key, model, reserve)
+
+    def _slot_context(self, model: str, canon: CanonicalRequest) -> int:
+        """``slot_context``, memoised per model (the config does not change while the daemon runs)."""
+        if canon.options_ctx:
+            return canon.options_ctx
+        ctx = self._slot_ctx.get(model)
+        if ctx is None:
+            if len(self._slot_ctx) >= 1024:
+                self._slot_ctx.clear()
+            ctx = self._slot_ctx[model] = slot_context(self.cfg, model, canon)
+        return ctx
 
     async def admit(self, req: Request, model_key: str, slots: int, canon: CanonicalRequest) -> SlotLease:
         h = req.headers
