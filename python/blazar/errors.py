@@ -83,6 +83,13 @@ class LaneError(EngineError):
     status = 503
 
 
+class EngineBusy(LaneError):
+    """The model's engine stayed busy too long to be restarted for this request: busy, as ``all_slots_busy`` is
+    (``Retry-After``; a 529 for Anthropic clients; retried by batches)."""
+
+    retry_after = 1
+
+
 class ChildError(BlazarError):
     """An engine child failed to start, or died while serving."""
 

@@ -92,6 +92,7 @@ def test_a_busy_child_is_not_cut_off_for_a_restart() -> None:
     with pytest.raises(LaneError) as exc:
         asyncio.run(Supervisor._drain(owner, c, "for num_ctx 1024 (it ran with 512 per slot)"))  # type: ignore[arg-type]
     assert exc.value.status == 503 and "could not restart for num_ctx 1024" in str(exc.value)
+    assert exc.value.retry_after == 1  # busy: Retry-After, a 529 for Anthropic clients, retried by batches
 
     async def finishes_soon() -> None:
         asyncio.get_running_loop().call_later(0.05, setattr, c, "inflight", 0)

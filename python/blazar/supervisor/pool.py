@@ -23,7 +23,7 @@ from blazar.engines.argv import engine_environment
 from blazar.engines.lanes import classify_unknown_arch, reroute_once, serving_lane
 from blazar.engines.manifest import Manifest, load_manifest
 from blazar.engines.registry import EngineRow
-from blazar.errors import CatalogError, ChildError, LaneError, ModelNotFound
+from blazar.errors import CatalogError, ChildError, EngineBusy, LaneError, ModelNotFound
 from blazar.loras import LoraRow, Loras
 from blazar.paths import DataDir, child_key
 from blazar.presets import Preset
@@ -360,14 +360,10 @@ class Supervisor:
                     if why.startswith("for num_ctx")
                     else "adapters added before the model's engine starts are loaded with it"
                 )
-                busy = LaneError(
+                raise EngineBusy(
                     f"model '{child.model}' stayed busy for {self.cfg.queue_wait_secs} s, so it could not restart"
                     f" {why}; retry when its requests finish, or {fix}"
                 )
-                busy.retry_after = (
-                    1  # busy, as all_slots_busy is: a 529 for Anthropic clients, retried by batches
-                )
-                raise busy
             await asyncio.sleep(DRAIN_POLL_SECS)
 
     async def _spawn(
