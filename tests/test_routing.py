@@ -50,3 +50,6 @@ def test_the_thinking_note_names_the_field_that_was_sent() -> None:
     assert forced_tools.think_field("openai", kwargs) == "chat_template_kwargs.enable_thinking"
     assert forced_tools.think_field("anthropic", kwargs) == "thinking"
     assert forced_tools.think_field("ollama_chat", kwargs) == "think"
+    for effort, asks in (("xhigh", True), ("low", True), ("minimal", False), ("none", False)):
+        canon = CanonicalRequest(model="m", kind="chat", params={"reasoning_effort": effort})
+        assert forced_tools.asks_to_think(canon) is asks, effort

@@ -650,7 +650,9 @@ def test_openai_fields_no_engine_reads_are_named() -> None:
         ({"logit_bias": {"abc": 1}}, "'logit_bias' must be"),
         ({"reasoning_effort": "extreme"}, "'reasoning_effort' must be \"none\""),
         ({"service_tier": 5}, "'service_tier' must be \"auto\""),
-        ({"metadata": {"a": 1}}, "'metadata' must be an object of string values"),
+        ({"metadata": {"a": 1}}, "'metadata' must be an object of at most 16 string values"),
+        ({"metadata": {str(i): "v" for i in range(17)}}, "'metadata' must be an object of at most 16"),
+        ({"metadata": {"k" * 65: "v"}}, "keys up to 64 characters"),
         ({"modalities": "audio"}, "'modalities' must be an array"),
         ({"messages": [{"role": "user", "content": "x", "name": 5}]}, "'messages[0].name' must be a string"),
         (
@@ -659,7 +661,7 @@ def test_openai_fields_no_engine_reads_are_named() -> None:
         ),
         (
             {"response_format": {"type": "json_schema", "json_schema": {"name": 5, "schema": {}}}},
-            "'response_format.json_schema.name' must be a string",
+            "'response_format.json_schema.name' must be a name of 1 to 64 letters",
         ),
         (
             {"response_format": {"type": "json_schema", "json_schema": {"strict": "yes", "schema": {}}}},
@@ -672,6 +674,8 @@ def test_openai_fields_no_engine_reads_are_named() -> None:
     ],
 )
 def test_typed_openai_fields(extra: dict[str, Any], needle: str) -> None:
+    spaced = chat(response_format={"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}})
+    assert "'response_format.json_schema.name' must be a name" in refused(openai.parse_chat, spaced)
     assert needle in refused(openai.parse_chat, chat(**extra))
     ok = chat(logit_bias={"123": -100, "7": 5.5}, reasoning_effort="low", service_tier="auto")
     assert openai.parse_chat(ok).params["logit_bias"] == {"123": -100, "7": 5.5}

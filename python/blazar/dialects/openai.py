@@ -10,6 +10,7 @@ is refused with a 400 that says so. Imports only ``canonical``; pure.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,10 @@ _INT = (is_int, "an integer")
 _BOOL: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, bool), "a boolean")
 _STR: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, str), "a string")
 _OBJECT: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, dict), "an object")
+_SCHEMA_NAME: tuple[Callable[[Any], bool], str] = (
+    lambda v: isinstance(v, str) and re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", v) is not None,
+    "a name of 1 to 64 letters, digits, '_' and '-'",
+)
 
 _TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
     # documented OpenAI parameters
@@ -43,8 +48,12 @@ _TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": _INT,
     "user": _STR,
     "metadata": (
-        lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
-        "an object of string values",
+        lambda v: (
+            isinstance(v, dict)
+            and len(v) <= 16
+            and all(len(k) <= 64 and isinstance(x, str) and len(x) <= 512 for k, x in v.items())
+        ),
+        "an object of at most 16 string values (keys up to 64 characters, values up to 512)",
     ),
     "store": _BOOL,
     "parallel_tool_calls": _BOOL,
@@ -417,7 +426,7 @@ def _response_format(value: Any) -> dict[str, Any] | None:
             raise DialectError(
                 400, f"'response_format.json_schema.schema' must be a JSON schema object, got {shown(schema)}"
             )
-        for key, check in (("name", _STR), ("strict", _BOOL)):
+        for key, check in (("name", _SCHEMA_NAME), ("strict", _BOOL)):
             if spec.get(key) is not None and not check[0](spec[key]):
                 raise DialectError(
                     400, f"'response_format.json_schema.{key}' must be {check[1]}, got {shown(spec[key])}"

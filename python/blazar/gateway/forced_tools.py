@@ -65,6 +65,7 @@ def asks_to_think(canon: CanonicalRequest) -> bool:
         "low",
         "medium",
         "high",
+        "xhigh",
         "max",
     )
 
