@@ -59,3 +59,20 @@ def test_what_is_not_checked() -> None:
     for _ in range(100):
         value = [value]
     assert violation(deep, value) is None  # past MAX_DEPTH: nothing is reported
+
+
+def test_bounds_no_value_can_meet_are_found_anywhere_in_the_schema() -> None:
+    # llama.cpp builds a grammar for such a schema without end (found by fuzzing: memory grew until the OOM kill)
+    from blazar.schema_subset import contradiction
+
+    assert (
+        contradiction({"type": "string", "minLength": 5, "maxLength": 2})
+        == "minLength 5 is above maxLength 2"
+    )
+    nested = {"type": "object", "properties": {"a": {"type": "array", "minItems": 5, "maxItems": 2}}}
+    assert contradiction(nested) == "minItems 5 is above maxItems 2 at properties.a"
+    assert contradiction({"anyOf": [{}, {"minProperties": 3, "maxProperties": 1}]}) == (
+        "minProperties 3 is above maxProperties 1 at anyOf.1"
+    )
+    assert contradiction({"type": "string", "minLength": 2, "maxLength": 2}) is None
+    assert contradiction({"minLength": True, "maxLength": 0}) is None  # not counts: the engine's own 400

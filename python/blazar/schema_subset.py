@@ -159,6 +159,39 @@ def _bounds(
     return None
 
 
+_PAIRS = (
+    ("minLength", "maxLength"),
+    ("minItems", "maxItems"),
+    ("minProperties", "maxProperties"),
+    ("minContains", "maxContains"),
+)
+
+
+def contradiction(schema: Any) -> str | None:
+    """The first pair of bounds in ``schema`` (any sub-schema) that no value can meet, as ``minLength 5 is above
+    maxLength 2 at properties.name``; None when there is none (or the walk reached ``BUDGET`` nodes). llama.cpp
+    turns such a schema into a grammar it builds without end, holding more memory each second."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(schema, ())]
+    seen = 0
+    while stack and seen < BUDGET:
+        node, path = stack.pop()
+        seen += 1
+        if isinstance(node, dict):
+            for low, high in _PAIRS:
+                lo, hi = node.get(low), node.get(high)
+                if isinstance(lo, int) and isinstance(hi, int) and _count(lo) and _count(hi) and lo > hi:
+                    where = f" at {'.'.join(map(str, path))}" if path else ""
+                    return f"{low} {lo} is above {high} {hi}{where}"
+            stack.extend((v, (*path, k)) for k, v in node.items() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, (*path, i)) for i, v in enumerate(node) if isinstance(v, dict | list))
+    return None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _same(a: Any, b: Any) -> bool:
     """JSON equality: true is not 1, 1.0 is 1."""
     if isinstance(a, bool) or isinstance(b, bool):

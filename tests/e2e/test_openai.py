@@ -499,3 +499,42 @@ def test_embeddings_with_three_slots(daemon_factory: object) -> None:
     r = httpx.post(d.url + "/v1/embeddings", json={"model": "smollm2", "input": ["a", "b", "c"]}, timeout=60)
     assert r.status_code == 200, r.text
     assert len(r.json()["data"]) == 3
+
+
+def test_a_schema_no_value_can_meet_is_refused_before_the_engine(daemon: Daemon) -> None:
+    """min above max: llama.cpp would build its grammar without end (found by fuzzing: 23 GB in 90 s, then the OOM
+    kill). Refused at once, in every dialect that takes a schema, and the engine stays up for the next request."""
+    impossible = {"type": "string", "minLength": 5, "maxLength": 2}
+    ask = [{"role": "user", "content": "hi"}]
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": impossible}}
+    r = httpx.post(
+        daemon.url + "/v1/chat/completions",
+        json={"model": "smollm2", "max_tokens": 2, "messages": ask, "response_format": rf},
+        timeout=30,
+    )
+    assert r.status_code == 400, r.text
+    assert "cannot be met: minLength 5 is above maxLength 2" in r.json()["error"]["message"]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"type": "array", "minItems": 3, "maxItems": 1}}}}}  # fmt: skip
+    r = httpx.post(
+        daemon.url + "/v1/chat/completions",
+        json={
+            "model": "smollm2",
+            "max_tokens": 2,
+            "messages": ask,
+            "tools": [tool],
+            "tool_choice": "required",
+        },
+        timeout=30,
+    )
+    assert r.status_code == 400 and "tools[0].function.parameters" in r.json()["error"]["message"], r.text
+    o = httpx.post(
+        daemon.url + "/api/chat",
+        json={"model": "smollm2", "messages": ask, "format": impossible, "stream": False},
+        timeout=30,
+    )
+    assert o.status_code == 400 and "minLength 5 is above maxLength 2" in o.json()["error"], o.text
+    ok = httpx.post(
+        daemon.url + "/v1/chat/completions", json={"model": "smollm2", "max_tokens": 2, "messages": ask}
+    )
+    assert ok.status_code == 200, ok.text

@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import orjson
 
+from blazar.schema_subset import contradiction
+
 Kind = Literal["chat", "completion", "embedding", "audio"]
 
 ENGINE_CHAT = "/v1/chat/completions"
@@ -154,6 +156,7 @@ def render_engine(req: CanonicalRequest) -> tuple[str, dict[str, Any]]:
     if req.kind == "embedding":
         body: dict[str, Any] = {"model": req.model, **req.params, "input": req.input}
         return ENGINE_EMBEDDING, body
+    check_schemas(req)
     if req.kind == "completion" and req.suffix is not None:
         return ENGINE_INFILL, _render_infill(req)
     body = {"model": req.model, **req.params, "stream": req.stream}
@@ -178,6 +181,21 @@ def render_engine(req: CanonicalRequest) -> tuple[str, dict[str, Any]]:
     if req.response_format is not None:
         body["response_format"] = req.response_format
     return ENGINE_CHAT, body
+
+
+def check_schemas(req: CanonicalRequest) -> None:
+    """Refuse (400) a request whose JSON schema (its response format, llama-server's ``json_schema``, a tool's
+    parameters) has bounds no value can meet: llama.cpp builds a grammar for one without end, taking more memory
+    each second until the machine has none."""
+    schemas: list[tuple[str, Any]] = [("json_schema", req.params.get("json_schema"))]
+    if req.response_format is not None:
+        schemas.append(("response_format", schema_of(req.response_format)))
+    for i, tool in enumerate(req.tools or []):
+        schemas.append((f"tools[{i}].function.parameters", tool["function"].get("parameters")))
+    for where, schema in schemas:
+        found = contradiction(schema) if isinstance(schema, dict) else None
+        if found is not None:
+            raise DialectError(400, f"the JSON schema in {where} cannot be met: {found}; no value has both")
 
 
 def _render_infill(req: CanonicalRequest) -> dict[str, Any]:
