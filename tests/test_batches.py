@@ -55,6 +55,14 @@ def test_read_input_takes_good_lines_and_names_each_bad_one() -> None:
                                              "param": None, "line": 0}])  # fmt: skip
     many = b"\n".join(line(str(i)) for i in range(MAX_LINES + 1))
     assert read_input(many, EP)[1][0]["code"] == "too_many_requests"
+    # JSON orjson can read (1,024 levels) but not write (254): it could never be sent, so the line is refused
+    deep = b'{"custom_id": "deep", "method": "POST", "url": "%s", "body": {"model": "m", "x": %s0%s}}' % (
+        EP.encode(),
+        b"[" * 300,
+        b"]" * 300,
+    )
+    _lines, [err] = read_input(deep, EP)
+    assert err["code"] == "invalid_request" and "nested deeper than 254 levels" in err["message"]
 
 
 def parse_form(content_type: str | None, body: bytes) -> dict[str, tuple[str | None, bytes]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from blazar.dialects.canonical import MAX_JSON_DEPTH, too_deep
 from blazar.errors import BlazarError
 from blazar.store import Store
 
@@ -187,6 +188,8 @@ def read_input(data: bytes, endpoint: str) -> tuple[list[Line], list[dict[str, A
             bad(n, "invalid_request", "'body' must be a JSON object")
         elif body.get("stream") is True:
             bad(n, "invalid_request", "'stream' must not be true: a batch's answers are whole")
+        elif too_deep(body):
+            bad(n, "invalid_request", f"'body' is nested deeper than {MAX_JSON_DEPTH} levels")
         else:
             seen.add(custom_id)
             lines.append(Line(custom_id, url, body))

@@ -654,6 +654,7 @@ def test_openai_fields_no_engine_reads_are_named() -> None:
         ({"metadata": {str(i): "v" for i in range(17)}}, "'metadata' must be an object of at most 16"),
         ({"metadata": {"k" * 65: "v"}}, "keys up to 64 characters"),
         ({"modalities": "audio"}, "'modalities' must be an array"),
+        ({"reasoning_format": "bogus"}, "'reasoning_format' must be \"none\""),
         ({"messages": [{"role": "user", "content": "x", "name": 5}]}, "'messages[0].name' must be a string"),
         (
             {"messages": [{"role": "assistant", "content": "y", "reasoning_content": 5}]},

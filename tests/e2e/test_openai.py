@@ -538,3 +538,24 @@ def test_a_schema_no_value_can_meet_is_refused_before_the_engine(daemon: Daemon)
         daemon.url + "/v1/chat/completions", json={"model": "smollm2", "max_tokens": 2, "messages": ask}
     )
     assert ok.status_code == 200, ok.text
+
+
+def test_json_nested_deeper_than_blazar_can_pass_on_is_a_400(daemon: Daemon) -> None:
+    """orjson reads 1,024 levels and writes 254: a body between the two parsed, then could not be sent on (a 500).
+    Found by fuzzing; a 400 in the caller's dialect now."""
+    deep: object = 0
+    for _ in range(300):
+        deep = [deep]
+    cases = [
+        ("/v1/completions", {"model": "smollm2", "prompt": "hi", "max_tokens": 2, "x": deep}, "openai"),
+        ("/v1/messages", {"model": "smollm2", "max_tokens": 2, "messages": [
+            {"role": "user", "content": "hi"}], "tools": [{"name": "f", "input_schema": {"x": deep}}]}, "anthropic"),
+        ("/api/chat", {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}],
+                       "format": {"x": deep}, "stream": False}, "ollama"),
+    ]  # fmt: skip
+    for path, body, dialect in cases:
+        r = httpx.post(daemon.url + path, content=json.dumps(body), timeout=30)
+        assert r.status_code == 400, (path, r.text)
+        error = r.json()["error"]
+        message = error if dialect == "ollama" else error["message"]
+        assert "nested deeper than 254 levels" in message, (path, r.text)

@@ -525,6 +525,19 @@ def arguments_json(value: Any, where: str) -> str:
     raise DialectError(400, f"'{where}' must be a JSON object of argument values, got {shown(value)}")
 
 
+MAX_JSON_DEPTH = 254
+"""The deepest JSON Blazar passes on: orjson writes no more levels (it reads up to 1,024)."""
+
+
+def too_deep(value: Any) -> bool:
+    """Whether ``value`` nests deeper than ``MAX_JSON_DEPTH`` (orjson cannot write it again)."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return True
+    return False
+
+
 def json_object(body: Any) -> dict[str, Any]:
     """The request body as a JSON object, or the teaching 400 every dialect gives."""
     if not isinstance(body, dict):

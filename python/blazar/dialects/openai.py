@@ -98,6 +98,10 @@ _TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "grammar": _STR,
     "json_schema": _OBJECT,
     "chat_template_kwargs": _OBJECT,
+    "reasoning_format": (
+        lambda v: v in ("none", "auto", "deepseek", "deepseek-legacy"),
+        '"none", "auto", "deepseek" or "deepseek-legacy"',
+    ),
 }
 
 

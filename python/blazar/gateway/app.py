@@ -24,7 +24,7 @@ from blazar import __version__
 from blazar.dialects import anthropic as anthropic_dialect
 from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects import openai as openai_dialect
-from blazar.dialects.canonical import DialectError
+from blazar.dialects.canonical import MAX_JSON_DEPTH, DialectError
 from blazar.errors import BlazarError, ModelNotFound
 from blazar.gateway import (
     admin,
@@ -332,6 +332,19 @@ class App:
             self._respond(
                 proto, req, status, JSON_HEADERS, render_error(dialect, 503, message, "blazar_error")
             )
+        except orjson.JSONEncodeError as e:
+            if "Recursion limit" not in str(e):  # not the client's JSON: a fault of Blazar's
+                log.exception("unhandled error on %s %s (trace %s)", scope.method, path, trace)
+                status = 500
+                message = f"internal error in blazar; see the daemon log for trace {trace}"
+                self._respond(
+                    proto, req, 500, JSON_HEADERS, render_error(dialect, 500, message, "blazar_error")
+                )
+            else:  # the body parsed (orjson reads 1,024 levels) but cannot be passed on (it writes 254)
+                status = 400
+                message = f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels; send it flatter"
+                self._respond(proto, req, 400, [*JSON_HEADERS, *_unread_body_closes(scope, req)],
+                              render_error(dialect, 400, message, "invalid_request_error"))  # fmt: skip
         except Exception:
             log.exception("unhandled error on %s %s (trace %s)", scope.method, path, trace)
             status = 500

@@ -283,6 +283,16 @@ class BatchRunner:
                 await self._run(batch_id)
             except Exception:
                 log.exception("batch %s failed in Blazar", batch_id)
+                with contextlib.suppress(
+                    Exception
+                ):  # never left in_progress: it ends failed, saying where to look
+                    _owner, doc = self.batches.get(batch_id, None)
+                    if doc["status"] in ACTIVE:
+                        self._fail(
+                            doc,
+                            "server_error",
+                            f"the batch failed in Blazar; see the daemon log ({batch_id})",
+                        )
             finally:
                 self.current = None
 
