@@ -650,7 +650,7 @@ def test_openai_fields_no_engine_reads_are_named() -> None:
         ({"logit_bias": {"abc": 1}}, "'logit_bias' must be"),
         ({"reasoning_effort": "extreme"}, "'reasoning_effort' must be \"none\""),
         ({"service_tier": 5}, "'service_tier' must be \"auto\""),
-        ({"metadata": {"a": 1}}, "'metadata' must be an object of at most 16 string values"),
+        ({"metadata": {"a": 1}}, "'metadata.a' must be a string of at most 512 characters"),
         ({"metadata": {str(i): "v" for i in range(17)}}, "'metadata' must be an object of at most 16"),
         ({"metadata": {"k" * 65: "v"}}, "keys up to 64 characters"),
         ({"modalities": "audio"}, "'modalities' must be an array"),

@@ -47,14 +47,7 @@ _TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "frequency_penalty": _NUMBER,
     "seed": _INT,
     "user": _STR,
-    "metadata": (
-        lambda v: (
-            isinstance(v, dict)
-            and len(v) <= 16
-            and all(len(k) <= 64 and isinstance(x, str) and len(x) <= 512 for k, x in v.items())
-        ),
-        "an object of at most 16 string values (keys up to 64 characters, values up to 512)",
-    ),
+    "metadata": _OBJECT,  # and OpenAI's bounds on chat (``metadata``)
     "store": _BOOL,
     "parallel_tool_calls": _BOOL,
     "logit_bias": (
@@ -103,6 +96,27 @@ _TYPED: dict[str, tuple[Callable[[Any], bool], str]] = {
         '"none", "auto", "deepseek" or "deepseek-legacy"',
     ),
 }
+
+
+def metadata(value: Any) -> dict[str, str] | None:
+    """OpenAI's ``metadata`` (Chat Completions and the Responses API): at most 16 string values of at most 512
+    characters, keys of at most 64."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > 16:
+        raise DialectError(
+            400,
+            "'metadata' must be an object of at most 16 keys, each a string value (keys up to 64 characters,"
+            f" values up to 512), got {shown(value)}",
+        )
+    for k, v in value.items():
+        if len(k) > 64 or not isinstance(v, str) or len(v) > 512:
+            raise DialectError(
+                400,
+                f"'metadata.{k[:64]}' must be a string of at most 512 characters (keys up to 64 characters),"
+                f" got {shown(v)}",
+            )
+    return value
 
 
 def _bias(token: Any, bias: Any) -> bool:
@@ -161,6 +175,7 @@ def parse_chat(body: Any) -> CanonicalRequest:
     params = _params(body, _CHAT_OWN)
     _max_tokens(body, params, ("max_completion_tokens", "max_tokens"))
     alternatives = _logprobs_chat(body, params)
+    metadata(body.get("metadata"))
     notes = [note for key, note in _UNAPPLIED.items() if body.get(key) not in (None, False)]
     if "audio" in (body.get("modalities") or ()) or body.get("audio") is not None:
         raise DialectError(

@@ -82,7 +82,7 @@ def parse_responses(body: Any) -> CanonicalRequest:
     fmt = _format(body.get("text"))
     if fmt is not None:
         chat["response_format"] = fmt
-    metadata = _metadata(body.get("metadata"))
+    metadata = openai.metadata(body.get("metadata"))
     _check_types(body)
     try:
         canon = openai.parse_chat(chat)
@@ -142,21 +142,6 @@ _CHAT_WORDS = (
     ("'max_completion_tokens'", "'max_output_tokens'"),
     ("'max_tokens'", "'max_output_tokens'"),
 )
-
-
-def _metadata(value: Any) -> dict[str, str] | None:
-    """OpenAI's metadata: at most 16 string values of at most 512 characters, keys of at most 64."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or len(value) > 16:
-        raise DialectError(400, f"'metadata' must be an object of at most 16 keys, got {shown(value)}")
-    for k, v in value.items():
-        if len(k) > 64 or not isinstance(v, str) or len(v) > 512:
-            raise DialectError(
-                400,
-                f"'metadata.{k}' must be a string of at most 512 characters (keys at most 64), got {shown(v)}",
-            )
-    return value
 
 
 _TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
