@@ -332,24 +332,20 @@ class App:
             self._respond(
                 proto, req, status, JSON_HEADERS, render_error(dialect, 503, message, "blazar_error")
             )
-        except orjson.JSONEncodeError as e:
-            if "Recursion limit" not in str(e):  # not the client's JSON: a fault of Blazar's
+        except Exception as e:
+            if isinstance(e, orjson.JSONEncodeError) and "Recursion limit" in str(e):
+                # the body parsed (orjson reads 1,024 levels) but cannot be passed on (it writes 254)
+                status = 400
+                message = f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels; send it flatter"
+                self._respond(proto, req, 400, [*JSON_HEADERS, *_unread_body_closes(scope, req)],
+                              render_error(dialect, 400, message, "invalid_request_error"))  # fmt: skip
+            else:
                 log.exception("unhandled error on %s %s (trace %s)", scope.method, path, trace)
                 status = 500
                 message = f"internal error in blazar; see the daemon log for trace {trace}"
                 self._respond(
                     proto, req, 500, JSON_HEADERS, render_error(dialect, 500, message, "blazar_error")
                 )
-            else:  # the body parsed (orjson reads 1,024 levels) but cannot be passed on (it writes 254)
-                status = 400
-                message = f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels; send it flatter"
-                self._respond(proto, req, 400, [*JSON_HEADERS, *_unread_body_closes(scope, req)],
-                              render_error(dialect, 400, message, "invalid_request_error"))  # fmt: skip
-        except Exception:
-            log.exception("unhandled error on %s %s (trace %s)", scope.method, path, trace)
-            status = 500
-            message = f"internal error in blazar; see the daemon log for trace {trace}"
-            self._respond(proto, req, 500, JSON_HEADERS, render_error(dialect, 500, message, "blazar_error"))
         finally:
             self.gate.finish(req, status)
         if access.isEnabledFor(logging.INFO):
@@ -390,12 +386,9 @@ class App:
                     f"Content-Encoding {encoding[:40]!r} is not taken: send the request body uncompressed",
                     "invalid_request_error",
                 )
-            t0 = time.perf_counter()
-            try:
-                req.body = await self.uploads.read(scope, proto)
-                req.body_read = True
-            finally:  # the client's time, not Blazar's, also when it ran out (408)
-                req.engine_s += time.perf_counter() - t0
+            # the client's time, not Blazar's, also when it ran out (408)
+            req.body = await req.waiting(self.uploads.read(scope, proto))
+            req.body_read = True
         result = await handler(self.sup, req, proto)
         if result is None:
             return 200

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 import zlib
 from typing import Any
 
@@ -120,10 +119,9 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
         child, _load_ns = await core.ready_child(sup, req, canon)
         body, content_type = _multipart(fields["file"][0] or "audio.wav", fields["file"][1], form)
         core.keep(child, canon, req)
-        t0 = time.perf_counter()
-        try:
-            _status, data, _ctype = await proxy.post_form(
-                sup, child, WHISPER_PATH, body, content_type, req.client
+        try:  # the transcription is the engine's time, not Blazar's overhead
+            _status, data, _ctype = await req.waiting(
+                proxy.post_form(sup, child, WHISPER_PATH, body, content_type, req.client)
             )
         except HttpError as e:
             if e.status == 400 and e.message.strip() in ("Invalid request", ""):
@@ -132,7 +130,6 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
                 ) from None
             raise
         finally:
-            req.engine_s += time.perf_counter() - t0  # the engine's time, not Blazar's overhead
             core.after(sup, child, req)
     if fmt in ("srt", "vtt"):
         return 200, _TEXT, data

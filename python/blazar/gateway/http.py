@@ -171,8 +171,9 @@ class Request:
     """The RSGI protocol of the client's connection (its ``client_disconnect()`` says when the client leaves)."""
 
     async def waiting(self, awaitable: Awaitable[T]) -> T:
-        """``await awaitable``, its time counted as the engine's (``engine_s``), not Blazar's overhead, however it
-        ends: an engine that dies or wedges under a request is the engine's time too."""
+        """``await awaitable``, its time counted as waiting on others (``engine_s``: an engine, or the client's
+        body), not Blazar's overhead, however it ends: an engine that dies or wedges under a request, or a body
+        that times out, is their time too."""
         t0 = time.perf_counter()
         try:
             return await awaitable

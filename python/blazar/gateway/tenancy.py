@@ -36,6 +36,7 @@ from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
 from blazar.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
 from blazar.paths import DataDir
+from blazar.profile import model_settings
 from blazar.quotas import Quotas
 from blazar.store import Store
 
@@ -142,14 +143,15 @@ class Gate:
             req.reserved += self.quotas.check(key, model, reserve)
 
     def _slot_context(self, model: str, canon: CanonicalRequest) -> int:
-        """``slot_context``, memoised per model (the config does not change while the daemon runs)."""
+        """Ollama's ``num_ctx`` when the request asks for one, else ``slot_context``, memoised per model (the
+        config does not change while the daemon runs)."""
         if canon.options_ctx:
             return canon.options_ctx
         ctx = self._slot_ctx.get(model)
         if ctx is None:
             if len(self._slot_ctx) >= 1024:
                 self._slot_ctx.clear()
-            ctx = self._slot_ctx[model] = slot_context(self.cfg, model, canon)
+            ctx = self._slot_ctx[model] = slot_context(self.cfg, model)
         return ctx
 
     async def admit(self, req: Request, model_key: str, slots: int, canon: CanonicalRequest) -> SlotLease:
@@ -263,15 +265,11 @@ def quota_reservation(req: Request, canon: CanonicalRequest, slot_ctx: int) -> i
     return prompt + out * canon.choices()
 
 
-def slot_context(cfg: Config, model: str, canon: CanonicalRequest) -> int:
-    """The context one request of ``model`` may use, as configured (Ollama's ``num_ctx`` when it asks for one):
-    the engine's may be smaller once fitted to memory, never larger."""
-    if canon.options_ctx:
-        return canon.options_ctx
-    ov = cfg.model_override(model)
-    ctx = ov.ctx_size if ov.ctx_size is not None else cfg.ctx_size
-    parallel = ov.parallel if ov.parallel is not None else cfg.parallel
-    return ctx // max(parallel, 1)
+def slot_context(cfg: Config, model: str) -> int:
+    """The context one request of ``model`` may use, as configured (``profile.model_settings``): the engine's may
+    be smaller once fitted to memory, never larger."""
+    st = model_settings(cfg, model)
+    return st.ctx_size // max(st.parallel, 1)
 
 
 def cut_off_usage(req: Request) -> dict[str, int]:
