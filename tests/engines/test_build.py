@@ -193,3 +193,23 @@ def test_whisper_build_lane(tmp_path: Path) -> None:
     assert "built whisper v9.8.7-cpu" in again.stdout  # one directory down from the folder given
     r = blazar_cmd("engine", "build", "--kind", "sd", "--source", str(tarball), env=env, check=False)
     assert r.returncode != 0 and "only llama-cpp and whisper have a build lane" in r.stdout + r.stderr
+
+
+def test_build_tools_come_from_the_interpreters_venv_before_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The venv's `pip install cmake ninja` copies win over older ones earlier on PATH (a fresh machine had a
+    system cmake first on PATH); a tool the venv lacks is taken from PATH."""
+    from blazar.engines import build
+
+    venv_bin, system_bin = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
+    for d in (venv_bin, system_bin):
+        d.mkdir(parents=True)
+    for path in (venv_bin / "cmake", system_bin / "cmake", system_bin / "ninja"):
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
+    monkeypatch.setenv("PATH", str(system_bin))
+    assert build.find_tool("cmake") == str(venv_bin / "cmake")
+    assert build.find_tool("ninja") == str(system_bin / "ninja")
+    assert build.find_tool("no-such-tool") is None

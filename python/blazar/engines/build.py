@@ -54,12 +54,13 @@ class BuildResult:
 
 
 def find_tool(name: str) -> str | None:
-    """A tool on PATH, or next to the running interpreter (a venv's bin/ that is not activated)."""
-    found = shutil.which(name)
-    if found:
-        return found
+    """A build tool: the one next to the running interpreter first (a venv's ``pip install cmake ninja``, whether
+    or not the venv is activated), else the first on PATH. The venv's copy wins because it is the one the
+    project installed and pinned; an older system cmake earlier on PATH must not shadow it."""
     beside = Path(sys.executable).parent / name
-    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
 
 
 def _is_llama_root(p: Path) -> bool:
