@@ -4,4 +4,6 @@ The package owns orchestration (config, catalog, engines, supervision, CLI) and 
 per-token work lives in the compiled ``blazar._native`` extension.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import version as _version
+
+__version__ = _version("blazar")  # set once, in pyproject.toml; the wheel's metadata carries it

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from blazar import __version__
 from blazar.cli import bench, config, doctor, engine, keys, lora, models, ps, pull, quantize, run, serve
 
 app = typer.Typer(
@@ -12,6 +15,26 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     add_completion=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"blazar {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print Blazar's version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Blazar: one local endpoint for every inference engine."""
+
+
 app.add_typer(engine.app, name="engine")
 app.add_typer(keys.app, name="keys")
 app.add_typer(config.app, name="config")

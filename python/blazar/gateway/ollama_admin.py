@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from blazar import ggml_whisper, names, presets
+from blazar import __version__, ggml_whisper, names, presets
 from blazar.catalog import ModelRow, read_header
 from blazar.dialects.canonical import shown
 from blazar.gateway import remote
@@ -73,7 +73,8 @@ async def root(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def version(sup: Supervisor, req: Request, proto: Any) -> Response:
-    return _json({"version": OLLAMA_COMPAT_VERSION})
+    # "version" is the Ollama API Blazar serves, which clients gate features on; "blazar" is the package's own
+    return _json({"version": OLLAMA_COMPAT_VERSION, "blazar": __version__})
 
 
 def _adapter_entry(a: LoraRow, base: ModelRow | None) -> dict[str, Any]:

@@ -59,7 +59,8 @@ async def retrieve_model(sup: Supervisor, req: Request, proto: Any) -> Response:
             f"the model '{full}' does not exist; GET /v1/models lists the models this server has",
             "not_found_error",
         )
-    return 200, JSON_HEADERS, orjson.dumps(_model_object(m))
+    # the id that was asked, as OpenAI answers it (a client compares it with the name it configured)
+    return 200, JSON_HEADERS, orjson.dumps({**_model_object(m), "id": asked})
 
 
 async def chat_completions(sup: Supervisor, req: Request, proto: Any) -> Response | None:
