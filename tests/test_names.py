@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from blazar import names
 from blazar.errors import CatalogError
 from blazar.names import default_name_for_file, normalize
 
@@ -12,7 +13,6 @@ from blazar.names import default_name_for_file, normalize
         ("smollm2", "smollm2:latest"),
         ("smollm2:q4", "smollm2:q4"),
         ("org/m:1.0", "org/m:1.0"),
-        (" a ", "a:latest"),
     ],
 )
 def test_normalize(raw: str, want: str) -> None:
@@ -47,3 +47,76 @@ def test_a_name_too_long_as_a_file_name_is_refused() -> None:
 def test_default_name_for_file() -> None:
     assert default_name_for_file("SmolLM2-135M-Instruct.Q4_1") == "smollm2-135m-instruct:q4_1"
     assert default_name_for_file("model") == "model:latest"
+
+
+TAIL = "names take no spaces or control characters"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("smollm2\n", r"invalid model name 'smollm2\n': it ends with U+000A (a line feed); " + TAIL),
+        (" smollm2", f"invalid model name ' smollm2': it starts with U+0020 (a space); {TAIL}"),
+        (
+            "smollm2\u00a0",
+            r"invalid model name 'smollm2\xa0': it ends with U+00A0 (a no-break space); " + TAIL,
+        ),
+        ("\tsmollm2", r"invalid model name '\tsmollm2': it starts with U+0009 (a tab); " + TAIL),
+        ("smollm2\r\n", r"invalid model name 'smollm2\r\n': it ends with U+000A (a line feed); " + TAIL),
+        (
+            "smollm2\u2028",
+            r"invalid model name 'smollm2\u2028': it ends with U+2028 (a line separator); " + TAIL,
+        ),
+        (
+            "smollm2:q4\r",
+            r"invalid model name 'smollm2:q4\r': it ends with U+000D (a carriage return); " + TAIL,
+        ),
+        (
+            "smol\u200blm2",
+            r"invalid model name 'smol\u200blm2': it contains U+200B (a zero width space); " + TAIL,
+        ),
+        ("smol\x00lm2", r"invalid model name 'smol\x00lm2': it contains U+0000 (a null character); " + TAIL),
+        (
+            "smollm2\ufeff",
+            r"invalid model name 'smollm2\ufeff': it ends with U+FEFF (a byte order mark); " + TAIL,
+        ),
+        (
+            "smollm2\x1b",
+            r"invalid model name 'smollm2\x1b': it ends with U+001B (an escape character); " + TAIL,
+        ),
+        (
+            "smollm2\u3000",
+            r"invalid model name 'smollm2\u3000': it ends with U+3000 (an ideographic space); " + TAIL,
+        ),
+        ("a b", f"invalid model name 'a b': it contains U+0020 (a space); {TAIL}"),
+    ],
+)
+def test_a_name_with_spaces_or_control_characters_is_refused_naming_the_character(
+    raw: str, message: str
+) -> None:
+    """Names are taken exactly: nothing is trimmed, and the message shows the name escaped on one line."""
+    with pytest.raises(CatalogError) as e:
+        normalize(raw)
+    assert str(e.value) == message
+    assert str(e.value).isprintable()  # one line, no raw control or invisible character
+    with pytest.raises(CatalogError) as again:
+        names.check(raw)  # what a name that is not a catalog name (a remote's ``remote:model``) is held to
+    assert str(again.value) == message
+
+
+def test_a_long_name_with_a_control_character_is_shown_shortened() -> None:
+    with pytest.raises(CatalogError) as e:
+        normalize("x" * 10_000 + "\n")
+    text = str(e.value)
+    assert text.startswith(f"invalid model name '{'x' * 40}...': it ends with U+000A (a line feed)")
+    assert len(text) < 200
+
+
+def test_check_keeps_every_other_name_as_it_is() -> None:
+    for name in ("smollm2", "far:gpt-4o", "org/m:1.0", "hf.co/org/Repo:Q4_K_M", "remote:model"):
+        assert names.check(name) == name
+    assert (
+        names.check("far:Modèle-中文") == "far:Modèle-中文"
+    )  # a remote's names are its own; only invisibles fail
+    with pytest.raises(CatalogError, match=r"it ends with U\+000A"):
+        names.check("far:gpt-4o\n")

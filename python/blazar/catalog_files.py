@@ -17,8 +17,10 @@ import hashlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from blazar import names
 from blazar.digests import CopyProgress, sha256_file
 from blazar.errors import CatalogError
 from blazar.paths import EMBED_SUFFIXES, DataDir, alive, safe_component
@@ -86,6 +88,27 @@ def storage_keys(name: str) -> set[tuple[str, str]]:
     return {(where, key.casefold()) for where, key in keys}
 
 
+@dataclass(frozen=True, slots=True)
+class OnDisk:
+    """Model weights found under ``models/`` by their place alone (``ModelFiles.on_disk``): the catalog name
+    that place is written for, and ``path``, a file (GGUF, whisper.cpp ``.bin``) or a folder (a split GGUF set,
+    a model directory)."""
+
+    name: str
+    path: Path
+
+
+def name_for(base: str, tag: str) -> str:
+    """The catalog name ``file_for`` writes as ``<base>/<tag>``: each ``--`` of the folder read as the ``/`` it
+    most often stands for (``hf.co--org--repo``); one that is no valid name so keeps the ``--``."""
+    for candidate in (f"{base.replace('--', '/')}:{tag}", f"{base}:{tag}"):
+        try:
+            return names.normalize(candidate)
+        except CatalogError:
+            continue
+    raise CatalogError(f"models/{base}/{tag} is not where any model name is kept")
+
+
 class ModelFiles:
     """The catalog's files under one data dir."""
 
@@ -148,6 +171,30 @@ class ModelFiles:
         gone = self.staging()
         os.rename(folder, gone / folder.name)
         shutil.rmtree(gone, ignore_errors=True)
+
+    def on_disk(self) -> tuple[list[OnDisk], list[tuple[Path, str]]]:
+        """What ``models/`` holds by place, for rebuilding a lost catalog: each model's name and weights, and the
+        paths that are no model's place (with why). LoRA adapters (``.loras/``) and staging folders are left to
+        the caller; an adapter's base model is not written in its place."""
+        found: list[OnDisk] = []
+        other: list[tuple[Path, str]] = []
+        root = self.data.models
+        for folder in sorted(root.iterdir()) if root.is_dir() else []:
+            if folder.name.startswith("."):
+                continue
+            if not folder.is_dir():
+                other.append((folder, "a file directly under models/ is no model's place"))
+                continue
+            for place in sorted(folder.iterdir()):
+                tag = place.name if place.is_dir() else place.stem
+                if place.is_file() and place.suffix not in (".gguf", ".bin"):
+                    other.append((place, "not a .gguf or whisper.cpp .bin file"))
+                    continue
+                try:
+                    found.append(OnDisk(name_for(folder.name, tag), place))
+                except CatalogError as e:
+                    other.append((place, str(e)))
+        return found, other
 
     def prune(self, directory: Path) -> None:
         """Remove ``directory`` and its parents up to ``models/`` while they are empty."""

@@ -48,7 +48,8 @@ def serve(cfg: Config, config_path: Path) -> int:
     if (data.root / "blobs").is_dir():  # uploads a daemon killed mid-way left behind, and unused old blobs
         blobs.sweep(data.root / "blobs")
         blobs.prune(data.root / "blobs")
-    store = Store.open(data.db)
+    # a lost catalog (an empty file beside model files) or a damaged one is refused, with the command that mends it
+    store = Store.open(data.db, weights=data.models, verify=True)
     sup = Supervisor(cfg, data, store)
     sup.catalog.files.sweep_staging()  # what an import or quantization killed mid-way left
     gate = Gate(cfg, store, data, config_path)

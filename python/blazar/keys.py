@@ -454,7 +454,7 @@ def _round_trip(
             )
         previous = registry.apply(new_config) if registry is not None else None
         try:
-            write_config(path, _as_before(new_text, old), old)
+            write_config(path, _as_before(new_text, old), old, keep_backups=new_config.config_backups)
         except BaseException:
             if registry is not None and previous is not None:
                 registry.apply(previous)

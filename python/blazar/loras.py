@@ -92,6 +92,7 @@ class Loras:
         src = src.expanduser().resolve()
         if not src.is_file():
             raise CatalogError(f"{src} does not exist or is not a file")
+        full = names.normalize(name) if name is not None else names.default_name_for_file(src.stem)
         if self.find(base) is not None and self.catalog.find(base) is None:
             raise CatalogError(
                 f"'{base}' is a LoRA adapter; the base must be the catalog model it was trained on"
@@ -114,7 +115,6 @@ class Loras:
                 f"{src.name} is an adapter for the '{arch}' architecture, but '{model.name}' is '{model.architecture}';"
                 " an adapter only fits the model it was trained on"
             )
-        full = names.normalize(name) if name is not None else names.default_name_for_file(src.stem)
         check = self._check_replaceable if replace else self._check_new
         check(full)
         aside = self.catalog.files.staging()

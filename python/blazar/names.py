@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from blazar.errors import CatalogError
 from blazar.paths import safe_component
@@ -18,20 +19,99 @@ to it (a tag, ``.gguf``, a daemon's pid and ``.apikey`` under ``run/``)."""
 """The longest model name (name:tag) the catalog takes."""
 
 
+_CALLED = {
+    "\t": "a tab",
+    "\n": "a line feed",
+    "\x0b": "a vertical tab",
+    "\x0c": "a form feed",
+    "\r": "a carriage return",
+    "\x00": "a null character",
+    "\x1b": "an escape character",
+    "\x7f": "a delete character",
+    "\x85": "a next line",
+    " ": "a space",
+    "\u00a0": "a no-break space",
+    "\u2028": "a line separator",
+    "\u2029": "a paragraph separator",
+    "\ufeff": "a byte order mark",
+}
+_OTHER = {"Cc": "a control character", "Cf": "a format character", "Co": "a private-use character",
+          "Cs": "a surrogate", "Cn": "an unassigned character"}  # fmt: skip
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_SHOWN = 80
+"""The most characters of a refused name a message repeats."""
+
+
+def _unseen(c: str) -> bool:
+    """A character a name may not hold anywhere: any Unicode whitespace, or one that prints nothing (category C:
+    control and format characters, and the private-use, surrogate and unassigned ones)."""
+    return c.isspace() or not c.isprintable()
+
+
+def _escaped(c: str) -> str:
+    if c == " " or not _unseen(c):
+        return c
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escaped(name: str) -> str:
+    """``name`` as a message repeats it: on one line, every invisible character escaped (``\\n``, ``\\xa0``,
+    ``\\u2028``); a space stays a space."""
+    return "".join(map(_escaped, name))
+
+
+def shown(name: str) -> str:
+    """``escaped``, cut to its first 40 characters and '...' when it is longer than ``_SHOWN``."""
+    text = escaped(name)
+    return text if len(text) <= _SHOWN else text[:40] + "..."
+
+
+def _called(c: str) -> str:
+    if c in _CALLED:
+        return _CALLED[c]
+    what = unicodedata.name(c, "").lower()
+    if not what:
+        return _OTHER.get(unicodedata.category(c), "an invisible character")
+    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
+
+
+def check(name: str) -> str:
+    """``name`` unchanged when it holds no whitespace or control character; else a CatalogError (a 400) naming
+    the first such character. Names are taken exactly: nothing is trimmed, so ``'smollm2\\n'`` is never
+    ``smollm2``. Every name a client gives is held to it: the catalog's (``normalize``) and a remote's
+    ``remote:model``, which is passed on as it is."""
+    if name.isprintable() and " " not in name:  # the common case, in C
+        return name
+    if _unseen(name[0]):
+        where, c = "starts with", name[0]
+    elif _unseen(name[-1]):
+        where, c = "ends with", name[-1]
+    else:
+        where, c = "contains", next(c for c in name if _unseen(c))
+    raise CatalogError(
+        f"invalid model name '{shown(name)}': it {where} U+{ord(c):04X} ({_called(c)}); names take no spaces or"
+        " control characters"
+    )
+
+
 def normalize(name: str) -> str:
-    """'smollm2' -> 'smollm2:latest'; 'smollm2:q4' stays; invalid names raise CatalogError."""
-    name = name.strip()
+    """'smollm2' -> 'smollm2:latest'; 'smollm2:q4' stays; invalid names raise CatalogError. The name is taken as
+    it is given: a space or control character anywhere in it is refused (``check``), never trimmed."""
+    check(name)
     base, sep, tag = name.rpartition(":")
     if not sep:
         base, tag = name, "latest"
     if len(base) > MAX_NAME or len(tag) > MAX_NAME:  # the name and the tag alike: normalizing twice agrees
         long = max(len(base), len(tag))
         raise CatalogError(
-            f"invalid model name '{name[:40]}...': it is {long} characters long; use at most {MAX_NAME}"
+            f"invalid model name '{escaped(name[:40])}...': it is {long} characters long; use at most {MAX_NAME}"
         )
     if not _NAME.match(base) or not _TAG.match(tag) or any(seg in ("", ".", "..") for seg in base.split("/")):
         raise CatalogError(
-            f"invalid model name '{name}': use name[:tag] with letters, digits, '.', '_', '-' (and '/' between parts"
+            f"invalid model name '{escaped(name)}': use name[:tag] with letters, digits, '.', '_', '-' (and '/' between parts"
             " of the name, none of them empty, '.' or '..')"
         )
     full = f"{base}:{tag}"

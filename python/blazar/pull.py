@@ -140,7 +140,7 @@ def _unknown(text: str) -> PullError:
 
 def parse_ref(text: str) -> Ref:
     """``hf:org/repo[@rev][:file.gguf|:quant]``, ``hf.co/org/repo[:file.gguf|:quant]`` or an alias."""
-    text = text.strip()
+    names.check(text)  # taken as given: " smollm2" is refused naming its space, never trimmed
     lower = text.lower()
     rest: str | None = None
     if lower.startswith("hf:"):

@@ -152,6 +152,8 @@ def plan(
     stops its engines once the new file is made, and the import replaces it."""
     qtype = parse_type(qtype)
     source = catalog.get(source_name)
+    if name is not None:
+        names.check(name)  # taken as given: a space in the new name is refused before the source's checks
     if source.format != "gguf" or source.path.is_dir():
         raise QuantizeError(
             f"'{source.name}' is a {source.format} model directory; quantize takes a GGUF file (convert the"

@@ -7,6 +7,7 @@ must not read config, and must not import ``blazar._native``. Open/migrate failu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -17,10 +18,26 @@ import apsw
 
 from blazar.errors import StoreError
 
-__all__ = ["BUSY_TIMEOUT_MS", "DB_FILENAME", "LATEST_SCHEMA_VERSION", "MIGRATIONS", "Store", "utc_now_iso"]
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "DB_FILENAME",
+    "LATEST_SCHEMA_VERSION",
+    "MIGRATIONS",
+    "QUICK_CHECK_SECS",
+    "REPAIR_HINT",
+    "Store",
+    "damaged",
+    "is_damage",
+    "lost_catalog",
+    "utc_now_iso",
+]
 
 DB_FILENAME = "blazar.db"
 BUSY_TIMEOUT_MS = 5000
+QUICK_CHECK_SECS = 5.0
+"""How long the start-up ``PRAGMA quick_check`` may run; on a file too large to check in that time it stops and
+the daemon starts (a damaged page is then found when it is read: a 500 naming the file)."""
+REPAIR_HINT = "blazar doctor --repair"
 
 _V1 = """
 CREATE TABLE engines (
@@ -179,6 +196,54 @@ def write_failure(exc: apsw.Error, path: Path | None = None) -> StoreError | Non
     )
 
 
+def is_damage(exc: BaseException) -> bool:
+    """Whether an apsw error says the file itself is damaged (not busy, not full): permanent until repaired."""
+    return isinstance(exc, apsw.CorruptError | apsw.NotADBError)
+
+
+def damaged(path: Path | None, detail: str) -> StoreError:
+    """The teaching error for a damaged database file: what happened and the commands that mend it."""
+    where = (
+        f"the database {path}"
+        if path is not None
+        else "the catalog database (blazar.db in the data directory)"
+    )
+    return StoreError(
+        f"{where} is damaged ({detail}); restore it from a backup, or move it aside and rebuild the catalog from"
+        f" the model files with `{REPAIR_HINT}`"
+    )
+
+
+def _model_files(weights: Path) -> int:
+    """How many files the catalog's ``models/`` folder holds (staging folders of imports not counted)."""
+    if not weights.is_dir():
+        return 0
+    return sum(
+        1 for p in weights.rglob("*") if p.is_file() and ".importing" not in p.relative_to(weights).parts[:1]
+    )
+
+
+def lost_catalog(path: Path, weights: Path) -> StoreError | None:
+    """A missing or empty database beside model files: the catalog was lost (a crash while the file was being
+    written, a full disk, a file deleted by hand), not a new install."""
+    try:
+        empty = path.stat().st_size == 0
+    except FileNotFoundError:
+        empty = True
+    if not empty:
+        return None
+    count = _model_files(weights)
+    if not count:
+        return None
+    state = "empty" if path.exists() else "missing"
+    return StoreError(
+        f"the database {path} is {state} but {weights} holds {count} model file(s): the catalog (models,"
+        f" engines, keys' usage) was lost, by a crash while it was written or a full disk. Rebuild it from the"
+        f" files with `{REPAIR_HINT}` (every model under models/ is imported again by its file's name), or move"
+        f" {weights} aside to start with an empty catalog"
+    )
+
+
 class Store:
     """One open connection to ``blazar.db``; use ``Store.open`` and close it (or use it as a context manager)."""
 
@@ -190,9 +255,15 @@ class Store:
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path) -> Store:
-        """Open (creating it and its parent dirs if needed) and migrate the database at ``path``."""
+    def open(cls, path: Path, *, weights: Path | None = None, verify: bool = False) -> Store:
+        """Open (creating it and its parent dirs if needed) and migrate the database at ``path``.
+
+        With ``weights`` (the data dir's ``models/``), a missing or empty database beside model files is refused:
+        the catalog was lost, and starting afresh would forget every model without a word. With ``verify``, a
+        bounded ``PRAGMA quick_check`` refuses a damaged file before anything is served from it."""
         path = Path(path)
+        if weights is not None and (lost := lost_catalog(path, weights)) is not None:
+            raise lost
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -208,6 +279,8 @@ class Store:
         store = cls(conn, path)
         try:
             store._configure()
+            if verify:
+                store.quick_check(QUICK_CHECK_SECS)
             store._migrate()
         except BaseException:
             store.close()
@@ -296,6 +369,28 @@ class Store:
         self._depth -= 1
         conn.execute(f"RELEASE {name}")
 
+    def quick_check(self, bound_secs: float) -> bool:
+        """``PRAGMA quick_check`` (the b-trees' structure, without matching indexes to tables), stopped after
+        ``bound_secs``; raises the teaching ``damaged`` error when it finds a problem. True when it ran to the end,
+        False when the bound stopped it first."""
+        conn = self.conn
+        deadline = time.monotonic() + bound_secs
+        conn.set_progress_handler(lambda: time.monotonic() > deadline, 10_000)
+        try:
+            rows = conn.execute("PRAGMA quick_check(5)").fetchall()
+        except apsw.InterruptError:
+            return False
+        except apsw.Error as exc:
+            if is_damage(exc):
+                raise damaged(self.path, f"SQLite: {exc}") from None
+            raise StoreError(f"cannot check database {self.path}: {exc}") from None
+        finally:
+            conn.set_progress_handler(None)
+        found = [str(r[0]) for r in rows]
+        if found != ["ok"]:
+            raise damaged(self.path, "SQLite's quick_check found: " + "; ".join(found))
+        return True
+
     # -- schema -----------------------------------------------------------------------------------------------
 
     def schema_version(self) -> int:
@@ -321,11 +416,8 @@ class Store:
                 )
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")
-        except (apsw.NotADBError, apsw.CorruptError):
-            raise StoreError(
-                f"{self.path} is not a SQLite database (or is corrupt); move it aside and blazar will create "
-                "a fresh one"
-            ) from None
+        except (apsw.NotADBError, apsw.CorruptError) as exc:
+            raise damaged(self.path, f"not a SQLite database, or its header is damaged: {exc}") from None
         except apsw.Error as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from None
 

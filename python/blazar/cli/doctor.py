@@ -1,8 +1,10 @@
 """`blazar doctor`: what this machine and this Blazar look like, and every problem with its fix.
 
 It checks the config, the hardware (GPUs through NVML, else CPU and RAM), the engines installed and active, the
-models (file present, a serving lane, a launch profile that fits), the port, and the data dir's free disk. It
-only reads: it never creates the data dir, installs, or starts anything. Exit status 1 when any check fails.
+models (file present, a serving lane, a launch profile that fits), the catalog database (lost, or damaged), the
+port, and the data dir's free disk. It only reads: it never creates the data dir, installs, or starts anything,
+except with ``--repair``, which rebuilds a lost or damaged catalog from the model files first (``repair``). Exit
+status 1 when any check fails.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shutil
 import socket
 import sys
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -23,19 +26,24 @@ import typer
 
 from blazar import hardware
 from blazar.catalog import Catalog, ModelRow
-from blazar.cli.common import console
+from blazar.cli.common import console, fail
 from blazar.config import Config, default_config_path, default_data_dir, load_config, load_config_text
 from blazar.engines import registry
 from blazar.engines.check import read_check
 from blazar.engines.lanes import INSTALL_HINT, serving_lane
+from blazar.engines.manifest import load_manifest
 from blazar.engines.registry import EngineRow
 from blazar.errors import BlazarError, ConfigError
 from blazar.hardware import Hardware, human_bytes
 from blazar.loras import Loras
 from blazar.paths import DataDir
 from blazar.profile import fit_model, mmproj_for
-from blazar.store import Store
+from blazar.store import REPAIR_HINT, Store, lost_catalog
 
+REPAIR_FIX = (
+    f"{REPAIR_HINT}: moves a damaged database aside and imports every model under models/ again by its file's"
+    " name"
+)
 DISK_FAIL_BYTES = 1 << 30
 DISK_WARN_BYTES = 5 << 30
 
@@ -319,13 +327,16 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
     adapters: list[str] = []
     data = DataDir(cfg.data_dir)
     writable = check_writable(data.root, data.db)
+    lost = lost_catalog(data.db, data.models)
     if writable is not None:
         checks.append(writable)
+    elif lost is not None:
+        checks.append(Check("store", "fail", str(lost), REPAIR_FIX))
     elif data.db.is_file():
         try:
-            store = Store.open(data.db)
+            store = Store.open(data.db, verify=True)
         except BlazarError as e:
-            checks.append(Check("store", "fail", str(e), f"move {data.db} aside; blazar recreates it"))
+            checks.append(Check("store", "fail", str(e), REPAIR_FIX))
         else:
             try:
                 engines = registry.list_all(store)
@@ -343,13 +354,103 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
     return checks, hw
 
 
+def _aside(db: Path) -> Path:
+    """Move a damaged database (with its WAL and shared-memory files) aside, never deleting it: it may still be
+    read by hand. Returns where it went."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    dest = db.with_name(f"{db.name}.damaged-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        part = db.with_name(db.name + suffix)
+        if part.exists():
+            os.replace(part, dest.with_name(dest.name + suffix))
+    return dest
+
+
+def repair(data: DataDir) -> list[str]:
+    """Rebuild a lost or damaged catalog from the files under ``models/``: a damaged database is moved aside,
+    an empty one removed, and every model whose place no row names is imported again, by the name its place is
+    written for (``ModelFiles.on_disk``). Returns what was done, one line each; a model that cannot be imported
+    is named with why, and the rest go on. Keys' usage is not in the files and starts again at zero."""
+    done: list[str] = []
+    if data.db.is_file() and data.db.stat().st_size == 0:
+        for suffix in ("", "-wal", "-shm"):
+            data.db.with_name(data.db.name + suffix).unlink(missing_ok=True)
+        done.append(f"removed the empty database {data.db}")
+    elif data.db.is_file():
+        try:
+            Store.open(data.db, verify=True).close()
+        except BlazarError as e:
+            done.append(f"moved the damaged database aside to {_aside(data.db)} ({e})")
+    with Store.open(data.db) as store:
+        catalog = Catalog(store, data)
+        kept = {m.path for m in catalog.list()}
+        found, other = catalog.files.on_disk()
+        for item in found:
+            if item.path in kept:
+                continue
+            try:
+                if item.path.is_file():
+                    catalog.import_file(item.path, item.name)
+                elif shards := sorted(item.path.glob("*.gguf")):
+                    catalog.import_split(shards, item.name)
+                else:
+                    catalog.import_dir(item.path, item.name)
+            except (BlazarError, OSError) as e:
+                done.append(f"not imported: {item.path}: {e}")
+            else:
+                done.append(f"imported {item.name} from {item.path}")
+        done += [f"left as it is: {path}: {why}" for path, why in other]
+        adapters = {a.path for a in Loras(catalog).list()}
+        for f in sorted((data.models / ".loras").glob("*.gguf")):
+            if f not in adapters:
+                done.append(f"a LoRA adapter's base is not kept with it: blazar lora add {f} --base MODEL")
+        engines = {e.path for e in registry.list_all(store)}
+        for binary in sorted(p for p in data.engines.glob("*/*/*") if p.is_file() and os.access(p, os.X_OK)):
+            kind = binary.parent.parent.name
+            if binary not in engines and binary.name == _lane_binary(kind):
+                done.append(f"an engine is not registered: blazar engine add --kind {kind} --path {binary}")
+    return done
+
+
+def _lane_binary(kind: str) -> str | None:
+    try:
+        return load_manifest().lane(kind).binary
+    except BlazarError:
+        return None
+
+
+def _repair_cmd() -> None:
+    cfg = load_config()
+    if (version := _blazar_version_at(cfg.host, cfg.port)) is not None:
+        raise fail(
+            f"a blazar {version} is serving on {cfg.host}:{cfg.port}: stop it first (Ctrl-C, or SIGTERM to its"
+            " process), then run blazar doctor --repair again"
+        )
+    try:
+        lines = repair(DataDir(cfg.data_dir).ensure())
+    except BlazarError as e:
+        raise fail(str(e)) from None
+    for line in lines or ["nothing to repair: every model under models/ is in the catalog"]:
+        console.print(f"repair: {line}", markup=False, highlight=False, soft_wrap=True)
+
+
 _MARK = {"ok": "[green]ok[/green]  ", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
 
 
 def doctor_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Rebuild a lost or damaged catalog from the model files under models/ (stop the daemon first),"
+            " then check.",
+        ),
+    ] = False,
 ) -> None:
     """Check the config, hardware, engines, models, port and disk; exit 1 when something is wrong."""
+    if fix:
+        _repair_cmd()
     checks, hw = run_checks()
     failed = [c for c in checks if c.status == "fail"]
     if json_out:

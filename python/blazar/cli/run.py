@@ -22,6 +22,7 @@ import orjson
 import typer
 from rich.markup import escape
 
+from blazar import names
 from blazar.cli.common import err_console, handles_errors
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
 from blazar.dialects.canonical import MAX_TOKENS
@@ -222,6 +223,7 @@ def run_cmd(
     """
     if sys.stdout is None:
         raise DaemonError("standard output is closed: there is nowhere to write the answer")
+    names.check(model)  # taken as given, as the daemon takes it: " smollm2" is refused here, naming its space
     url = address(host, port)
     options: dict[str, Any] = {}
     if max_tokens is not None:

@@ -12,6 +12,7 @@ from blazar.config.model import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_CHILD_HEADER_TIMEOUT_SECS,
     DEFAULT_CHILD_START_TIMEOUT_SECS,
+    DEFAULT_CONFIG_BACKUPS,
     DEFAULT_CORS_ORIGINS,
     DEFAULT_CTX_SIZE,
     DEFAULT_ENGINE_CHECK_SECS,
@@ -175,6 +176,12 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         "memory_headroom_mib",
         DEFAULT_MEMORY_HEADROOM_MIB,
         "MiB left free on each device when the context size is fitted to free memory.",
+    ),
+    (
+        "config_backups",
+        DEFAULT_CONFIG_BACKUPS,
+        "Timestamped .bak copies of this file that blazar keys and config init keep, oldest removed first; each"
+        " holds every secret in it. 0 = none.",
     ),
 )
 

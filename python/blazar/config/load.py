@@ -155,6 +155,7 @@ _TOP_LEVEL: dict[str, Check] = {
     "swa_full": boolean,
     "lookup_cache": boolean,
     "memory_headroom_mib": lambda c, k, v: integer(c, k, v, 0),
+    "config_backups": lambda c, k, v: integer(c, k, v, 0),
 }
 
 _MODEL_LEVEL: dict[str, Check] = {

@@ -48,6 +48,7 @@ DEFAULT_GPU_LAYERS = -1
 DEFAULT_CACHE_TYPE = "f16"
 DEFAULT_FLASH_ATTN = "auto"
 DEFAULT_MEMORY_HEADROOM_MIB = 1024
+DEFAULT_CONFIG_BACKUPS = 10
 
 ENGINE_MODES: tuple[str, ...] = ("auto", "manual")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
@@ -269,6 +270,8 @@ class Config:
     ``semantic_cache_threshold`` (cosine) of one answered in the last ``semantic_cache_ttl_secs`` with that answer;
     ``semantic_cache_model`` (an embedding model; required with the cache) embeds them. ``otlp_endpoint``
     (opt-in) is an OTLP/HTTP traces URL that gets one span per request, batched every 10 s.
+    ``config_backups`` is how many timestamped ``.bak`` copies of the config file a write keeps (0 = none; each
+    holds every secret the file held).
     """
 
     host: str = DEFAULT_HOST
@@ -308,6 +311,7 @@ class Config:
     swa_full: bool = False
     lookup_cache: bool = False
     memory_headroom_mib: int = DEFAULT_MEMORY_HEADROOM_MIB
+    config_backups: int = DEFAULT_CONFIG_BACKUPS
     models: Mapping[str, ModelOverride] = field(default_factory=_no_models, hash=False)
     keys: tuple[KeyConfig, ...] = ()
     remotes: tuple[RemoteConfig, ...] = ()

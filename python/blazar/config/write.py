@@ -1,10 +1,12 @@
 """Writing config.toml safely: one process-wide lock, a timestamped ``.bak`` of the old file, an atomic replace.
 
 It owns ``PERSIST_LOCK`` (a ``threading.Lock`` plus an ``fcntl.flock`` on ``<config>.lock`` beside the file, so
-the daemon and the CLI never interleave), the backup naming and pruning, and the temp-file + fsync +
-``os.replace`` write. It must not decide what the new text is or validate it (callers parse, edit and load
-it as a ``Config`` first), and it must not log or render file contents: config files hold API-key secrets.
-If any step fails before ``os.replace`` the old file is untouched.
+the daemon and the CLI never interleave), the backup naming and pruning (``config_backups`` copies, oldest removed
+first), the refusal of a file its owner made read-only (decided from the mode bits: root writes a 0444 file
+anyway), and the temp-file + fsync + ``os.replace`` write. It must not decide what the new text is or validate it
+(callers parse, edit and load it as a ``Config`` first), and it must not log or render file contents: config files
+hold API-key secrets. If any step fails before ``os.replace`` the old file is untouched and the ``.bak`` this write
+made is removed again, so a client retrying a failing write cannot pile up copies of the secrets.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import errno
 import fcntl
 import os
 import re
+import stat
 import tempfile
 import threading
 import time
@@ -21,12 +24,14 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
+from blazar.config.model import DEFAULT_CONFIG_BACKUPS
 from blazar.errors import BlazarError
 
 __all__ = [
     "BACKUPS_KEPT",
     "LOCK_WAIT_SECS",
     "PERSIST_LOCK",
+    "ConfigReadOnly",
     "ConfigWriteError",
     "backups",
     "config_lock",
@@ -38,8 +43,9 @@ __all__ = [
 PERSIST_LOCK = threading.Lock()
 """Held by every config write in this process; the flock on ``<config>.lock`` covers other processes."""
 
-BACKUPS_KEPT = 10
-"""How many ``.bak`` copies of a config file are kept; older ones are deleted after each write."""
+BACKUPS_KEPT = DEFAULT_CONFIG_BACKUPS
+"""How many ``.bak`` copies of a config file are kept unless ``config_backups`` says otherwise; older ones are
+deleted after each write."""
 
 LOCK_WAIT_SECS = 10.0
 _FILE_MODE = 0o600  # config files hold secrets: owner only
@@ -49,6 +55,12 @@ class ConfigWriteError(BlazarError):
     """The config file could not be locked, backed up or written; the old file is intact."""
 
     status = 500
+
+
+class ConfigReadOnly(ConfigWriteError):
+    """The config file's owner made it read-only (no owner write bit); it is left as it is (409)."""
+
+    status = 409
 
 
 def lock_path(path: Path) -> Path:
@@ -150,6 +162,32 @@ def _backup(path: Path, old: bytes, now: datetime) -> Path:
     raise ConfigWriteError(f"cannot choose a free backup name for {path}; remove old {path.name}.*.bak files")
 
 
+def _refuse_read_only(path: Path) -> None:
+    """Raise ``ConfigReadOnly`` when ``path`` exists without its owner's write bit.
+
+    The mode bits decide, not a failed open: root may write a 0444 file, and the replace would not open it at
+    all (a rename needs only the directory), so a file someone made read-only on purpose would come back 0600.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigWriteError(f"cannot read the mode of config file {path}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(mode) and not mode & stat.S_IWUSR:
+        raise ConfigReadOnly(
+            f"{path} is read-only (mode {stat.S_IMODE(mode):04o}) and blazar will not replace a file its owner"
+            f" made read-only, so nothing was changed; to let blazar edit it, run `chmod u+w {path}` and retry"
+        )
+
+
+def _remove_backup(bak: Path | None) -> None:
+    """Remove the ``.bak`` a write made when the write itself failed: the old file is still there, unchanged."""
+    if bak is not None:
+        with suppress(OSError):
+            bak.unlink()
+
+
 def _prune(path: Path, keep: int) -> None:
     for old in backups(path)[:-keep] if keep > 0 else backups(path):
         with suppress(OSError):  # a stale backup is harmless
@@ -162,22 +200,25 @@ def write_config(
     """Replace ``path`` with ``text`` atomically; call it under ``config_lock(path)``.
 
     ``old`` is the file's current bytes (``None``: it does not exist); they are copied to
-    ``<name>.<UTC stamp>.bak`` first. The new text goes to a temp file in the same directory, is fsynced and
-    renamed over ``path``; the directory is fsynced after. Returns the backup's path (``None`` without an old
-    file). On any failure the temp file is removed, the old file is byte-identical, and ``ConfigWriteError``
-    names the step.
+    ``<name>.<UTC stamp>.bak`` first (not with ``keep_backups`` 0). The new text goes to a temp file in the same
+    directory, is fsynced and renamed over ``path``; the directory is fsynced after, and the backups beyond the
+    newest ``keep_backups`` are removed. Returns the backup's path (``None`` without one). A file without its
+    owner's write bit is refused (``ConfigReadOnly``) before anything is made. On any failure the temp file and
+    this write's backup are removed, the old file is byte-identical, and ``ConfigWriteError`` names the step.
     """
     directory = path.parent
     bak: Path | None = None
+    _refuse_read_only(path)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        if old is not None:
+        if old is not None and keep_backups > 0:
             bak = _backup(path, old, datetime.now(UTC))
     except OSError as exc:
         raise ConfigWriteError(
             f"cannot back up {path} before writing it: {exc.strerror or exc}; nothing was changed"
         ) from None
     tmp: str | None = None
+    replaced = False
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
         try:
@@ -190,15 +231,22 @@ def write_config(
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        tmp = None
+        tmp, replaced = None, True
     except OSError as exc:
+        hint = (
+            "; if the file or its directory is immutable (lsattr -d shows an 'i'), chattr -i it first"
+            if exc.errno == errno.EPERM
+            else ""
+        )
         raise ConfigWriteError(
-            f"cannot write {path}: {exc.strerror or exc}; the old file is unchanged"
+            f"cannot write {path}: {exc.strerror or exc}; the old file is unchanged{hint}"
         ) from None
     finally:
         if tmp is not None:
             with suppress(OSError):
                 os.unlink(tmp)
+        if not replaced:
+            _remove_backup(bak)
     _fsync_dir(directory)
     _prune(path, keep_backups)
     return bak

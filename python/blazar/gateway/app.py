@@ -50,7 +50,7 @@ from blazar.gateway.http import (
     declared_length,
 )
 from blazar.gateway.tenancy import Gate, visible
-from blazar.store import write_failure
+from blazar.store import damaged, is_damage, write_failure
 from blazar.supervisor import Supervisor
 
 log = logging.getLogger("blazar.gateway")
@@ -319,18 +319,20 @@ class App:
                           render_error(dialect, status, message, kind))  # fmt: skip
         except apsw.Error as e:  # a database write outside a transaction (those become StoreError there)
             failure = write_failure(e)
+            if is_damage(e):  # permanent until mended: a 500 naming the file, never a 503 to retry
+                failure = damaged(self.sup.data.db, f"SQLite: {e}")
             if failure is None:
                 log.exception("database error on %s %s (trace %s)", scope.method, path, trace)
             else:
                 log.error("%s %s: %s (trace %s)", scope.method, path, failure, trace)
             message = (
-                str(failure)
+                self.sup.data.redact(str(failure))
                 if failure is not None
                 else f"database error; see the daemon log for trace {trace}"
             )
-            status = 503
+            status = 500 if is_damage(e) else 503
             self._respond(
-                proto, req, status, JSON_HEADERS, render_error(dialect, 503, message, "blazar_error")
+                proto, req, status, JSON_HEADERS, render_error(dialect, status, message, "blazar_error")
             )
         except Exception as e:
             if isinstance(e, orjson.JSONEncodeError) and "Recursion limit" in str(e):

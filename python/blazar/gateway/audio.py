@@ -52,11 +52,13 @@ async def translations(sup: Supervisor, req: Request, proto: Any) -> Response:
     return await _audio(sup, req, translate=True)
 
 
-def _field(fields: dict[str, tuple[str | None, bytes]], name: str) -> str | None:
+def _field(fields: dict[str, tuple[str | None, bytes]], name: str, *, exact: bool = False) -> str | None:
+    """A form field's text, trimmed unless ``exact`` (a model name is taken as given: ``names.check``)."""
     if name not in fields:
         return None
     try:
-        return fields[name][1].decode("utf-8").strip()
+        text = fields[name][1].decode("utf-8")
+        return text if exact else text.strip()
     except UnicodeDecodeError:
         raise HttpError(400, f"the form field '{name}' is not UTF-8 text") from None
 
@@ -68,7 +70,7 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
         raise HttpError(
             400, f"'file' is required: the audio to transcribe (WAV, MP3 or FLAC); send {_EXPECT}"
         )
-    model = _field(fields, "model")
+    model = _field(fields, "model", exact=True)
     if not model:
         raise HttpError(
             400, "'model' is required: a whisper.cpp model in the catalog (blazar import ggml-*.bin)"

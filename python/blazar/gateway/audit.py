@@ -2,6 +2,8 @@
 
 Owns the queue, the drop counter (``audit_dropped``: lines lost to a full queue or a failed write, reported in the
 daemon log at most once a minute), the writer task and rotation at 16 MiB (``audit.log`` -> ``audit.log.1``).
+The lines name keys, paths and models, so the directory is 0700 and its files 0600: made so, and tightened at
+open when an earlier version left them readable by others.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -20,13 +23,33 @@ ROTATE_BYTES = 16 * 1024 * 1024
 QUEUE_MAX = 10_000
 REPORT_SECS = 60.0
 
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
 log = logging.getLogger("blazar.audit")
+
+
+def _owner_only(path: Path) -> None:
+    """Take the group's and others' permission bits off ``path`` if it has any (a file an earlier version made
+    0644, a directory 0755); one that is absent is left to be created owner-only."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            path.chmod(mode & 0o700)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.warning(
+            "audit: cannot make %s owner-only (%s); it may be readable by others", path, e.strerror or e
+        )
 
 
 class AuditLog:
     def __init__(self, directory: Path, rotate_bytes: int = ROTATE_BYTES, queue_max: int = QUEUE_MAX) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         self.path = directory / "audit.log"
+        for path in (directory, self.path, self.path.with_name("audit.log.1")):
+            _owner_only(path)
         self.rotate_bytes = rotate_bytes
         self.dropped = 0
         self._reported = 0
@@ -68,7 +91,8 @@ class AuditLog:
 
     def _write(self, data: bytes, lines: int = 0) -> None:
         try:
-            with self.path.open("ab") as f:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            with os.fdopen(fd, "ab") as f:
                 f.write(data)
                 size = f.tell()
             if size >= self.rotate_bytes:

@@ -64,7 +64,7 @@ _UNTAKEN = {
 
 def _string(body: dict[str, Any], field: str, what: str) -> str:
     value = body.get(field)
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value:  # taken as given: a space in a name is refused naming it
         raise HttpError(400, f"'{field}' is required: {what}")
     return value
 

@@ -2,8 +2,9 @@
 
 Order, as the seed gives it: auth (401) -> concurrency lease (429) -> [handler parses the model] -> scope (403)
 -> rpm / tpm / daily tokens (429) -> admission (503 ``all_slots_busy`` after the bounded wait). Usage from the
-native summary is charged when the response ends; the concurrency lease is released then too (a client that
-drops a stream releases it as the stream ends). It owns no HTTP I/O.
+native summary is charged when the response ends, and committed to ``key_usage`` before the end is recorded (the
+audit line), so a daemon killed after an answer loses none of its tokens; the concurrency lease is released then
+too (a client that drops a stream releases it as the stream ends). It owns no HTTP I/O.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from blazar.gateway.http import (
 from blazar.gateway.otlp import Exporter
 from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
+from blazar.gateway.usage import UsageWriter
 from blazar.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
 from blazar.paths import DataDir
 from blazar.profile import model_settings
@@ -44,6 +46,8 @@ log = logging.getLogger("blazar.tenancy")
 
 OPEN_PATHS = frozenset({"/healthz", "/health"})
 FLUSH_SECS = 5.0
+"""How often usage a failed write left in memory is tried again; each finished request commits its own
+(``UsageWriter``)."""
 
 
 def visible(req: Request, model: str) -> bool:
@@ -72,6 +76,7 @@ class Gate:
         self.keys = KeyRegistry(cfg)
         self.quotas = Quotas()
         self.quotas.load(store)
+        self.usage = UsageWriter(self.quotas, store.path)
         self.admission = Admission()
         self.sessions = Sessions(cfg.session_keep_secs)
         self.audit = AuditLog(data.root / "audit") if cfg.audit else None
@@ -104,28 +109,35 @@ class Gate:
         usage = req.summary.get("usage") if req.summary else None
         if usage is None and req.dispatched and (status == CLIENT_CLOSED or 200 <= status < 300):
             usage = cut_off_usage(req)  # cut off: the client left, or the engine died inside the stream
-        if req.key is not None and (isinstance(usage, dict) or req.reserved):
+        charged = req.key is not None and (isinstance(usage, dict) or req.reserved > 0)
+        if req.key is not None and charged:
             got = usage if isinstance(usage, dict) else {}
             prompt, completion = got.get("prompt_tokens", 0), got.get("completion_tokens", 0)
             self.quotas.record_usage(req.key, prompt, completion, req.reserved)
             req.reserved = 0
         if self.otlp is not None:
             self.otlp.record(req, status)
-        if self.audit is not None:
-            self.audit.emit(
-                {
-                    "ts": datetime.now(UTC).isoformat(),
-                    "trace": req.trace_id,
-                    "key": req.key.name if req.key else None,
-                    "method": req.method,
-                    "path": req.path,
-                    "model": req.model,
-                    "status": status,
-                    "ms": round((time.perf_counter() - req.t0) * 1000, 3),
-                    "priority": req.headers.get("x-blazar-priority") or "normal",
-                    "queue_depth": req.queue_depth,
-                }
-            )
+        audit = self.audit
+        if audit is None:
+            if charged:
+                self.usage.commit()
+            return
+        line = {
+            "ts": datetime.now(UTC).isoformat(),
+            "trace": req.trace_id,
+            "key": req.key.name if req.key else None,
+            "method": req.method,
+            "path": req.path,
+            "model": req.model,
+            "status": status,
+            "ms": round((time.perf_counter() - req.t0) * 1000, 3),
+            "priority": req.headers.get("x-blazar-priority") or "normal",
+            "queue_depth": req.queue_depth,
+        }
+        if charged:  # the end is recorded once its tokens are on disk: a kill -9 then loses none of them
+            self.usage.commit(lambda: audit.emit(line))
+        else:
+            audit.emit(line)
 
     # -- handler side --------------------------------------------------------------------------------------
 
@@ -212,23 +224,21 @@ class Gate:
             self.audit.start()
         if self.otlp is not None:
             self.otlp.start()
+        self.usage.start()
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
 
     async def _flush_loop(self) -> None:
-        while True:
+        while True:  # usage a failed write left in memory is tried again without waiting for a request
             await asyncio.sleep(FLUSH_SECS)
-            try:
-                self.quotas.flush(self.store)
-            except Exception:
-                log.exception("writing key usage failed; it stays in memory and is retried")
+            self.usage.commit()
 
     async def close(self) -> None:
         if self.batches is not None:
             await self.batches.close()
         await tasks.stop(self._flusher)
         self._flusher = None
-        self.quotas.flush(self.store)
+        await self.usage.close()
         if self.audit is not None:
             await self.audit.close()
         if self.otlp is not None:

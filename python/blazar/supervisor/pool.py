@@ -133,7 +133,9 @@ class Supervisor:
 
     def remote_for(self, model: str) -> tuple[Remote, str] | None:
         """(the remote, its model) when ``model`` is ``remote:model`` for a ``[[remotes]]`` name and the catalog
-        has no model of that exact name (a local model always wins); else None."""
+        has no model of that exact name (a local model always wins); else None. A name with a space or control
+        character is refused (``names.check``, a 400) whether or not it names a remote: it would be passed on."""
+        names.check(model)
         hit = self.remotes.route(model)
         if hit is None:
             return None

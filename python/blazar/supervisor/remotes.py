@@ -62,7 +62,7 @@ class Remotes:
         if not self.by_name:
             return None
         prefix, sep, rest = model.partition(":")
-        remote = self.by_name.get(prefix) if sep and rest.strip() else None
+        remote = self.by_name.get(prefix) if sep and rest else None  # the name as given: nothing trimmed
         return (remote, rest) if remote is not None else None
 
     def close(self) -> None:
