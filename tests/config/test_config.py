@@ -457,10 +457,10 @@ def test_model_override_type_errors(tmp_path: Path, env: dict[str, str]) -> None
 
 def test_normalize_model_name() -> None:
     assert normalize_model_name("smollm2") == "smollm2:latest"
-    assert normalize_model_name(" smollm2:1.7b ") == "smollm2:1.7b"
+    assert normalize_model_name("smollm2:1.7b") == "smollm2:1.7b"
     assert normalize_model_name("org/m") == "org/m:latest"
     assert normalize_model_name("host:5000/org/m") == "host:5000/org/m:latest"
-    for bad in ("", "m:", ":t", "org/"):
+    for bad in ("", "m:", ":t", "org/", " smollm2:1.7b ", "smollm2\n"):  # names are taken exactly
         with pytest.raises(ValueError):
             normalize_model_name(bad)
 

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from blazar import names
+from blazar.errors import CatalogError
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11435
 DEFAULT_IDLE_TIMEOUT_SECS = 1800
@@ -112,12 +115,15 @@ def xdg_config_home(env: Mapping[str, str] | None = None) -> Path:
 
 
 def normalize_model_name(name: str) -> str:
-    """``"smollm2"`` -> ``"smollm2:latest"``; a name that already carries a tag is returned stripped.
+    """``"smollm2"`` -> ``"smollm2:latest"``; a name that already carries a tag is returned as it is.
 
     The tag is looked for after the last ``/`` so a registry host with a port (``host:5000/m``) is not
     mistaken for a tag. Raises ``ValueError`` for an empty name or an empty tag.
     """
-    name = name.strip()
+    try:
+        names.check(name)  # taken exactly, as on every route: " smollm2" names no model, and would be dropped
+    except CatalogError as exc:
+        raise ValueError(str(exc)) from None
     last = name.rsplit("/", 1)[-1]
     if not last:
         raise ValueError("model name is empty")
