@@ -113,7 +113,7 @@ def llama_server(cache: Path) -> Path:
     empty_config = cache / "empty-config.toml"
     empty_config.write_text("")
     env = {**os.environ, "BLAZAR_DATA_DIR": str(data), "BLAZAR_CONFIG": str(empty_config)}
-    log("building llama-server with `blazar engine build` (about 16 minutes on 2 cores, once)")
+    log("building llama-server with `blazar engine build` (11 to 16 minutes on 2 cores, once)")
     t0 = time.monotonic()
     subprocess.run(
         [sys.executable, "-m", "blazar", "engine", "build", "--kind", "llama-cpp", "--source", str(sdist)],
