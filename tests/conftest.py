@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -190,6 +191,16 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    """``wait_for`` on an event loop: poll ``predicate`` until it is true, yielding to the loop (and its other
+    tasks) between looks; fail after ``timeout`` seconds. For a test that must wait on a state, not a timer."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.005)
 
 
 def make_daemon(root: Path, config_text: str = "") -> Daemon:

@@ -1,7 +1,8 @@
 """Admission on an event loop: waiting, waking, bounded waits, cancellation and leases.
 
-No test sleeps on a timer to let things happen: tasks are driven by futures and by yielding to the loop
-(``_settle``); the only real time spent is the few milliseconds of the bounded-wait tests. Every test runs on
+No test sleeps on a timer to let things happen: tasks are driven by futures, and a test that needs another task
+to reach a state yields to the loop until it has (``_until``, no timers); the only real time spent is the few
+milliseconds of the bounded-wait tests, and the ordering test runs on a clock that stands still. Every test runs on
 plain asyncio and on uvloop (what the gateway uses).
 """
 
@@ -44,10 +45,18 @@ def run(request: pytest.FixtureRequest) -> Run:
     return _run
 
 
-async def _settle() -> None:
-    """Let every runnable task take its next step (no timers involved)."""
-    for _ in range(10):
+async def _until(done: Callable[[], bool], what: str) -> None:
+    """Yield to the loop until ``done()``: the other tasks have reached the state the test needs (no timers; a
+    task that can reach it does so within a few loop turns, so 10,000 is only a bound for one that never will)."""
+    for _ in range(10_000):
+        if done():
+            return
         await asyncio.sleep(0)
+    raise AssertionError(f"the tasks never reached the state the test waits on: {what}")
+
+
+def _waiting(adm: Admission, n: int, model: str = "m") -> Callable[[], bool]:
+    return lambda: adm.waiting(model) == n
 
 
 def _admit(
@@ -96,7 +105,7 @@ def test_waiter_starts_when_a_slot_frees(run: Run) -> None:
         adm = Admission()
         first = await _admit(adm)
         task = asyncio.create_task(_admit(adm))
-        await _settle()
+        await _until(_waiting(adm, 1), "the second request to queue")
         assert not task.done() and adm.stats()["m"].waiting == 1
         first.release()
         second = await task
@@ -116,7 +125,7 @@ def test_a_request_for_n_choices_holds_n_slots(run: Run) -> None:
         two = await _admit(adm, slots=2, holds=2)
         assert adm.stats()["m"].running == 2
         task = asyncio.create_task(_admit(adm, slots=2))
-        await _settle()
+        await _until(_waiting(adm, 1), "the next request to queue")
         assert not task.done() and adm.stats()["m"].waiting == 1
         two.release()
         one = await task
@@ -128,7 +137,7 @@ def test_a_request_for_n_choices_holds_n_slots(run: Run) -> None:
 
 def test_admission_order_priority_class_and_deadline(run: Run) -> None:
     async def main() -> None:
-        adm = Admission()
+        adm = Admission(clock=lambda: 1000.0)  # a still clock: the order cannot depend on the machine's speed
         holder = await _admit(adm)
         order: list[str] = []
 
@@ -146,9 +155,9 @@ def test_admission_order_priority_class_and_deadline(run: Run) -> None:
             ("tight", {"deadline_ms": 5.0}),
         ]
         tasks = []
-        for name, kw in specs:
+        for i, (name, kw) in enumerate(specs, 1):
             tasks.append(asyncio.create_task(one(name, **kw)))
-            await _settle()
+            await _until(_waiting(adm, i), f"{name!r} to queue")
         holder.release()
         await asyncio.gather(*tasks)
         assert order == ["high", "tool", "tight", "chat", "big-high", "raw", "low"]
@@ -195,7 +204,7 @@ def test_cancelled_waiter_leaves_the_queue(run: Run) -> None:
         adm = Admission()
         holder = await _admit(adm)
         task = asyncio.create_task(_admit(adm))
-        await _settle()
+        await _until(_waiting(adm, 1), "the request to queue")
         assert adm.stats()["m"].waiting == 1
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -212,9 +221,9 @@ def test_waiter_cancelled_just_after_admission_hands_its_slot_on(run: Run) -> No
         adm = Admission()
         holder = await _admit(adm)
         doomed = asyncio.create_task(_admit(adm))
-        await _settle()
+        await _until(_waiting(adm, 1), "the doomed request to queue")
         nxt = asyncio.create_task(_admit(adm))
-        await _settle()
+        await _until(_waiting(adm, 2), "the next request to queue")
         holder.release()  # admits `doomed` (its future resolves) ...
         doomed.cancel()  # ... but its client goes away before the task runs again
         results = await asyncio.gather(doomed, return_exceptions=True)
@@ -233,12 +242,12 @@ def test_release_is_idempotent_and_wakes_once(run: Run) -> None:
         adm = Admission()
         lease = await _admit(adm)
         waiters = [asyncio.create_task(_admit(adm)) for _ in range(2)]
-        await _settle()
+        await _until(_waiting(adm, 2), "both requests to queue")
         lease.release()
         lease.release()
         with lease:
             pass
-        await _settle()
+        await _until(waiters[0].done, "the woken request to start")
         assert [w.done() for w in waiters] == [True, False]
         assert adm.stats()["m"].running == 1
         (await waiters[0]).release()
@@ -255,7 +264,7 @@ def test_lease_released_when_the_handler_raises(run: Run) -> None:
         with pytest.raises(RuntimeError, match="engine went away"):
             async with await _admit(adm):
                 waiter = asyncio.create_task(_admit(adm))
-                await _settle()
+                await _until(_waiting(adm, 1), "the request to queue")
                 raise RuntimeError("engine went away")
         assert waiter is not None
         lease = await waiter
@@ -272,7 +281,7 @@ def test_raising_slots_admits_waiters(run: Run) -> None:
         adm = Admission()
         holder = await _admit(adm, slots=1)
         task = asyncio.create_task(_admit(adm, slots=1))
-        await _settle()
+        await _until(_waiting(adm, 1), "the request to queue")
         assert not task.done()
         third = await _admit(adm, slots=3)  # the engine now runs 3 slots: both start
         second = await task

@@ -11,6 +11,12 @@ from pathlib import Path
 import pytest
 
 from blazar.gateway.audit import AuditLog
+from tests.conftest import until
+
+
+def _lines(audit: AuditLog) -> int:
+    """The lines in the audit file so far (the writer runs on the test's loop: never a line half written)."""
+    return len(audit.path.read_bytes().splitlines()) if audit.path.is_file() else 0
 
 
 def test_lines_are_written_and_losses_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -21,9 +27,9 @@ def test_lines_are_written_and_losses_reported(tmp_path: Path, caplog: pytest.Lo
         for i in range(5):  # the writer has not run yet: three do not fit
             audit.emit({"n": i})
         audit.start()
-        await asyncio.sleep(0.05)
-        audit.emit({"n": 5})
-        await asyncio.sleep(0.05)
+        await until(lambda: _lines(audit) == 2, "the writer to write the two queued lines")
+        audit.emit({"n": 5})  # the queue is empty again: this one fits
+        await until(lambda: _lines(audit) == 3, "the writer to write the line emitted since")
         await audit.close()
         return audit
 
@@ -42,10 +48,10 @@ def test_a_write_that_fails_is_counted_and_the_writer_goes_on(
         audit.path.mkdir()  # where the file goes, a folder: every write fails
         audit.start()
         audit.emit({"n": 1})
-        await asyncio.sleep(0.05)
+        await until(lambda: audit.dropped == 1, "the writer to fail its first write")
         audit.path.rmdir()
         audit.emit({"n": 2})
-        await asyncio.sleep(0.05)
+        await until(audit.path.is_file, "the writer to write the next line")
         await audit.close()
         return audit
 

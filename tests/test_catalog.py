@@ -21,6 +21,7 @@ from blazar.digests import sha256_file
 from blazar.errors import CatalogError, ModelNotFound, StoreError
 from blazar.paths import DataDir
 from blazar.store import LATEST_SCHEMA_VERSION, MIGRATIONS, Store
+from tests.conftest import until
 from tests.fakehub import split_gguf, tiny_gguf
 
 SHARDS = split_gguf("tiny-Q8_0", 2, 100_000)
@@ -326,7 +327,7 @@ def test_lazy_fill_runs_off_the_event_loop_once(
     def gated(path: Path, cancel: threading.Event | None = None) -> str:
         calls.append(threading.get_ident())
         # Only a loop that is free while this thread hashes can set the event: on the loop this would hang.
-        assert loop_ran.wait(10), "the event loop was blocked while hashing"
+        assert loop_ran.wait(60), "the event loop was blocked while hashing"
         return real(path, cancel)
 
     monkeypatch.setattr(catalog_mod, "model_digest", gated)
@@ -334,7 +335,9 @@ def test_lazy_fill_runs_off_the_event_loop_once(
     async def main(cat: Catalog, row: ModelRow) -> list[str | None]:
         first = asyncio.ensure_future(cat.digest(row))
         second = asyncio.ensure_future(cat.digest(row))
-        await asyncio.sleep(0.05)
+        await until(
+            lambda: calls, "the hash to start in its thread"
+        )  # the loop runs while that thread hashes
         loop_ran.set()
         return [*(await asyncio.gather(first, second)), await cat.digest(cat.get(row.name))]
 

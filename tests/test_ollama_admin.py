@@ -30,6 +30,7 @@ from blazar.supervisor import State
 from blazar.supervisor.child import Child
 from blazar.supervisor.remotes import Remotes
 from blazar.supervisor.sharing import Sharing
+from tests.conftest import until
 from tests.test_catalog import older_database
 
 
@@ -109,34 +110,34 @@ def test_tags_fill_an_older_row_off_the_loop(
     older_database(data, model_file)
     real = catalog_mod.model_digest
     threads: list[int] = []
+    loop_ran = threading.Event()
 
     def recorded(path: Path, cancel: threading.Event | None = None) -> str:
         threads.append(threading.get_ident())
+        # Only a loop that is free while this thread hashes can set the event: on the loop this would hang.
+        assert loop_ran.wait(60), "the event loop was blocked while hashing"
         return real(path, cancel)
 
     monkeypatch.setattr(catalog_mod, "model_digest", recorded)
 
-    async def main(cat: Catalog) -> tuple[list[dict[str, Any]], int]:
-        ticks = 0
+    async def main(cat: Catalog) -> list[dict[str, Any]]:
+        async def unblock() -> None:
+            await until(lambda: threads, "the hash to start")  # the loop runs while the hash waits on it
+            loop_ran.set()
 
-        async def tick() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        ticker = asyncio.ensure_future(tick())
+        unblocking = asyncio.ensure_future(unblock())
         _, _, body = await ollama_admin.tags(_sup(cat), _show("x"), None)
-        ticker.cancel()
-        return orjson.loads(body)["models"], ticks
+        await unblocking
+        models: list[dict[str, Any]] = orjson.loads(body)["models"]
+        return models
 
     with Store.open(data.db) as store:
         cat = Catalog(store, data)
         assert cat.get("smollm2").sha256 is None
-        models, ticks = asyncio.run(main(cat))
+        models = asyncio.run(main(cat))
         want = hashlib.sha256(model_file.read_bytes()).hexdigest()
         assert [m["digest"] for m in models] == [want] and cat.get("smollm2").sha256 == want
-        assert threads and threading.get_ident() not in threads and ticks > 1  # the loop ran while it hashed
+        assert threads and threading.get_ident() not in threads  # hashed in a worker thread, the loop free
         asyncio.run(ollama_admin.tags(_sup(cat), _show("x"), None))
         assert len(threads) == 1  # stored: the next listing reads it
 

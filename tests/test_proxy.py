@@ -17,6 +17,7 @@ from blazar.gateway import proxy
 from blazar.gateway.http import ClientGone, HttpError
 from blazar.gateway.proxy import unless_gone
 from blazar.paths import DataDir
+from tests.conftest import until
 
 
 @pytest.fixture(autouse=True)
@@ -44,10 +45,20 @@ async def _work(seconds: float, result: str, seen: list[str]) -> str:
     return result
 
 
+async def _armed(client: Client) -> None:
+    """Until ``unless_gone`` watches ``client`` (``WATCH_AFTER_SECS`` after it began)."""
+    await until(lambda: client.fut is not None, "the disconnect watch to start")
+
+
 def test_the_answer_wins_and_the_disconnect_watch_is_dropped() -> None:
     async def main() -> None:
         client, seen = Client(), []
-        assert await unless_gone(_work(0.05, "body", seen), client) == "body"
+
+        async def work() -> str:
+            await _armed(client)  # the answer comes once the watch is on
+            return await _work(0, "body", seen)
+
+        assert await unless_gone(work(), client) == "body"
         assert client.fut is not None and client.fut.cancelled() and seen == []
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
@@ -58,9 +69,16 @@ def test_the_answer_wins_and_the_disconnect_watch_is_dropped() -> None:
 def test_a_client_that_leaves_cancels_the_work() -> None:
     async def main() -> None:
         client, seen = Client(), []
-        asyncio.get_running_loop().call_later(0.05, lambda: client.fut and client.fut.set_result(None))
+
+        async def leave() -> None:
+            await _armed(client)
+            assert client.fut is not None
+            client.fut.set_result(None)
+
+        leaving = asyncio.ensure_future(leave())
         with pytest.raises(ClientGone):
-            await unless_gone(_work(5, "never", seen), client)
+            await unless_gone(_work(3600, "never", seen), client)
+        await leaving
         assert seen == ["cancelled"]
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0  # the task goes on normally afterwards
@@ -72,8 +90,8 @@ def test_a_client_that_leaves_cancels_the_work() -> None:
 def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
     async def main() -> None:
         client, seen = Client(), []
-        inner = asyncio.ensure_future(unless_gone(_work(5, "never", seen), client))
-        await asyncio.sleep(0.05)
+        inner = asyncio.ensure_future(unless_gone(_work(3600, "never", seen), client))
+        await _armed(client)  # cancelled while the watch is on: still not the client's doing
         inner.cancel()
         with pytest.raises(asyncio.CancelledError):
             await inner
@@ -87,7 +105,8 @@ def test_a_fast_answer_never_watches(monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def main() -> None:
         client, seen = Client(), []
-        assert await unless_gone(_work(0.01, "body", seen), client) == "body"
+        # ready at the next loop turn, long before the watch's timer could fire
+        assert await unless_gone(_work(0, "body", seen), client) == "body"
         assert client.fut is None  # client_disconnect() was never called
 
     asyncio.run(main())
@@ -185,15 +204,19 @@ def test_a_disconnect_queued_as_the_answer_finishes_cancels_nothing_after() -> N
 
     async def main() -> None:
         client = Client()
+        ran = asyncio.Event()
 
         async def work() -> str:
-            await asyncio.sleep(0.05)  # the watch is armed by now
+            await _armed(client)
             assert client.fut is not None
+            client.fut.add_done_callback(lambda _: ran.set())  # queued after the watch's own callback
             client.fut.set_result(None)  # queues on_gone for the next loop turn
             return "body"
 
         assert await unless_gone(work(), client) == "body"
-        await asyncio.sleep(0.01)  # the queued callback runs here; it must not cancel this task
+        await asyncio.wait_for(
+            ran.wait(), 30
+        )  # the queued callback has run; it must not have cancelled this task
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
 

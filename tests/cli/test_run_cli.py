@@ -103,11 +103,21 @@ def test_repl_multiline_commands_and_bye(daemon: Daemon) -> None:
     )
 
 
+# An answer that cannot end before the SIGINT: the engine ignores the end-of-sequence token, so it runs to the
+# test's bound, LONG_ANSWER tokens (within the 4,096-token context), seconds of generation on any machine against
+# the moment between the first token printed and the signal.
+IGNORE_EOS_CONFIG = '[models."smollm2:latest"]\nextra_args = ["--no-cache-prompt", "--ignore-eos"]\n'
+LONG_ANSWER = 3500
+
+
 @pytest.mark.e2e
-def test_ctrl_c_stops_the_answer_and_the_repl_goes_on(daemon: Daemon) -> None:
+def test_ctrl_c_stops_the_answer_and_the_repl_goes_on(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(IGNORE_EOS_CONFIG)
+    args = ["run", "smollm2", "-i", "--max-tokens", str(LONG_ANSWER), "--temperature", "0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "blazar", "run", "smollm2", "-i", "--max-tokens", "400", "--temperature", "0"],
-        env={**daemon.env, "NO_COLOR": "1"},
+        [sys.executable, "-m", "blazar", *args],
+        env={**d.env, "NO_COLOR": "1"},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -127,7 +137,7 @@ def test_ctrl_c_stops_the_answer_and_the_repl_goes_on(daemon: Daemon) -> None:
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        assert first.wait(180), "no token within 180 s"
+        assert first.wait(180), "no token within 180 s"  # the answer runs: Ctrl-C now stops it mid-answer
         proc.send_signal(signal.SIGINT)
         proc.stdin.write(b"/bye\n")
         proc.stdin.close()

@@ -17,6 +17,7 @@ from blazar.engines.check import check_loop, check_once, compare
 from blazar.engines.manifest import MANIFEST_ENV, Manifest
 from blazar.paths import DataDir
 from blazar.store import Store
+from tests.conftest import until
 from tests.engines.conftest import write_manifest
 
 
@@ -106,13 +107,11 @@ def test_check_loop(
     log = logging.getLogger("blazar.test.check")
 
     async def run() -> None:
-        await asyncio.wait_for(check_loop(Config(data_dir=data.root, engine_check_secs=0), store, log), 1)
+        await asyncio.wait_for(check_loop(Config(data_dir=data.root, engine_check_secs=0), store, log), 30)
         assert not (data.engines / "check.json").exists(), "0 turns the check off"
         task = asyncio.create_task(check_loop(Config(data_dir=data.root, engine_check_secs=3600), store, log))
-        for _ in range(200):
-            if (data.engines / "check.json").exists():
-                break
-            await asyncio.sleep(0.01)
+        # the first check runs at once (the next in an hour): written, and logged in the same step
+        await until((data.engines / "check.json").exists, "the first engine check")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

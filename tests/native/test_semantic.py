@@ -69,6 +69,8 @@ def test_capacity_evicts_oldest() -> None:
 def test_expired_entries_are_ignored_and_evicted() -> None:
     index = _native.SemanticIndex(2, 10, 0.001)
     index.insert("p", [1.0, 0.0], b"v")
+    # The passing of time is the point (the index has no clock to inject), and this cannot race: the sleep lasts
+    # at least 10 ms on the monotonic clock the index reads, ten times the entry's 1 ms life.
     time.sleep(0.01)
     assert index.lookup("p", [1.0, 0.0]) is None
     assert len(index) == 0

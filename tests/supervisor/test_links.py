@@ -15,6 +15,7 @@ import pytest
 from blazar import _native
 from blazar.supervisor import links as links_mod
 from blazar.supervisor.links import Links
+from tests.conftest import until
 from tests.native.standins import Client, Gone
 
 
@@ -74,7 +75,7 @@ async def engine(unix: Path | None = None) -> AsyncIterator[Any]:
         await server.wait_closed()
 
 
-def test_keep_alive_reuse_idle_expiry_and_close(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keep_alive_reuse_idle_expiry_and_close() -> None:
     async def main() -> None:
         async with engine() as port:
             links = Links(port, "secret-key")
@@ -92,16 +93,16 @@ def test_keep_alive_reuse_idle_expiry_and_close(monkeypatch: pytest.MonkeyPatch)
             await links.body(conn)
             links.release(conn)
             assert len(Engine.connections) == 2 and len(links.idle) == 1
-            monkeypatch.setattr(links_mod, "ENGINE_KEEPALIVE_SECS", 0.05)
-            await asyncio.sleep(0.1)
+            # it has been idle longer than the keep-alive: dated back, not slept on
+            links.idle[0].idle_since -= links_mod.ENGINE_KEEPALIVE_SECS + 1
             Engine.script = [ok(b"five")]
             conn, _ = await links.exchange("/x", b"{}")
             assert await links.body(conn) == b"five"
             assert len(Engine.connections) == 3  # the idle one had aged out and was closed, not reused
-            await asyncio.wait_for(Engine.connections[1].closed, 2)
+            await asyncio.wait_for(Engine.connections[1].closed, 30)
             links.release(conn)
             links.close()
-            await asyncio.wait_for(Engine.connections[2].closed, 2)
+            await asyncio.wait_for(Engine.connections[2].closed, 30)
 
     asyncio.run(main())
 
@@ -112,14 +113,20 @@ def test_an_abandoned_answer_closes_its_connection() -> None:
             links = Links(port, "k")
             Engine.script = [b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial"]
             conn, _status = await links.exchange("/x", b"{}")
-            reading = asyncio.ensure_future(links.body(conn))
-            await asyncio.sleep(0.05)
+            started = asyncio.Event()
+
+            async def read() -> bytes:
+                started.set()  # set in the step that asks the link for the body: it is read from then on
+                return await links.body(conn)
+
+            reading = asyncio.ensure_future(read())
+            await asyncio.wait_for(started.wait(), 30)
             reading.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await reading
             links.release(conn)  # the cancelled read left the response unfinished: closed, never pooled
             assert links.idle == []
-            await asyncio.wait_for(Engine.connections[0].closed, 2)
+            await asyncio.wait_for(Engine.connections[0].closed, 30)
 
     asyncio.run(main())
 
@@ -135,13 +142,19 @@ def test_a_relayed_stream_whose_client_leaves_closes_the_engine_connection() -> 
             tr = _native.StreamTranslator("openai", "m")
             relaying = asyncio.ensure_future(links.relay(conn, tr, client.send_bytes))
             event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
-            for _ in range(3):  # token by token, as an engine sends them
+            # token by token, as an engine sends them: each relayed before the next is sent
+            for i in range(1, 4):
+
+                def relayed(n: int = i) -> bool:
+                    """The client got n pieces, or the relay ended (it leaves after 2)."""
+                    return len(client.sent) >= n or relaying.done()
+
                 upstream.transport.write(b"%x\r\n%s\r\n" % (len(event), event))
-                await asyncio.sleep(0.02)
-            outcome = await asyncio.wait_for(relaying, 2)
+                await until(relayed, f"event {i} to be relayed")
+            outcome = await asyncio.wait_for(relaying, 30)
             assert isinstance(outcome, Gone) and len(client.sent) == 2
             links.release(conn)
-            await asyncio.wait_for(upstream.closed, 2)  # the engine sees the close and stops generating
+            await asyncio.wait_for(upstream.closed, 30)  # the engine sees the close and stops generating
 
     asyncio.run(main())
 
@@ -165,16 +178,17 @@ def test_a_pooled_connection_the_engine_spoiled_or_closed_is_never_reused() -> N
             conn, _ = await links.exchange("/x", b"{}")
             assert await links.body(conn) == b"one"
             links.release(conn)
+            spoiled = conn
             Engine.connections[0].transport.write(b"\r\n")
-            await asyncio.sleep(0.05)
+            await until(lambda: not spoiled.link.reusable, "the stray bytes to reach the pooled connection")
             conn, _ = await links.exchange("/x", b"{}")
             assert await links.body(conn) == b"two"
             assert len(Engine.connections) == 2  # the spoiled one was closed, not handed out
             links.release(conn)
-            await asyncio.wait_for(Engine.connections[0].closed, 2)
+            await asyncio.wait_for(Engine.connections[0].closed, 30)
             # 2: the engine closes an idle connection (its keep-alive ran out): a new one carries the next request
             Engine.connections[1].transport.close()
-            await asyncio.sleep(0.05)
+            await until(lambda: not links.idle, "the pool to see the engine's close")
             Engine.script = [ok(b"three")]
             conn, _ = await links.exchange("/x", b"{}")
             assert await links.body(conn) == b"three" and len(Engine.connections) == 3
@@ -199,13 +213,13 @@ def test_a_reset_fails_a_body_delimited_by_the_close() -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             upstream.transport.abort()  # RST, not a clean close
             with pytest.raises(_native.LinkError, match="reset"):
-                await asyncio.wait_for(links.body(conn), 2)
+                await asyncio.wait_for(links.body(conn), 30)
             links.release(conn)
             # a clean close ends such a body normally
             Engine.script = [b"HTTP/1.0 200 OK\r\n\r\ndata: whole\n\n"]
             conn, _ = await links.exchange("/x", b"{}")
             Engine.connections[1].transport.close()
-            assert await asyncio.wait_for(links.body(conn), 2) == b"data: whole\n\n"
+            assert await asyncio.wait_for(links.body(conn), 30) == b"data: whole\n\n"
             links.release(conn)
             assert links.idle == []
 

@@ -16,6 +16,7 @@ from blazar.paths import DataDir
 from blazar.profile import LaunchSpec
 from blazar.supervisor import Child, State
 from blazar.supervisor.pool import idle_victims
+from tests.conftest import until
 
 
 def child(key: str, last_used: float, inflight: int = 0, keep_alive: float | None = None) -> Child:
@@ -241,8 +242,23 @@ def test_a_retired_engine_waits_for_its_requests_and_shutdown_stops_it(tmp_path:
     store = Store.open(data.db)
     sup = Supervisor(Config(data_dir=data.root, stop_grace_secs=1), data, store)
 
-    async def engine(key: str) -> Child:
-        c = Child(key, key, LaunchSpec(("x",)), data)
+    class Watched(Child):
+        """A child that counts the looks at its requests in flight: the test knows when the retirement looked."""
+
+        looks = 0
+        _inflight = 0
+
+        @property
+        def inflight(self) -> int:
+            self.looks += 1
+            return self._inflight
+
+        @inflight.setter
+        def inflight(self, n: int) -> None:
+            self._inflight = n
+
+    async def engine(key: str) -> Watched:
+        c = Watched(key, key, LaunchSpec(("x",)), data)
         c.proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
         c.state = State.READY
         sup.children[key] = c
@@ -251,9 +267,11 @@ def test_a_retired_engine_waits_for_its_requests_and_shutdown_stops_it(tmp_path:
     async def main() -> None:
         a = await engine("a:latest")
         a.inflight = 1
+        looks = a.looks
         await sup.retire_when_idle("a:latest", "model deleted")
         assert "a:latest" not in sup.children and a in sup.retiring
-        await asyncio.sleep(0.5)
+        # the retirement saw the request in flight, waited, and saw it again: it has had its chance to stop it
+        await until(lambda: a.looks >= looks + 2, "the retirement to look at the request twice")
         assert a.proc is not None and a.proc.returncode is None  # its request is still in flight
         a.inflight = 0
         await asyncio.wait_for(sup.retiring[a], 5)
