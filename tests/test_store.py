@@ -128,9 +128,10 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 def test_non_sqlite_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "blazar.db"
     path.write_bytes(b"this is certainly not a database file\n" * 200)
-    with pytest.raises(StoreError, match="is not a SQLite database") as info:
+    with pytest.raises(StoreError, match="is damaged \\(not a SQLite database") as info:
         Store.open(path)
     assert isinstance(info.value, BlazarError)
+    assert "blazar doctor --repair" in str(info.value)  # the command that mends it
     assert "\n" not in str(info.value)
     assert path.read_bytes().startswith(b"this is certainly")
 

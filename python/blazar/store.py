@@ -230,6 +230,8 @@ def lost_catalog(path: Path, weights: Path) -> StoreError | None:
         empty = path.stat().st_size == 0
     except FileNotFoundError:
         empty = True
+    except OSError:  # a part of the path is no directory: opening it says so
+        return None
     if not empty:
         return None
     count = _model_files(weights)

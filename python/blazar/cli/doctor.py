@@ -327,10 +327,9 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
     adapters: list[str] = []
     data = DataDir(cfg.data_dir)
     writable = check_writable(data.root, data.db)
-    lost = lost_catalog(data.db, data.models)
     if writable is not None:
         checks.append(writable)
-    elif lost is not None:
+    elif (lost := lost_catalog(data.db, data.models)) is not None:
         checks.append(Check("store", "fail", str(lost), REPAIR_FIX))
     elif data.db.is_file():
         try:
