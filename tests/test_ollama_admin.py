@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from blazar import catalog as catalog_mod
+from blazar.admission import Admission
 from blazar.catalog import Catalog
 from blazar.config import Config
 from blazar.dialects.canonical import DialectError
@@ -147,7 +148,9 @@ def _ps_running(sup: Any, child: Child) -> tuple[int, dict[str, Any]]:
     with subprocess.Popen(["sleep", "60"]) as proc:
         child.proc = proc  # type: ignore[assignment]
         try:
-            status, _, body = asyncio.run(ollama_admin.ps(sup, _show("x"), None))
+            req = _show("x")
+            req.gate = SimpleNamespace(admission=Admission())  # type: ignore[assignment]  # its queues: none
+            status, _, body = asyncio.run(ollama_admin.ps(sup, req, None))
         finally:
             proc.kill()
     [entry] = orjson.loads(body)["models"]

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Daemon, closing
+from tests.conftest import Daemon, closing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -28,6 +28,9 @@ secret = "{FULL}"
 name = "other"
 secret = "{OTHER}"
 """
+SEQ = "sk-batch-seq-0123456789abcdef0123456789abc"
+ONE_AT_A_TIME = f'\n[[keys]]\nname = "seq"\nsecret = "{SEQ}"\nmax_concurrent = 2\n'
+"""A key whose batches run one request at a time (the runner keeps one below its max_concurrent)."""
 DONE = ("completed", "failed", "cancelled", "expired")
 
 
@@ -57,6 +60,28 @@ def finished(c: openai.OpenAI, batch_id: str, timeout: float = 120) -> Any:
 
 def records(c: openai.OpenAI, file_id: str) -> dict[str, dict[str, Any]]:
     return {r["custom_id"]: r for r in map(json.loads, c.files.content(file_id).text.splitlines())}
+
+
+def batch_answers(d: Daemon) -> int:
+    """How many of the runner's requests were answered so far, from the audit lane (its requests go through the
+    front door with ``x-blazar-priority: low``); a line still being written is not counted."""
+    path = d.data_dir / "audit" / "audit.log"
+    lines = path.read_bytes().split(b"\n")[:-1] if path.is_file() else []
+    return sum(1 for a in map(json.loads, lines) if a["priority"] == "low" and a["status"] == 200)
+
+
+def busy_slots(d: Daemon) -> int:
+    r = httpx.get(d.url + "/api/ps", headers={"authorization": f"Bearer {FULL}"}, timeout=30)
+    return sum(m["busy_slots"] for m in r.json()["models"])
+
+
+def wait_for_the_second_request(d: Daemon, answered_before: int) -> None:
+    """A batch of one request at a time: its first request answered, and its second now holds the slot."""
+    wait_for(
+        lambda: batch_answers(d) > answered_before and busy_slots(d) == 1,
+        120,
+        "the batch's first request to be answered and its second to run",
+    )
 
 
 def test_a_batch_runs_under_its_key_and_its_answers_come_back_as_files(daemon_factory: object) -> None:
@@ -183,45 +208,62 @@ def test_a_bad_input_fails_the_batch_before_anything_runs(daemon_factory: object
 
 
 def test_a_cancel_keeps_what_was_answered_and_a_restart_runs_a_batch_again(daemon_factory: object) -> None:
+    """The batches run under a key that gets one request at a time, so the test sees where a batch is: once its
+    first request is answered its second runs, and that one is long (ignore_eos), so the batch is surely still
+    running when it is cancelled or the daemon stops."""
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory()
-    c = client(d)
+    d: Daemon = daemon_factory("audit = true\nstop_grace_secs = 2\n" + KEYS + ONE_AT_A_TIME)
+    c = client(d, SEQ)
     lines = [chat_line(f"r{i}", f"Count to {i + 3}.", max_tokens=24) for i in range(12)]
-    f = c.files.create(file=("many.jsonl", jsonl(lines)), purpose="batch")
-    b = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
-    deadline = time.monotonic() + 60
-    while c.batches.retrieve(b.id).request_counts.completed < 1:  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    queued = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    held = [*lines]
+    held[1] = {**lines[1], "body": {**lines[1]["body"], "max_tokens": 400, "ignore_eos": True}}
+    f_held = c.files.create(file=("held.jsonl", jsonl(held)), purpose="batch")
+    b = c.batches.create(input_file_id=f_held.id, endpoint="/v1/chat/completions", completion_window="24h")
+    wait_for_the_second_request(d, 0)
+    queued = c.batches.create(
+        input_file_id=f_held.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
     assert c.batches.cancel(queued.id).status == "cancelled"  # it waited its turn: nothing of it ran
     assert c.batches.cancel(b.id).status == "cancelling"
     b = finished(c, b.id)
     assert b.status == "cancelled" and b.cancelled_at and b.cancelling_at
     assert c.batches.retrieve(queued.id).request_counts.total == 0  # type: ignore[union-attr]
     answered = records(c, b.output_file_id) if b.output_file_id else {}
-    assert 1 <= len(answered) < 12 and b.request_counts.completed == len(answered), b.request_counts
+    # the one in flight when it was cancelled is answered; none of the other ten was sent
+    assert sorted(answered) == ["r0", "r1"] and b.request_counts.completed == 2, b.request_counts
 
-    # a batch still running when the daemon stops runs again, from its start, when it comes back
-    b2 = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
-    while c.batches.retrieve(b2.id).status != "in_progress":
-        time.sleep(0.05)
-    assert d.stop() == 0
+    # a batch still running when the daemon stops runs again, from its start, when it comes back; a stream holds
+    # the only slot meanwhile (interactive work goes before the batch's), so the batch cannot end before the stop
+    f = c.files.create(file=("many.jsonl", jsonl(lines)), purpose="batch")
+    hold = {"model": "smollm2", "messages": [{"role": "user", "content": "Write a story."}], "max_tokens": 4000,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    with httpx.stream(
+        "POST",
+        d.url + "/v1/chat/completions",
+        json=hold,
+        headers={"authorization": f"Bearer {FULL}"},
+        timeout=120,
+    ) as s:
+        chunks = s.iter_bytes()  # keep a reference: a dropped generator closes the stream
+        assert next(chunks).startswith(b"data: ")
+        b2 = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+        wait_for(lambda: c.batches.retrieve(b2.id).status == "in_progress", 60, "the batch to start")
+        assert d.stop() == 0  # the stream is cut off after stop_grace_secs
     d.start()
-    c = client(d)
+    c = client(d, SEQ)
     b2 = finished(c, b2.id, timeout=300)
     assert b2.status == "completed" and b2.request_counts.completed == 12, b2
     assert sorted(records(c, b2.output_file_id)) == sorted(line["custom_id"] for line in lines)
 
     # a batch being cancelled when the daemon stops ends cancelled with what it had answered, not with nothing
-    b3 = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
-    while c.batches.retrieve(b3.id).request_counts.completed < 1:  # type: ignore[union-attr]
-        time.sleep(0.05)
+    before = batch_answers(d)
+    b3 = c.batches.create(input_file_id=f_held.id, endpoint="/v1/chat/completions", completion_window="24h")
+    wait_for_the_second_request(d, before)
     assert c.batches.cancel(b3.id).status == "cancelling"
-    assert d.stop() == 0
+    assert d.stop() == 0  # the runner stops first: the second request is cut off, not answered
     d.start()
-    c = client(d)
+    c = client(d, SEQ)
     b3 = finished(c, b3.id)
     assert b3.status == "cancelled" and b3.output_file_id is not None, b3
     kept = records(c, b3.output_file_id)
-    assert len(kept) >= 1 and b3.request_counts is not None and b3.request_counts.completed == len(kept)
+    assert sorted(kept) == ["r0"] and b3.request_counts is not None and b3.request_counts.completed == 1, kept

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from tests.conftest import Daemon, closing, pid_alive, wait_for
+from tests.e2e.test_supervision import engine_busy, engine_metric
 
 pytestmark = pytest.mark.e2e
 
@@ -26,12 +27,19 @@ def client(d: Daemon) -> openai.OpenAI:
     return closing(openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0, timeout=120))
 
 
+def chat_engine(d: Daemon) -> int:
+    """The pid of the model's chat engine (the shared daemon may run its embedding engines beside it)."""
+    [pid_file] = (d.data_dir / "run").glob("smollm2--latest.*.pid")
+    return int(pid_file.read_text())
+
+
 def test_list_and_retrieve_models(daemon: Daemon) -> None:
     c = client(daemon)
     listed = list(c.models.list())
     assert [m.id for m in listed] == ["smollm2:latest"]
     one = c.models.retrieve("smollm2")  # GET /v1/models/{model}
-    assert one.id == "smollm2:latest" and one.object == "model" and one.created == listed[0].created
+    # the id asked, as OpenAI answers it
+    assert one.id == "smollm2" and one.object == "model" and one.created == listed[0].created
     assert c.models.retrieve("smollm2:latest").id == "smollm2:latest"
     with pytest.raises(openai.NotFoundError) as e:
         c.models.retrieve("nosuch")
@@ -253,7 +261,7 @@ def test_a_client_that_leaves_mid_body_is_logged_not_a_traceback(daemon: Daemon)
                 head.encode() + b'{"model": "smol'
             )  # 15 of the 1000 bytes it declared, then it hangs up
         said = f"POST {path}: the client closed the connection before its body arrived (trace gone-{i})"
-        wait_for(lambda said=said: said in daemon.log.read_text(), 10, "the daemon to note the client left")
+        wait_for(lambda said=said: said in daemon.log.read_text(), 60, "the daemon to note the client left")
         assert f"(trace gone-{i})\nTraceback" not in daemon.log.read_text()
     assert httpx.get(daemon.url + "/healthz").status_code == 200
 
@@ -266,16 +274,21 @@ def test_a_client_that_leaves_before_a_whole_answer_frees_the_engine(daemon: Dae
         "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
         f"x-blazar-trace-id: left-whole\r\ncontent-length: {len(body)}\r\n\r\n"
     )
+    assert client(daemon).chat.completions.create(model="smollm2", messages=PROMPT, max_tokens=1)  # it is up
+    pid = chat_engine(daemon)
+    decoded = engine_metric(daemon, pid, "n_decode_total")
     with socket.create_connection(("127.0.0.1", daemon.port)) as s:
         s.sendall(head.encode() + body)
-        time.sleep(1)
+        wait_for(lambda: engine_busy(daemon, pid), 60, "the engine to be generating the answer")
     said = "POST /v1/chat/completions: the client closed the connection before its answer was ready"
-    wait_for(lambda: said in daemon.log.read_text(), 30, "the daemon to stop the engine's work for nobody")
-    t0 = time.monotonic()
+    wait_for(lambda: said in daemon.log.read_text(), 60, "the daemon to stop the engine's work for nobody")
+    wait_for(lambda: not engine_busy(daemon, pid), 60, "the engine to drop the work")
+    # it stopped far short of the 3000 tokens (the engine decodes once a token)
+    assert engine_metric(daemon, pid, "n_decode_total") - decoded < 2000
     r = client(daemon).chat.completions.create(
         model="smollm2", messages=PROMPT, **{**SAMPLING, "max_tokens": 2}
     )
-    assert r.choices[0].finish_reason == "length" and time.monotonic() - t0 < 20
+    assert r.choices[0].finish_reason == "length"
 
 
 def test_unknown_route_and_method(daemon: Daemon) -> None:
@@ -289,13 +302,14 @@ def test_a_body_that_stops_arriving_gets_408(daemon_factory: object) -> None:
     """A client that declares a body and stalls is answered, and lets go of what its request held."""
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("request_body_timeout_secs = 1\n", engine=False, model=False)
-    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", d.port), timeout=60) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{")  # fmt: skip
         t0 = time.monotonic()
         reply = sock.recv(65536).decode()
     assert reply.startswith("HTTP/1.1 408"), reply
-    assert 0.5 < time.monotonic() - t0 < 5
+    # after its 1 s, well before the default's 60 s (a loaded machine may answer late, never early)
+    assert 0.5 < time.monotonic() - t0 < 30
     assert "the request body did not arrive within 1 s (request_body_timeout_secs)" in reply
 
 
@@ -321,7 +335,9 @@ def test_a_compressed_body_is_refused_and_the_clients_time_is_not_overhead(daemo
     host, port = daemon.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(head + body[:10])
-        time.sleep(1.5)  # the client is slow: its time is not Blazar's
+        # the client is slow: its time is not Blazar's (3 s of it would be 3000 ms; Blazar's own, even on a loaded
+        # machine, stays far below the bound)
+        time.sleep(3)
         s.sendall(body[10:])
         answer = b""
         while chunk := s.recv(65536):
@@ -331,7 +347,7 @@ def test_a_compressed_body_is_refused_and_the_clients_time_is_not_overhead(daemo
         for line in answer.split(b"\r\n\r\n")[0].decode().split("\r\n")[1:]
         if ": " in line
     )
-    assert answer.startswith(b"HTTP/1.1 200") and float(headers["x-blazar-overhead-ms"]) < 500, headers
+    assert answer.startswith(b"HTTP/1.1 200") and float(headers["x-blazar-overhead-ms"]) < 1500, headers
 
 
 def test_engine_error_is_passed_with_its_status(daemon: Daemon) -> None:
@@ -364,7 +380,7 @@ def test_shutdown_leaves_no_child(daemon_factory: object) -> None:
     pids = d.child_pids()
     assert len(pids) == 1 and pid_alive(pids[0])
     assert d.stop() == 0
-    wait_for(lambda: not pid_alive(pids[0]), 5, "the engine child to be gone after shutdown")
+    wait_for(lambda: not pid_alive(pids[0]), 30, "the engine child to be gone after shutdown")
     assert d.child_pids() == []
 
 

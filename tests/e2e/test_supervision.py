@@ -23,18 +23,23 @@ pytestmark = pytest.mark.e2e
 CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 8}
 
 
-def engine_busy(d: Daemon, pid: int) -> bool:
-    """Whether the child is processing a request, from its own Prometheus gauge (we start it with --metrics)."""
+def engine_metric(d: Daemon, pid: int, name: str) -> float:
+    """One of the child's own Prometheus metrics (we start it with --metrics), e.g. ``requests_processing``."""
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
     sock = argv[argv.index("--host") + 1]  # llama-server b11434 listens on the socket Blazar gives it
     assert sock.endswith(".sock"), argv
-    key = next((d.data_dir / "run").glob("*.apikey")).read_text()
+    key = Path(argv[argv.index("--api-key-file") + 1]).read_text()
     with httpx.Client(transport=httpx.HTTPTransport(uds=sock)) as engine:
         r = engine.get("http://localhost/metrics", headers={"authorization": f"Bearer {key}"}, timeout=5)
     for line in r.text.splitlines():
-        if line.startswith("llamacpp:requests_processing"):
-            return float(line.split()[-1]) > 0
-    raise AssertionError(f"no requests_processing gauge in /metrics: {r.text[:300]}")
+        if line.startswith(f"llamacpp:{name} "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no {name} in /metrics: {r.text[:300]}")
+
+
+def engine_busy(d: Daemon, pid: int) -> bool:
+    """Whether the child is processing a request, from its own gauge."""
+    return engine_metric(d, pid, "requests_processing") > 0
 
 
 def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
 import socket
-import threading
-import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -17,6 +18,7 @@ import orjson
 import pytest
 
 from tests.conftest import Daemon, wait_for
+from tests.e2e.test_supervision import engine_busy, engine_metric
 
 pytestmark = pytest.mark.e2e
 
@@ -186,7 +188,7 @@ def test_a_scoped_key_sees_its_shared_engine_under_its_own_name_only(daemon_fact
     [seen] = httpx.get(d.url + "/api/ps", headers=bearer(ADMIN)).json()["models"]
     assert seen["name"] == "smollm2:latest" and seen["names"] == ["smollm2:latest", "other:latest"]
     # the engine dies under its stream: the error names its model, never the engine's owner it may not see
-    story = {**CHAT, "model": "other", "max_tokens": 300, "ignore_eos": True, "stream": True}
+    story = {**CHAT, "model": "other", "max_tokens": 4000, "ignore_eos": True, "stream": True}  # killed first
     with httpx.stream(
         "POST", d.url + "/v1/chat/completions", json=story, headers=bearer(SCOPED), timeout=60
     ) as r:
@@ -202,13 +204,15 @@ def test_a_scoped_key_sees_its_shared_engine_under_its_own_name_only(daemon_fact
 def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("audit = true\n" + KEYS)
-    long = {**CHAT, "max_tokens": 400, "stream": True, "ignore_eos": True}
+    # ignore_eos and 4000 tokens: it cannot end while the block runs, and it is cut off after it
+    long = {**CHAT, "max_tokens": 4000, "stream": True, "ignore_eos": True}
     with httpx.stream(
         "POST", d.url + "/v1/chat/completions", json=long, headers=bearer(ONE), timeout=120
     ) as s:
         chunks = s.iter_bytes()  # keep a reference: a dropped generator closes the stream
         first = next(chunks)
         assert first.startswith(b'data: {"choices"'), first
+        [pid] = d.child_pids()
         busy = post(d, "/v1/chat/completions", CHAT, bearer(ONE))
         assert busy.status_code == 429 and "max_concurrent" in busy.json()["error"]["message"], (
             busy.text,
@@ -217,8 +221,13 @@ def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object
         # reading a model's metadata runs no model: no lease (Ollama clients call it during a chat)
         shown = post(d, "/api/show", {"model": "smollm2"}, bearer(ONE))
         assert shown.status_code == 200, shown.text
-    # the client dropped the stream: the lease comes back without waiting for the generation to end
-    wait_for(lambda: post(d, "/v1/chat/completions", CHAT, bearer(ONE)).status_code == 200, 30, "the lease")
+    # the client dropped the stream: the lease comes back without waiting for the generation to end, while the
+    # engine has decoded (once a token) far less than its 4000 tokens; a model that does not exist is refused once
+    # the lease is taken: 404, not 429
+    nosuch = {**CHAT, "model": "nosuch"}
+    wait_for(lambda: post(d, "/v1/chat/completions", nosuch, bearer(ONE)).status_code == 404, 60, "the lease")
+    assert engine_metric(d, pid, "n_decode_total") < 3000
+    assert post(d, "/v1/chat/completions", CHAT, bearer(ONE)).status_code == 200
     # and the audit lane records that the client left (499), as it does for a whole answer
     audited = [orjson.loads(line) for line in (d.data_dir / "audit" / "audit.log").read_bytes().splitlines()]
     assert 499 in [a["status"] for a in audited if a["key"] == "one"], audited
@@ -302,7 +311,7 @@ def test_a_request_without_max_tokens_holds_its_slots_context(daemon_factory: ob
     }
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         first = pool.submit(post, d, "/v1/chat/completions", unbounded, bearer(RATED))
-        wait_for(lambda: queue_running(d), 30, "the first request to run")
+        wait_for(lambda: queue_running(d), 60, "the first request to run")
         second = post(d, "/v1/chat/completions", unbounded, bearer(RATED))
         assert first.result().status_code == 200
     message = second.json()["error"]["message"]
@@ -389,19 +398,16 @@ def test_every_prompt_of_a_prompt_list_is_charged(daemon_factory: object) -> Non
 def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("queue_wait_secs = 1\n")
-    t = occupy_the_only_slot(d)
-    r = post(d, "/v1/chat/completions", CHAT)
-    t.join()
+    with the_only_slot_taken(d):
+        r = post(d, "/v1/chat/completions", CHAT)
     assert r.status_code == 503, r.text
     assert r.json()["error"]["message"].startswith("all_slots_busy: every slot of model 'smollm2:latest'")
     assert "stayed busy for 1s" in r.json()["error"]["message"]
     assert r.headers["retry-after"] == "1"  # clients back off on it
     # Anthropic's API says "overloaded" with 529 (its SDK raises OverloadedError), never 503
-    t = occupy_the_only_slot(d)
     client = anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0)
-    with pytest.raises(anthropic.APIStatusError) as e:
+    with the_only_slot_taken(d), pytest.raises(anthropic.APIStatusError) as e:
         client.messages.create(model="smollm2", max_tokens=4, messages=CHAT["messages"])  # type: ignore[arg-type]
-    t.join()
     client.close()
     assert e.value.status_code == 529 and type(e.value).__name__ == "OverloadedError", e.value
     assert e.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
@@ -413,50 +419,52 @@ def test_a_client_that_leaves_while_queued_is_never_run(daemon_factory: object) 
     (a prefill cannot be cut short once llama-server has it), and the next request is not stuck behind them."""
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("queue_wait_secs = 300\n")
-    t = occupy_the_only_slot(d)
     body = json.dumps({**CHAT, "max_tokens": 50}).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     host, port = d.url.removeprefix("http://").split(":")
-    gone = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
-    for s in gone:
-        s.sendall(head + body)
-    time.sleep(1)  # queued behind the long one
-    for s in gone:
-        s.close()
-    wait_for(
-        lambda: d.log.read_text().count("while it waited for a slot; it was never run") == 4,
-        10,
-        "them to leave",
-    )
-    t.join()
+    with the_only_slot_taken(d):
+        gone = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
+        for s in gone:
+            s.sendall(head + body)
+        wait_for(lambda: engine(d)["queued"] == 4, 60, "the four requests to queue behind the long one")
+        for s in gone:
+            s.close()
+        wait_for(
+            lambda: d.log.read_text().count("while it waited for a slot; it was never run") == 4,
+            60,
+            "them to leave",
+        )
+        assert engine(d)["queued"] == 0  # out of the queue while the long one still runs
     assert post(d, "/v1/chat/completions", CHAT).status_code == 200
 
 
-def occupy_the_only_slot(d: Daemon) -> threading.Thread:
-    """A long request (in a thread: join it) holding the model's only slot, once it does."""
+@contextlib.contextmanager
+def the_only_slot_taken(d: Daemon) -> Iterator[None]:
+    """A long stream holds the model's only slot while the block runs; then its client leaves, and the slot is
+    free again before the block's successor runs."""
     assert post(d, "/v1/chat/completions", CHAT).status_code == 200  # the engine is up
-    long = {**CHAT, "max_tokens": 300, "ignore_eos": True}
-    # a generous timeout: on a loaded machine 300 tokens can take minutes, and this request only holds the slot
-    t = threading.Thread(
-        target=httpx.post, args=(d.url + "/v1/chat/completions",), kwargs={"json": long, "timeout": 900}
-    )
-    t.start()
-    wait_for(lambda: busy_slots(d) > 0, 30, "the long request to occupy the only slot")
-    return t
+    # ignore_eos and 4000 tokens: it cannot end while the block runs, and it is cut off after it
+    long = {**CHAT, "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", d.url + "/v1/chat/completions", json=long, timeout=120) as s:
+        chunks = s.iter_bytes()  # keep a reference: a dropped generator closes the stream
+        assert next(chunks).startswith(b"data: ")  # admitted: it holds the slot
+        assert engine(d)["busy_slots"] == 1
+        yield
+    wait_for(lambda: engine(d)["busy_slots"] == 0, 60, "the slot of the stream cut off to be free")
 
 
-def busy_slots(d: Daemon) -> int:
-    r = httpx.get(d.url + "/api/ps", timeout=10)
-    return 1 if r.json()["models"] and queue_running(d) else 0
+def engine(d: Daemon) -> dict[str, Any]:
+    """The chat engine's /api/ps entry: its slots in use and its requests queued for one."""
+    [entry] = [m for m in httpx.get(d.url + "/api/ps", timeout=30).json()["models"] if m["engine"] == "chat"]
+    assert isinstance(entry, dict)
+    return entry
 
 
 def queue_running(d: Daemon) -> bool:
     # the engine's own gauge, as in test_supervision
-    from tests.e2e.test_supervision import engine_busy
-
     pids = d.child_pids()
     return bool(pids) and engine_busy(d, pids[0])
 

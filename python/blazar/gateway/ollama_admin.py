@@ -118,6 +118,7 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
     out = []
     now_mono = time.monotonic()
     now_wall = time.time()
+    queues = req.gate.admission.stats()
     for child in list(sup.children.values()):
         if child.state is not State.READY or not child.alive():  # an engine that died is not loaded
             continue
@@ -139,6 +140,7 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
         expires = datetime.fromtimestamp(
             now_wall + (_FOREVER_SECS if forever else min(remaining, _FOREVER_SECS)), UTC
         )
+        queue = queues.get(child.key)
         out.append(
             {
                 **_entry(shown, digest),
@@ -160,6 +162,10 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 # tokens accepted (hints.py; null until measured)
                 "cache_hint": child.hints.cache_hint,
                 "spec_accept": child.hints.spec_accept,
+                # Blazar's own: its admission queue now, the slots its requests hold and the requests waiting
+                # for one
+                "busy_slots": queue.running if queue else 0,
+                "queued": queue.waiting if queue else 0,
             }
         )
     return _json({"models": out})
@@ -169,7 +175,7 @@ def _model_name(body: dict[str, Any]) -> str:
     v = body.get("model", body.get("name"))
     if not isinstance(v, str) or not v:
         raise HttpError(400, "'model' is required and must be a non-empty string")
-    return v
+    return names.check(v)  # taken as given, before a key's scope is compared (which trims)
 
 
 def _modelfile(m: ModelRow, digest: str | None, preset: Mapping[str, Any]) -> str:
