@@ -68,7 +68,34 @@ def _untar(archive: Path, into: Path, limit: int) -> None:
             raise EngineError(f"{archive.name} unpacks to more than {limit} bytes; refusing it")
         for m in members:
             _safe_name(m.name, archive)
+        extract_tar(tf, into, archive, members)
+
+
+def extract_tar(
+    tf: tarfile.TarFile, into: Path, archive: Path, members: list[tarfile.TarInfo] | None = None
+) -> None:
+    """``extractall`` with tarfile's ``data`` filter, or, on a CPython before 3.11.4 that lacks it (Debian 12's
+    3.11.2), the same rules applied here: no absolute paths or ``..``, no link that leads out of ``into``, no
+    device or FIFO, and no setuid, setgid or group/other write bits."""
+    if hasattr(tarfile, "data_filter"):
         tf.extractall(into, members=members, filter="data")
+        return
+    root = into.resolve()
+    chosen = tf.getmembers() if members is None else members
+    for m in chosen:
+        rel = _safe_name(m.name, archive)
+        target = root.joinpath(*rel.parts)
+        if m.issym():
+            link = PurePosixPath(m.linkname)
+            if link.is_absolute() or not (target.parent / link).resolve().is_relative_to(root):
+                raise EngineError(f"{archive.name} links '{m.name}' outside itself; refusing it")
+        elif m.islnk():
+            _safe_name(m.linkname, archive)
+        elif not (m.isfile() or m.isdir()):
+            raise EngineError(f"{archive.name} holds a special file '{m.name}'; refusing to unpack it")
+        m.mode &= 0o755
+        m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""  # owned by who unpacks it
+    tf.extractall(into, members=chosen)
 
 
 def unpack(archive: Path, into: Path, *, max_bytes: int, name: str | None = None) -> None:

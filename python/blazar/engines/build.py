@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from blazar.engines.archive import extract_tar
 from blazar.errors import EngineError
 
 CMAKE_FLAGS: tuple[str, ...] = (
@@ -96,7 +97,7 @@ def detect_version(root: Path) -> str:
 def _extract(tarball: Path, into: Path) -> Path:
     try:
         with tarfile.open(tarball) as tf:
-            tf.extractall(into, filter="data")
+            extract_tar(tf, into, tarball)
     except (tarfile.TarError, OSError) as e:
         raise EngineError(f"cannot unpack {tarball}: {e}") from None
     return into
