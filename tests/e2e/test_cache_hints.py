@@ -33,7 +33,7 @@ def test_the_prompt_cache_hit_rate_is_measured_and_shown(daemon_factory: object)
     assert running(d)["spec_accept"] is None  # no draft source: nothing to measure
     # Half of all prompt tokens came from the cache: 0.5 when one scrape saw both requests; 0.3 x the second's
     # share when a scrape fell between them (its sample, the first request's, was 0)
-    wait_for(lambda: (running(d)["cache_hint"] or 0) > 0.25, 10, "a scrape after the second request")
+    wait_for(lambda: (running(d)["cache_hint"] or 0) > 0.25, 60, "a scrape after the second request")
     hint = running(d)["cache_hint"]
     assert 0.25 < hint < 0.6, hint
     row = d.cli("ps").stdout.splitlines()[1]

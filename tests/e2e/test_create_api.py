@@ -4,8 +4,6 @@ the new model then answers on the real engine."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import ollama
 import orjson
@@ -158,9 +156,9 @@ def test_a_client_that_leaves_stops_the_tool_and_leaves_nothing(daemon: Daemon) 
     ) as resp:
         lines = resp.iter_lines()
         assert orjson.loads(next(lines)) == {"status": "quantizing Q4_1 model to Q6_K"}
-    wait_for(lambda: not _quantizers(daemon), 15, "llama-quantize to be stopped")
+    wait_for(lambda: not _quantizers(daemon), 60, "llama-quantize to be stopped")
     staged = daemon.data_dir / "models" / ".importing"
-    wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), 10, "the partial file to be removed")
+    wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), 60, "the partial file to be removed")
     names = {m["name"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
     assert "smol-gone:latest" not in names
 
@@ -169,14 +167,19 @@ def test_a_client_that_leaves_after_the_last_progress_line_gets_nothing_made(dae
     """The tool has finished; its output is hashed and imported in one step of the stream: a client gone by
     then stops that too, and a model of that name stays as it was."""
     before = {m["name"]: m["digest"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
+    left = "create of smollm2: the client went away"
+    seen = daemon.log.read_text().count(left)
     body = {"model": "smollm2", "from": "smollm2", "quantize": "q4_0", "allow_requantize": True}
     with httpx.stream("POST", daemon.url + "/api/create", json=body, timeout=60) as resp:
         for raw in resp.iter_lines():
             line = orjson.loads(raw)
             if "total" in line and line["completed"] == line["total"]:
                 break  # the last progress line: the client leaves
-    wait_for(lambda: not _quantizers(daemon), 15, "llama-quantize to end")
-    time.sleep(1.0)  # what would have been made by now
+    wait_for(lambda: not _quantizers(daemon), 60, "llama-quantize to end")
+    # the daemon's word that it saw the client go, which stops the hash and import; then its output goes
+    wait_for(lambda: daemon.log.read_text().count(left) > seen, 60, "the create to stop for the client gone")
+    staged = daemon.data_dir / "models" / ".importing"
+    wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), 60, "the quantized file to be removed")
     after = {m["name"]: m["digest"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
     assert after == before
     shown = httpx.post(daemon.url + "/api/show", json={"model": "smollm2"}, timeout=30).json()

@@ -18,7 +18,7 @@ B = "sk-blazar-cache-b-0123456789abcdef01234567"
 CONFIG = f"""semantic_cache = true
 semantic_cache_model = "smollm2"  # the one model the tests have; a real setup names an embedding model
 semantic_cache_threshold = 0.999  # a chat model's embeddings: only the same conversation is alike enough
-semantic_cache_ttl_secs = 10
+semantic_cache_ttl_secs = 20  # the hits below come well within it, even on a loaded machine
 
 [[keys]]
 name = "a"
@@ -76,5 +76,7 @@ def test_the_same_conversation_is_answered_from_the_cache(daemon_factory: object
     )  # the same text as a prompt
     assert prompt.json()["object"] == "text_completion"
 
-    time.sleep(max(0.0, stored + 10.5 - time.monotonic()))  # semantic_cache_ttl_secs
+    # until the entry's semantic_cache_ttl_secs have run out: it was stored before the first answer came back, so
+    # by then it surely has (a slower machine only waits longer)
+    time.sleep(max(0.0, stored + 20.5 - time.monotonic()))
     assert chat(d, ASK).headers["x-blazar-cache"] == "miss"

@@ -34,7 +34,7 @@ def cached(d: Daemon) -> tuple[int, int]:
 def unload(d: Daemon) -> None:
     r = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=60)
     assert r.status_code == 200, r.text
-    wait_for(lambda: not d.child_pids(), 15, "the engine to stop")
+    wait_for(lambda: not d.child_pids(), 60, "the engine to stop")
 
 
 def banks(d: Daemon) -> list[Path]:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -42,6 +43,13 @@ def engine_busy(d: Daemon, pid: int) -> bool:
     return engine_metric(d, pid, "requests_processing") > 0
 
 
+def engine(d: Daemon) -> dict[str, Any]:
+    """The chat engine's /api/ps entry: its slots in use (busy_slots) and the requests queued for one."""
+    [entry] = [m for m in httpx.get(d.url + "/api/ps", timeout=30).json()["models"] if m["engine"] == "chat"]
+    assert isinstance(entry, dict)
+    return entry
+
+
 def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory()
@@ -60,8 +68,10 @@ def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object
 
     t = threading.Thread(target=slow)
     t.start()
-    wait_for(lambda: engine_busy(d, pid), 30, "the engine to be generating")
-    time.sleep(1.5)  # its time, which the overhead header must not count
+    wait_for(lambda: engine_busy(d, pid), 60, "the engine to be generating")
+    # its time, which the overhead header must not count: 3 s of it would be 3000 ms; Blazar's own, even on a
+    # loaded machine, stays far below the bound
+    time.sleep(3)
     os.kill(pid, signal.SIGKILL)
     t.join(60)
     r = result["r"]
@@ -71,7 +81,7 @@ def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object
     assert "logs/smollm2--latest.log in blazar's data directory" in message
     assert str(d.data_dir) not in r.text  # no server path reaches a client
     # the time the engine ran before it died is the engine's, not Blazar's overhead
-    assert float(r.headers["x-blazar-overhead-ms"]) < 500, r.headers
+    assert float(r.headers["x-blazar-overhead-ms"]) < 1500, r.headers
     again = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert again.status_code == 200, again.text
     [new_pid] = d.child_pids()
@@ -80,23 +90,24 @@ def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object
 
 def test_child_killed_mid_stream_ends_the_stream_with_the_dialects_error(daemon_factory: object) -> None:
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory()
+    # the engine ignores EOS, so each answer (4000 tokens) is still running when the engine is killed under it
+    d: Daemon = daemon_factory('[models."smollm2:latest"]\nextra_args = ["--ignore-eos"]\n')
     story = [{"role": "user", "content": "Write a long story about the sea."}]
     died = "engine for 'smollm2:latest' died while serving the request"
     for path, body, ending in [
         (
             "/v1/chat/completions",
-            {"model": "smollm2", "messages": story, "max_tokens": 400, "ignore_eos": True, "stream": True},
+            {"model": "smollm2", "messages": story, "max_tokens": 4000, "stream": True},
             'data: {"error":{"message":"' + died,
         ),
         (
             "/v1/messages",
-            {"model": "smollm2", "messages": story, "max_tokens": 400, "stream": True},
+            {"model": "smollm2", "messages": story, "max_tokens": 4000, "stream": True},
             'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"' + died,
         ),
         (
             "/api/chat",
-            {"model": "smollm2", "messages": story, "options": {"num_predict": 400}},
+            {"model": "smollm2", "messages": story, "options": {"num_predict": 4000}},
             '{"error":"' + died,
         ),
     ]:
@@ -123,7 +134,8 @@ def test_a_model_deleted_mid_stream_ends_the_stream_saying_so(daemon_factory: ob
         httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "tmpm"}).status_code == 200
     )
     story = [{"role": "user", "content": "Write a long story about the sea."}]
-    body = {"model": "tmpm", "messages": story, "max_tokens": 400, "ignore_eos": True, "stream": True}
+    # cut off by the delete: it cannot end first
+    body = {"model": "tmpm", "messages": story, "max_tokens": 1500, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", d.url + "/v1/chat/completions", json=body, timeout=60) as r:
         chunks = r.iter_bytes()
         first = next(chunks)
@@ -173,7 +185,8 @@ def test_deleting_a_model_whose_engine_others_share_never_cuts_their_answers(dae
     d: Daemon = daemon_factory()
     assert httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "cc"}).status_code == 200
     story = [{"role": "user", "content": "Write a long story about the sea."}]
-    body = {"model": "cc", "messages": story, "max_tokens": 120, "ignore_eos": True, "stream": True}
+    # 300 tokens: still under way when the delete has answered and the engine is seen serving on
+    body = {"model": "cc", "messages": story, "max_tokens": 300, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", d.url + "/v1/chat/completions", json=body, timeout=60) as r:
         chunks = r.iter_bytes()
         first = next(chunks)
@@ -184,7 +197,7 @@ def test_deleting_a_model_whose_engine_others_share_never_cuts_their_answers(dae
     text = (first + rest).decode()
     assert '"error"' not in text and text.rstrip().endswith("data: [DONE]"), text[-400:]
     assert text.count('"finish_reason":"length"') == 1
-    wait_for(lambda: not pid_alive(pid), 10, "the retired engine to stop once its answer finished")
+    wait_for(lambda: not pid_alive(pid), 60, "the retired engine to stop once its answer finished")
     again = httpx.post(d.url + "/v1/chat/completions", json={**CHAT, "model": "cc"}, timeout=60)
     assert again.status_code == 200, again.text
     assert "retiring smollm2:latest once its requests finish (model deleted)" in d.log.read_text()
@@ -207,8 +220,8 @@ def test_a_stop_signal_during_a_stream_ends_it_within_the_grace(
         [pid] = d.child_pids()
         d.proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        if second_signal:
-            time.sleep(0.5)
+        if second_signal:  # once the first has been taken: a second signal, not two at once
+            wait_for(lambda: "stopping: the listener is closed" in d.log.read_text(), 60, "the first signal")
             d.proc.send_signal(signal.SIGINT)
         rest = b"".join(chunks)
     took = time.monotonic() - t0
@@ -219,6 +232,7 @@ def test_a_stop_signal_during_a_stream_ends_it_within_the_grace(
     assert not pid_alive(pid)
     log = d.log.read_text()
     assert " ERROR " not in log and "died" not in log, log
+    assert ("stopping now: the engines stop" in log) == second_signal, log
 
 
 def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None:
@@ -229,7 +243,7 @@ def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None
     sock = d.data_dir / "run" / "smollm2--latest.sock"
     assert stat.S_ISSOCK(sock.lstat().st_mode)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not pid_alive(pid), 5, "the child to die")
+    wait_for(lambda: not pid_alive(pid), 30, "the child to die")
     # the dead engine leaves its socket behind; the respawn clears it before llama-server binds (unless the idle
     # loop forgot the dead engine first, which removes it too)
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
@@ -246,7 +260,7 @@ def test_an_engine_stops_when_its_daemon_is_killed(daemon_factory: object) -> No
     assert d.proc is not None
     d.proc.kill()
     d.proc.wait()
-    wait_for(lambda: not pid_alive(pid), 15, "the engine of the killed daemon to exit")
+    wait_for(lambda: not pid_alive(pid), 60, "the engine of the killed daemon to exit")
 
 
 def test_an_engine_a_killed_daemon_left_running_is_stopped_by_the_next(daemon_factory: object) -> None:
@@ -263,7 +277,7 @@ def test_an_engine_a_killed_daemon_left_running_is_stopped_by_the_next(daemon_fa
     d.proc.wait()
     assert pid_alive(pid)  # orphaned
     d.start()
-    wait_for(lambda: not pid_alive(pid), 10, "the orphaned engine to be stopped")
+    wait_for(lambda: not pid_alive(pid), 60, "the orphaned engine to be stopped")
     assert "stopped 1 engine(s) an earlier daemon left running" in d.log.read_text()
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [new] = d.child_pids()
@@ -280,9 +294,9 @@ def test_an_idle_engine_that_dies_leaves_ps_at_once_and_is_forgotten(daemon_fact
         "smollm2:latest"
     ]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not pid_alive(pid), 5, "the child to die")
+    wait_for(lambda: not pid_alive(pid), 30, "the child to die")
     assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []  # not shown as loaded
-    wait_for(lambda: not d.child_pids(), 10, "the idle loop to forget the dead engine")
+    wait_for(lambda: not d.child_pids(), 60, "the idle loop to forget the dead engine")
     assert "exited with code -9 while idle" in d.log.read_text()
     assert not (d.data_dir / "run" / "smollm2--latest.sock").exists()
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
@@ -304,10 +318,10 @@ def test_the_engine_listens_on_its_unix_socket_and_no_tcp_port(daemon_factory: o
     assert stat.S_ISSOCK(sock.lstat().st_mode)
     assert [c for c in engine.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
     assert any(c.laddr == str(sock) for c in engine.net_connections(kind="unix"))
-    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], 30, "idle eviction of the engine child")
+    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], 60, "idle eviction of the engine child")
     # The stop removes the socket in the step that removes the pid files; a CI run on an overloaded machine once
     # saw the socket a moment after them. A socket left behind for good still fails here.
-    wait_for(lambda: not sock.exists(), 10, "the engine's socket to go with it")
+    wait_for(lambda: not sock.exists(), 60, "the engine's socket to go with it")
 
 
 def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:
@@ -315,7 +329,7 @@ def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:
     d: Daemon = daemon_factory("idle_timeout_secs = 1\n")
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [pid] = d.child_pids()
-    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], 30, "idle eviction of the engine child")
+    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], 60, "idle eviction of the engine child")
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 200
     assert len(d.child_pids()) == 1
@@ -327,15 +341,16 @@ def test_an_unload_still_happens_when_the_request_it_waited_for_fails_before_it_
     """keep_alive 0 while a request is queued waits for that request; one refused before it reached the engine
     (its prompt cannot fit) must not leave the unload waiting for nothing."""
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory("ctx_size = 512\nqueue_wait_secs = 120\n")
-    busy = {**CHAT, "max_tokens": 120, "ignore_eos": True}
+    d: Daemon = daemon_factory("ctx_size = 512\nqueue_wait_secs = 300\n")
+    # 300 tokens: still running while the second request queues and the unload comes
+    busy = {**CHAT, "max_tokens": 300, "ignore_eos": True}
     too_long = {
         "model": "smollm2",
         "messages": [{"role": "user", "content": "word " * 2000}],
         "stream": False,
     }
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        running = pool.submit(httpx.post, d.url + "/v1/chat/completions", json=busy, timeout=120)
+        running = pool.submit(httpx.post, d.url + "/v1/chat/completions", json=busy, timeout=300)
 
         def busy_now() -> bool:
             try:
@@ -344,23 +359,32 @@ def test_an_unload_still_happens_when_the_request_it_waited_for_fails_before_it_
                 return False
 
         wait_for(busy_now, 60, "the engine busy")
-        queued = pool.submit(httpx.post, d.url + "/api/chat", json=too_long, timeout=120)
-        time.sleep(0.5)  # it waits for the only slot
+        queued = pool.submit(httpx.post, d.url + "/api/chat", json=too_long, timeout=300)
+        wait_for(lambda: engine(d)["queued"] == 1, 60, "it to wait for the only slot")
         stop = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=120)
         assert stop.status_code == 200 and stop.json()["done_reason"] == "unload", stop.text
         assert running.result().status_code == 200
         assert queued.result().status_code == 400
-    wait_for(lambda: d.child_pids() == [], 30, "the model unloaded once nothing runs on it")
+    wait_for(lambda: d.child_pids() == [], 60, "the model unloaded once nothing runs on it")
     assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []
 
 
 def test_a_models_own_idle_timeout_of_zero_never_evicts_it(daemon_factory: object) -> None:
     """0 means never, per model as at the top level (the daemon's 1 s applies to every other model)."""
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory("idle_timeout_secs = 1\n[models.smollm2]\nidle_timeout_secs = 0\n")
+    d: Daemon = daemon_factory(
+        "idle_timeout_secs = 1\n[models.smollm2]\nidle_timeout_secs = 0\n"
+        '[models."other:latest"]\nctx_size = 2048\n'  # a copy with an engine of its own and the daemon's 1 s
+    )
+    assert (
+        httpx.post(d.url + "/api/copy", json={"source": "smollm2", "destination": "other"}).status_code == 200
+    )
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [pid] = d.child_pids()
-    time.sleep(3)
+    other = {**CHAT, "model": "other"}  # used after smollm2's: its 1 s runs out later than smollm2's would
+    assert httpx.post(d.url + "/v1/chat/completions", json=other, timeout=60).status_code == 200
+    [other_pid] = [p for p in d.child_pids() if p != pid]
+    wait_for(lambda: not pid_alive(other_pid), 60, "the idle loop to evict the other model's engine")
     assert pid_alive(pid) and d.child_pids() == [pid]
     [model] = httpx.get(d.url + "/api/ps", timeout=10).json()["models"]
     assert model["expires_at"] > "2030", model  # shown as kept forever
@@ -402,11 +426,13 @@ def test_a_model_removed_by_the_cli_is_refused_within_the_recheck(daemon_factory
     for _ in range(3):  # the first spawns the child; the next ones take the fast path
         assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     d.cli("rm", "smollm2")
+    # the recheck's window running out is the point; a slower machine only lets more of it pass (the idle loop,
+    # should it see the removal first, stops the engine for the same reason, which the log names either way)
     time.sleep(CATALOG_RECHECK_SECS + 0.2)
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 404, r.text
     assert "model 'smollm2:latest' not found" in r.json()["error"]["message"]
-    wait_for(lambda: d.child_pids() == [], 30, "the removed model's engine to stop")
+    wait_for(lambda: d.child_pids() == [], 60, "the removed model's engine to stop")
     assert "evicting smollm2:latest (model removed from the catalog)" in d.log.read_text()
 
 
@@ -418,7 +444,7 @@ def test_a_model_removed_by_the_cli_stops_its_idle_engine(daemon_factory: object
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [pid] = d.child_pids()
     d.cli("rm", "smollm2")
-    wait_for(lambda: not pid_alive(pid), 12, "the removed model's engine to stop")
+    wait_for(lambda: not pid_alive(pid), 60, "the removed model's engine to stop")
     assert "evicting smollm2:latest (model removed from the catalog)" in d.log.read_text()
 
 
@@ -436,8 +462,15 @@ def test_other_weights_under_the_same_name_restart_the_engine(daemon_factory: ob
     [before] = d.child_pids()
     other = tmp_path / "other-weights.gguf"  # the same bytes in another file: another inode
     shutil.copyfile(next((d.data_dir / "models" / "smollm2").glob("*.gguf")), other)
-    d.cli("rm", "smollm2")
-    d.cli("import", str(other), "--name", "smollm2")
+    # between the rm and the import the catalog has no smollm2, and the idle loop stops an idle engine whose
+    # model is gone; a stream in flight (cut off once the import is done) keeps it from being idle meanwhile
+    hold = {**CHAT, "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", d.url + "/v1/chat/completions", json=hold, timeout=60) as s:
+        chunks = s.iter_bytes()  # keep a reference: a dropped generator closes the stream
+        assert next(chunks).startswith(b"data: ")
+        d.cli("rm", "smollm2")
+        d.cli("import", str(other), "--name", "smollm2")
+    # the recheck's window running out is the point; a slower machine only lets more of it pass
     time.sleep(CATALOG_RECHECK_SECS + 0.2)
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [after] = d.child_pids()

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.conftest import Daemon, wait_for
-from tests.e2e.test_supervision import engine_busy, engine_metric
+from tests.e2e.test_supervision import engine_metric
 
 pytestmark = pytest.mark.e2e
 
@@ -299,7 +299,8 @@ def test_a_request_without_max_tokens_holds_its_slots_context(daemon_factory: ob
     """With no max_tokens an answer may fill its slot's context, so that is what it holds: while one runs, a key
     whose daily_tokens it would exceed admits no second (they could all have run unbounded, far past the limit)."""
     assert callable(daemon_factory)
-    cfg = "ctx_size = 1024\n" + KEYS.replace(
+    # a small context: the unbounded answer holds all 512 tokens of it, more than the key's 300, and fills it soon
+    cfg = "ctx_size = 512\n" + KEYS.replace(
         'name = "rated"\nsecret', 'name = "rated"\ndaily_tokens = 300\nsecret'
     ).replace("rpm = 2\n", "")
     d: Daemon = daemon_factory(cfg)
@@ -309,11 +310,17 @@ def test_a_request_without_max_tokens_holds_its_slots_context(daemon_factory: ob
         "messages": [{"role": "user", "content": "Count to 100."}],
         "ignore_eos": True,
     }
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        first = pool.submit(post, d, "/v1/chat/completions", unbounded, bearer(RATED))
-        wait_for(lambda: queue_running(d), 60, "the first request to run")
+    # the first streams (its head comes at once, so its length cannot run past child_header_timeout_secs): the
+    # second is asked once it runs, and it runs until its slot's context is full
+    streamed = {**unbounded, "stream": True}
+    with httpx.stream(
+        "POST", d.url + "/v1/chat/completions", json=streamed, headers=bearer(RATED), timeout=120
+    ) as first:
+        chunks = first.iter_bytes()  # keep a reference: a dropped generator closes the stream
+        assert first.status_code == 200 and next(chunks).startswith(b"data: ")
         second = post(d, "/v1/chat/completions", unbounded, bearer(RATED))
-        assert first.result().status_code == 200
+        rest = b"".join(chunks)
+    assert b'"finish_reason":"length"' in rest and rest.rstrip().endswith(b"data: [DONE]"), rest[-300:]
     message = second.json()["error"]["message"]
     assert second.status_code == 429 and "requests in flight may use" in message, second.text
     bounded = {
@@ -463,12 +470,6 @@ def engine(d: Daemon) -> dict[str, Any]:
     return entry
 
 
-def queue_running(d: Daemon) -> bool:
-    # the engine's own gauge, as in test_supervision
-    pids = d.child_pids()
-    return bool(pids) and engine_busy(d, pids[0])
-
-
 def test_session_pins_child_and_slot(daemon_factory: object) -> None:
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(
@@ -495,7 +496,7 @@ def test_session_pins_child_and_slot(daemon_factory: object) -> None:
     assert httpx.request("DELETE", d.url + "/api/delete", json={"model": "tmp"}).status_code == 200
     assert [s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]] == ["conv-2"]
     assert post(d, "/api/generate", {"model": "smollm2", "keep_alive": 0}).json()["done_reason"] == "unload"
-    wait_for(lambda: d.child_pids() == [], 30, "the model unloaded")
+    wait_for(lambda: d.child_pids() == [], 60, "the model unloaded")
     for bad in ("x" * 129, "two words"):
         r = post(d, "/v1/chat/completions", CHAT, {"x-blazar-session": bad})
         assert r.status_code == 400 and "x-blazar-session must be 1-128 printable ASCII" in r.text, r.text
