@@ -16,7 +16,7 @@ from blazar.gateway import blobs
 from blazar.gateway.server import EXIT_BIND_CONFLICT, BindConflict, check_port, run
 from blazar.gateway.tenancy import Gate
 from blazar.paths import DataDir
-from blazar.store import Store
+from blazar.store import QUICK_CHECK_SECS, Store
 from blazar.supervisor import Supervisor
 
 log = logging.getLogger("blazar.daemon")
@@ -49,7 +49,17 @@ def serve(cfg: Config, config_path: Path) -> int:
         blobs.sweep(data.root / "blobs")
         blobs.prune(data.root / "blobs")
     # a lost catalog (an empty file beside model files) or a damaged one is refused, with the command that mends it
-    store = Store.open(data.db, weights=data.models, verify=True)
+    store = Store.open(data.db, weights=data.models)
+    try:
+        if not store.quick_check():
+            log.warning(
+                "the start-up check of %s stopped after %.0f s; a damaged page will be found when it is read",
+                data.db,
+                QUICK_CHECK_SECS,
+            )
+    except BaseException:
+        store.close()
+        raise
     sup = Supervisor(cfg, data, store)
     sup.catalog.files.sweep_staging()  # what an import or quantization killed mid-way left
     gate = Gate(cfg, store, data, config_path)

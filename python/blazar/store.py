@@ -27,6 +27,7 @@ __all__ = [
     "REPAIR_HINT",
     "Store",
     "damaged",
+    "failure",
     "is_damage",
     "lost_catalog",
     "utc_now_iso",
@@ -174,25 +175,11 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def write_failure(exc: apsw.Error, path: Path | None = None) -> StoreError | None:
-    """The teaching StoreError for a database that cannot be written (read-only file, directory or mount; full
-    disk; I/O error), or None for another apsw error."""
-    if isinstance(exc, apsw.ReadOnlyError | apsw.CantOpenError | apsw.PermissionsError):
-        why = "it or its directory is read-only"
-    elif isinstance(exc, apsw.FullError):
-        why = "the disk is full"
-    elif isinstance(exc, apsw.IOError):
-        why = "the disk reported an I/O error"
-    else:
-        return None
-    where = (
+def _where(path: Path | None) -> str:
+    return (
         f"the database {path}"
         if path is not None
         else "the catalog database (blazar.db in the data directory)"
-    )
-    return StoreError(
-        f"cannot write {where}: {why} ({exc}); make the data directory and blazar.db writable by this"
-        " user (or point data_dir / BLAZAR_DATA_DIR at a writable directory); nothing was changed"
     )
 
 
@@ -203,14 +190,28 @@ def is_damage(exc: BaseException) -> bool:
 
 def damaged(path: Path | None, detail: str) -> StoreError:
     """The teaching error for a damaged database file: what happened and the commands that mend it."""
-    where = (
-        f"the database {path}"
-        if path is not None
-        else "the catalog database (blazar.db in the data directory)"
-    )
     return StoreError(
-        f"{where} is damaged ({detail}); restore it from a backup, or move it aside and rebuild the catalog from"
-        f" the model files with `{REPAIR_HINT}`"
+        f"{_where(path)} is damaged ({detail}); restore it from a backup, or move it aside and rebuild the catalog"
+        f" from the model files with `{REPAIR_HINT}`"
+    )
+
+
+def failure(exc: apsw.Error, path: Path | None = None) -> StoreError | None:
+    """The teaching StoreError for an apsw error the user must act on: a damaged file (``damaged``), or one that
+    cannot be written (read-only file, directory or mount; full disk; I/O error); None for another (busy, a bug)."""
+    if is_damage(exc):
+        return damaged(path, f"SQLite: {exc}")
+    if isinstance(exc, apsw.ReadOnlyError | apsw.CantOpenError | apsw.PermissionsError):
+        why = "it or its directory is read-only"
+    elif isinstance(exc, apsw.FullError):
+        why = "the disk is full"
+    elif isinstance(exc, apsw.IOError):
+        why = "the disk reported an I/O error"
+    else:
+        return None
+    return StoreError(
+        f"cannot write {_where(path)}: {why} ({exc}); make the data directory and blazar.db writable by this"
+        " user (or point data_dir / BLAZAR_DATA_DIR at a writable directory); nothing was changed"
     )
 
 
@@ -257,12 +258,12 @@ class Store:
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, *, weights: Path | None = None, verify: bool = False) -> Store:
+    def open(cls, path: Path, *, weights: Path | None = None) -> Store:
         """Open (creating it and its parent dirs if needed) and migrate the database at ``path``.
 
         With ``weights`` (the data dir's ``models/``), a missing or empty database beside model files is refused:
-        the catalog was lost, and starting afresh would forget every model without a word. With ``verify``, a
-        bounded ``PRAGMA quick_check`` refuses a damaged file before anything is served from it."""
+        the catalog was lost, and starting afresh would forget every model without a word. A damaged file is
+        refused when a page read says so (``failure``); ``quick_check`` reads them all."""
         path = Path(path)
         if weights is not None and (lost := lost_catalog(path, weights)) is not None:
             raise lost
@@ -281,8 +282,6 @@ class Store:
         store = cls(conn, path)
         try:
             store._configure()
-            if verify:
-                store.quick_check(QUICK_CHECK_SECS)
             store._migrate()
         except BaseException:
             store.close()
@@ -334,10 +333,10 @@ class Store:
                 "retry, or stop the other process"
             ) from None
         except apsw.Error as exc:
-            failure = write_failure(exc, self.path)
-            if failure is None:
+            mended = failure(exc, self.path)
+            if mended is None:
                 raise
-            raise failure from None
+            raise mended from None
         self._depth = 1
         try:
             yield conn
@@ -345,9 +344,9 @@ class Store:
             self._depth = 0
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            failure = write_failure(exc, self.path) if isinstance(exc, apsw.Error) else None
-            if failure is not None:
-                raise failure from None
+            mended = failure(exc, self.path) if isinstance(exc, apsw.Error) else None
+            if mended is not None:
+                raise mended from None
             raise
         self._depth = 0
         try:
@@ -355,7 +354,9 @@ class Store:
         except apsw.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            raise StoreError(f"cannot commit to database {self.path}: {exc}") from None
+            raise failure(exc, self.path) or StoreError(
+                f"cannot commit to database {self.path}: {exc}"
+            ) from None
 
     def _savepoint(self, conn: apsw.Connection) -> Iterator[apsw.Connection]:
         name = f"blazar_sp_{self._depth}"
@@ -371,7 +372,7 @@ class Store:
         self._depth -= 1
         conn.execute(f"RELEASE {name}")
 
-    def quick_check(self, bound_secs: float) -> bool:
+    def quick_check(self, bound_secs: float = QUICK_CHECK_SECS) -> bool:
         """``PRAGMA quick_check`` (the b-trees' structure, without matching indexes to tables), stopped after
         ``bound_secs``; raises the teaching ``damaged`` error when it finds a problem. True when it ran to the end,
         False when the bound stopped it first."""
@@ -383,9 +384,7 @@ class Store:
         except apsw.InterruptError:
             return False
         except apsw.Error as exc:
-            if is_damage(exc):
-                raise damaged(self.path, f"SQLite: {exc}") from None
-            raise StoreError(f"cannot check database {self.path}: {exc}") from None
+            raise failure(exc, self.path) or StoreError(f"cannot check database {self.path}: {exc}") from None
         finally:
             conn.set_progress_handler(None)
         found = [str(r[0]) for r in rows]
@@ -443,7 +442,9 @@ class Store:
                         (version, utc_now_iso()),
                     )
         except apsw.Error as exc:
-            raise StoreError(f"cannot migrate database {self.path}: {exc}") from None
+            raise failure(exc, self.path) or StoreError(
+                f"cannot migrate database {self.path}: {exc}"
+            ) from None
 
     def _refuse_foreign(self, conn: apsw.Connection) -> None:
         """A database with tables but no ``schema_version`` was made by something else: do not touch it."""

@@ -19,7 +19,7 @@ from rich.markup import escape
 from blazar.config import Config, load_config
 from blazar.errors import BlazarError
 from blazar.paths import DataDir
-from blazar.store import Store, damaged, is_damage, write_failure
+from blazar.store import Store, failure
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,8 +52,7 @@ def handles_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except BlazarError as e:
             raise fail(str(e)) from None
         except apsw.Error as e:  # a write outside a transaction (those become StoreError there)
-            failure = write_failure(e) or (damaged(None, f"SQLite: {e}") if is_damage(e) else None)
-            raise fail(str(failure or f"database error: {e}")) from None
+            raise fail(str(failure(e) or f"database error: {e}")) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
 
@@ -68,9 +67,7 @@ def config() -> Config:
 def opened(cfg: Config | None = None) -> Iterator[tuple[Config, DataDir, Store]]:
     cfg = cfg or config()
     data = DataDir(cfg.data_dir).ensure()
-    store = Store.open(
-        data.db, weights=data.models
-    )  # a lost catalog is refused, naming `blazar doctor --repair`
+    store = Store.open(data.db, weights=data.models)  # a lost catalog is refused, naming the repair
     try:
         yield cfg, data, store
     finally:

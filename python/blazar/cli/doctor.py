@@ -333,17 +333,14 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
         checks.append(Check("store", "fail", str(lost), REPAIR_FIX))
     elif data.db.is_file():
         try:
-            store = Store.open(data.db, verify=True)
-        except BlazarError as e:
-            checks.append(Check("store", "fail", str(e), REPAIR_FIX))
-        else:
-            try:
+            with Store.open(data.db) as store:
+                store.quick_check()  # every page read: a damaged file is named here, not at the first request
                 engines = registry.list_all(store)
                 catalog = Catalog(store, data)
                 models = catalog.list()
                 adapters = [a.name for a in Loras(catalog).list()]
-            finally:
-                store.close()
+        except BlazarError as e:
+            checks.append(Check("store", "fail", str(e), REPAIR_FIX))
     checks += check_engines(engines)
     checks += check_updates(data)
     checks += check_models(cfg, models, engines, hw)
@@ -353,15 +350,18 @@ def run_checks(hw: Hardware | None = None) -> tuple[list[Check], Hardware]:
     return checks, hw
 
 
+def _db_files(db: Path) -> list[Path]:
+    """The database and the WAL and shared-memory files SQLite keeps beside it."""
+    return [db.with_name(db.name + suffix) for suffix in ("", "-wal", "-shm")]
+
+
 def _aside(db: Path) -> Path:
     """Move a damaged database (with its WAL and shared-memory files) aside, never deleting it: it may still be
     read by hand. Returns where it went."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    dest = db.with_name(f"{db.name}.damaged-{stamp}")
-    for suffix in ("", "-wal", "-shm"):
-        part = db.with_name(db.name + suffix)
+    dest = db.with_name(f"{db.name}.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}")
+    for part, moved in zip(_db_files(db), _db_files(dest), strict=True):
         if part.exists():
-            os.replace(part, dest.with_name(dest.name + suffix))
+            os.replace(part, moved)
     return dest
 
 
@@ -372,50 +372,61 @@ def repair(data: DataDir) -> list[str]:
     is named with why, and the rest go on. Keys' usage is not in the files and starts again at zero."""
     done: list[str] = []
     if data.db.is_file() and data.db.stat().st_size == 0:
-        for suffix in ("", "-wal", "-shm"):
-            data.db.with_name(data.db.name + suffix).unlink(missing_ok=True)
+        for part in _db_files(data.db):
+            part.unlink(missing_ok=True)
         done.append(f"removed the empty database {data.db}")
     elif data.db.is_file():
         try:
-            Store.open(data.db, verify=True).close()
+            with Store.open(data.db) as store:
+                store.quick_check()
         except BlazarError as e:
             done.append(f"moved the damaged database aside to {_aside(data.db)} ({e})")
     with Store.open(data.db) as store:
         catalog = Catalog(store, data)
-        kept = {m.path for m in catalog.list()}
-        found, other = catalog.files.on_disk()
-        for item in found:
-            if item.path in kept:
-                continue
-            try:
-                if item.path.is_file():
-                    catalog.import_file(item.path, item.name)
-                elif shards := sorted(item.path.glob("*.gguf")):
-                    catalog.import_split(shards, item.name)
-                else:
-                    catalog.import_dir(item.path, item.name)
-            except (BlazarError, OSError) as e:
-                done.append(f"not imported: {item.path}: {e}")
-            else:
-                done.append(f"imported {item.name} from {item.path}")
-        done += [f"left as it is: {path}: {why}" for path, why in other]
+        done += _import_found(catalog)
         adapters = {a.path for a in Loras(catalog).list()}
         for f in sorted((data.models / ".loras").glob("*.gguf")):
             if f not in adapters:
                 done.append(f"a LoRA adapter's base is not kept with it: blazar lora add {f} --base MODEL")
-        engines = {e.path for e in registry.list_all(store)}
-        for binary in sorted(p for p in data.engines.glob("*/*/*") if p.is_file() and os.access(p, os.X_OK)):
-            kind = binary.parent.parent.name
-            if binary not in engines and binary.name == _lane_binary(kind):
-                done.append(f"an engine is not registered: blazar engine add --kind {kind} --path {binary}")
+        done += _unregistered_engines(data, {e.path for e in registry.list_all(store)})
     return done
 
 
-def _lane_binary(kind: str) -> str | None:
-    try:
-        return load_manifest().lane(kind).binary
-    except BlazarError:
-        return None
+def _import_found(catalog: Catalog) -> list[str]:
+    """Import every model ``models/`` holds that no row names, by its place's name; one line for each."""
+    done: list[str] = []
+    kept = {m.path for m in catalog.list()}
+    found, other = catalog.files.on_disk()
+    for item in found:
+        if item.path in kept:
+            continue
+        try:
+            if item.path.is_file():
+                catalog.import_file(item.path, item.name)
+            elif shards := sorted(item.path.glob("*.gguf")):
+                catalog.import_split(shards, item.name)
+            else:
+                catalog.import_dir(item.path, item.name)
+        except (BlazarError, OSError) as e:
+            done.append(f"not imported: {item.path}: {e}")
+        else:
+            done.append(f"imported {item.name} from {item.path}")
+    return done + [f"left as it is: {path}: {why}" for path, why in other]
+
+
+def _unregistered_engines(data: DataDir, registered: set[Path]) -> list[str]:
+    """The engine binaries under ``engines/<kind>/<tag>/`` no row names, with the command that registers each."""
+    manifest = load_manifest()
+    done = []
+    for binary in sorted(p for p in data.engines.glob("*/*/*") if p.is_file() and os.access(p, os.X_OK)):
+        kind = binary.parent.parent.name
+        try:
+            expected = manifest.lane(kind).binary
+        except BlazarError:  # not a kind this Blazar knows
+            continue
+        if binary not in registered and binary.name == expected:
+            done.append(f"an engine is not registered: blazar engine add --kind {kind} --path {binary}")
+    return done
 
 
 def _repair_cmd() -> None:
@@ -438,7 +449,7 @@ _MARK = {"ok": "[green]ok[/green]  ", "warn": "[yellow]warn[/yellow]", "fail": "
 
 def doctor_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
-    fix: Annotated[
+    repair_first: Annotated[
         bool,
         typer.Option(
             "--repair",
@@ -448,7 +459,7 @@ def doctor_cmd(
     ] = False,
 ) -> None:
     """Check the config, hardware, engines, models, port and disk; exit 1 when something is wrong."""
-    if fix:
+    if repair_first:
         _repair_cmd()
     checks, hw = run_checks()
     failed = [c for c in checks if c.status == "fail"]

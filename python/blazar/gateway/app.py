@@ -50,7 +50,8 @@ from blazar.gateway.http import (
     declared_length,
 )
 from blazar.gateway.tenancy import Gate, visible
-from blazar.store import damaged, is_damage, write_failure
+from blazar.store import failure as store_failure
+from blazar.store import is_damage
 from blazar.supervisor import Supervisor
 
 log = logging.getLogger("blazar.gateway")
@@ -318,9 +319,7 @@ class App:
             self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
                           render_error(dialect, status, message, kind))  # fmt: skip
         except apsw.Error as e:  # a database write outside a transaction (those become StoreError there)
-            failure = write_failure(e)
-            if is_damage(e):  # permanent until mended: a 500 naming the file, never a 503 to retry
-                failure = damaged(self.sup.data.db, f"SQLite: {e}")
+            failure = store_failure(e, self.sup.data.db)
             if failure is None:
                 log.exception("database error on %s %s (trace %s)", scope.method, path, trace)
             else:
@@ -330,7 +329,7 @@ class App:
                 if failure is not None
                 else f"database error; see the daemon log for trace {trace}"
             )
-            status = 500 if is_damage(e) else 503
+            status = 500 if is_damage(e) else 503  # damage stays until mended: never a 503 to retry
             self._respond(
                 proto, req, status, JSON_HEADERS, render_error(dialect, status, message, "blazar_error")
             )
