@@ -10,6 +10,7 @@ too (a client that drops a stream releases it as the stream ends). It owns no HT
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from datetime import UTC, datetime
@@ -76,7 +77,7 @@ class Gate:
         self.keys = KeyRegistry(cfg)
         self.quotas = Quotas()
         self.quotas.load(store)
-        self.usage = UsageWriter(self.quotas, store.path)
+        self.usage = UsageWriter(self.quotas, store)
         self.admission = Admission()
         self.sessions = Sessions(cfg.session_keep_secs)
         self.audit = AuditLog(data.root / "audit") if cfg.audit else None
@@ -109,20 +110,25 @@ class Gate:
         usage = req.summary.get("usage") if req.summary else None
         if usage is None and req.dispatched and (status == CLIENT_CLOSED or 200 <= status < 300):
             usage = cut_off_usage(req)  # cut off: the client left, or the engine died inside the stream
-        charged = req.key is not None and (isinstance(usage, dict) or req.reserved > 0)
-        if req.key is not None and charged:
+        charged = False
+        if req.key is not None and (isinstance(usage, dict) or req.reserved):
             got = usage if isinstance(usage, dict) else {}
             prompt, completion = got.get("prompt_tokens", 0), got.get("completion_tokens", 0)
             self.quotas.record_usage(req.key, prompt, completion, req.reserved)
-            req.reserved = 0
+            req.reserved, charged = 0, True
         if self.otlp is not None:
             self.otlp.record(req, status)
-        audit = self.audit
-        if audit is None:
-            if charged:
-                self.usage.commit()
-            return
-        line = {
+        record = (
+            None if self.audit is None else functools.partial(self.audit.emit, self._audit_line(req, status))
+        )
+        if charged:  # the end is recorded once its tokens are on disk: a kill -9 then loses none of them
+            self.usage.commit(record)
+        elif record is not None:
+            record()
+
+    @staticmethod
+    def _audit_line(req: Request, status: int) -> dict[str, object]:
+        return {
             "ts": datetime.now(UTC).isoformat(),
             "trace": req.trace_id,
             "key": req.key.name if req.key else None,
@@ -134,10 +140,6 @@ class Gate:
             "priority": req.headers.get("x-blazar-priority") or "normal",
             "queue_depth": req.queue_depth,
         }
-        if charged:  # the end is recorded once its tokens are on disk: a kill -9 then loses none of them
-            self.usage.commit(lambda: audit.emit(line))
-        else:
-            audit.emit(line)
 
     # -- handler side --------------------------------------------------------------------------------------
 

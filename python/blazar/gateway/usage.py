@@ -15,7 +15,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 from blazar.errors import BlazarError
 from blazar.quotas import Quotas
@@ -25,9 +24,12 @@ log = logging.getLogger("blazar.usage")
 
 
 class UsageWriter:
-    def __init__(self, quotas: Quotas, db: Path) -> None:
+    """Commits ``quotas``' changed usage rows: on its own thread and connection once started, else (before
+    ``start``, after ``close``) at once through ``store``, the loop's connection."""
+
+    def __init__(self, quotas: Quotas, store: Store) -> None:
         self._quotas = quotas
-        self._db = db
+        self._store = store
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._waiting: list[Callable[[], None]] = []
@@ -46,7 +48,7 @@ class UsageWriter:
         """Write the changed usage soon, in the next transaction; ``then`` runs on the loop once it is written
         (or its write failed). Before ``start`` (or after ``close``) it writes at once, on the caller's thread."""
         if self._thread is None:
-            self._write_now()
+            self._write(self._store)
             if then is not None:
                 then()
             return
@@ -65,7 +67,7 @@ class UsageWriter:
         self._wake.set()
         await asyncio.to_thread(thread.join)
         self._release(self._take())  # anything queued after the thread's last round
-        self._write_now()
+        self._write(self._store)
 
     def _take(self) -> list[Callable[[], None]]:
         with self._lock:
@@ -87,14 +89,12 @@ class UsageWriter:
                 "writing key usage failed; it stays in memory and is written with the next request: %s", e
             )
 
-    def _write_now(self) -> None:
-        with Store.open(self._db) as store:
-            self._write(store)
-
     def _run(self) -> None:
         loop = self._loop
         assert loop is not None
-        with Store.open(self._db) as store:  # this thread's own connection: the loop's never waits on it
+        with Store.open(
+            self._store.path
+        ) as store:  # this thread's own connection: the loop's never waits on it
             while True:
                 self._wake.wait()
                 self._wake.clear()
