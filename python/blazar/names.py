@@ -37,7 +37,6 @@ _CALLED = {
 }
 _OTHER = {"Cc": "a control character", "Cf": "a format character", "Co": "a private-use character",
           "Cs": "a surrogate", "Cn": "an unassigned character"}  # fmt: skip
-_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _SHOWN = 80
 """The most characters of a refused name a message repeats."""
 
@@ -48,19 +47,10 @@ def _unseen(c: str) -> bool:
     return c.isspace() or not c.isprintable()
 
 
-def _escaped(c: str) -> str:
-    if c == " " or not _unseen(c):
-        return c
-    if c in _ESCAPES:
-        return _ESCAPES[c]
-    code = ord(c)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
 def escaped(name: str) -> str:
-    """``name`` as a message repeats it: on one line, every invisible character escaped (``\\n``, ``\\xa0``,
-    ``\\u2028``); a space stays a space."""
-    return "".join(map(_escaped, name))
+    """``name`` as a message repeats it: on one line, every invisible character escaped as Python writes it
+    (``\\n``, ``\\xa0``, ``\\u2028``); a space stays a space."""
+    return repr(name)[1:-1]
 
 
 def shown(name: str) -> str:

@@ -48,9 +48,8 @@ def add_cmd(
     weight: Annotated[float, typer.Option(help="Fair-share weight under contention, > 0.")] = 1.0,
 ) -> None:
     """Add a key and print its new secret (shown once only)."""
-    scoped = (
-        [] if models is None else [m.strip() for m in models.split(",") if m.strip()]
-    )  # "a, b": the list's spaces
+    # "a, b": the spaces are the list's, not the names'
+    scoped = [] if models is None else [m.strip() for m in models.split(",") if m.strip()]
     if models is not None and not scoped:  # an empty --models "$UNSET" must not make a full-access key
         raise typer.BadParameter(
             "names no model; list the models the key may use, or leave --models out for full access",

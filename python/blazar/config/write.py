@@ -28,7 +28,6 @@ from blazar.config.model import DEFAULT_CONFIG_BACKUPS
 from blazar.errors import BlazarError
 
 __all__ = [
-    "BACKUPS_KEPT",
     "LOCK_WAIT_SECS",
     "PERSIST_LOCK",
     "ConfigReadOnly",
@@ -42,10 +41,6 @@ __all__ = [
 
 PERSIST_LOCK = threading.Lock()
 """Held by every config write in this process; the flock on ``<config>.lock`` covers other processes."""
-
-BACKUPS_KEPT = DEFAULT_CONFIG_BACKUPS
-"""How many ``.bak`` copies of a config file are kept unless ``config_backups`` says otherwise; older ones are
-deleted after each write."""
 
 LOCK_WAIT_SECS = 10.0
 _FILE_MODE = 0o600  # config files hold secrets: owner only
@@ -195,7 +190,7 @@ def _prune(path: Path, keep: int) -> None:
 
 
 def write_config(
-    path: Path, text: str, old: bytes | None, *, keep_backups: int = BACKUPS_KEPT
+    path: Path, text: str, old: bytes | None, *, keep_backups: int = DEFAULT_CONFIG_BACKUPS
 ) -> Path | None:
     """Replace ``path`` with ``text`` atomically; call it under ``config_lock(path)``.
 

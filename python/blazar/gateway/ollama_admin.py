@@ -175,7 +175,7 @@ def _model_name(body: dict[str, Any]) -> str:
     v = body.get("model", body.get("name"))
     if not isinstance(v, str) or not v:
         raise HttpError(400, "'model' is required and must be a non-empty string")
-    return names.check(v)  # taken as given, before a key's scope is compared (which trims)
+    return names.check(v)  # taken as given: a space or control character is a 400 naming it
 
 
 def _modelfile(m: ModelRow, digest: str | None, preset: Mapping[str, Any]) -> str:
