@@ -18,6 +18,7 @@ import uvloop
 from blazar.admission import (
     INTERACTIVE,
     RAWLONG,
+    RETRY_AFTER_MAX_S,
     TOOL,
     Admission,
     AllSlotsBusy,
@@ -28,6 +29,7 @@ from blazar.admission import (
     parse_deadline_ms,
 )
 from blazar.errors import BlazarError
+from tests.conftest import until
 
 HIGH, NORMAL, LOW = 0, 1, 2
 
@@ -180,6 +182,81 @@ def test_bounded_wait_ends_in_all_slots_busy(run: Run) -> None:
             await _admit(adm, model="smollm2", max_wait_s=0)
         holder.release()
         assert adm.stats()["smollm2"].running == 0
+
+    run(main())
+
+
+def test_a_queue_that_moves_keeps_its_waiters(run: Run) -> None:
+    """The bound counts from the last freed slot, not from arrival: a waiter older than ``max_wait_s`` stays queued
+    while slots keep freeing, and is refused only once none has freed for the bound. The test moves the clock
+    admission reads; the loop's timers only say when to look at it."""
+
+    async def main() -> None:
+        now, looks = [0.0], [0]
+
+        def clock() -> float:
+            looks[0] += 1
+            return now[0]
+
+        adm = Admission(clock=clock)
+        first = await _admit(adm, max_wait_s=0.01)
+        second = asyncio.create_task(_admit(adm, max_wait_s=0.01))
+        third = asyncio.create_task(_admit(adm, max_wait_s=0.01))
+        await _until(_waiting(adm, 2), "two requests to queue")
+        now[0] = 5.0
+        first.release()  # held 5 s; the queue moved at 5.0
+        held = await second
+        seen = looks[0]
+        await until(lambda: looks[0] >= seen + 3, "the third request's bound to come due three times")
+        assert not third.done() and adm.waiting("m") == 1  # the clock stands at the freed slot: still queued
+        now[0] = 5.02  # no slot has freed for longer than the bound
+        with pytest.raises(AllSlotsBusy, match="stayed busy for 10ms") as info:
+            await third
+        assert (
+            info.value.retry_after == 5
+        )  # a slot is held 5 s (the one freed), one slot, nobody else waiting
+        assert adm.waiting("m") == 0
+        held.release()
+
+    run(main())
+
+
+def test_retry_after_is_estimated_from_how_long_slots_are_held(run: Run) -> None:
+    """``Retry-After`` on all_slots_busy: a slot frees about every ``hold / slots`` seconds, so a client behind
+    ``w`` waiters comes back in ``(w + 1) * hold / slots``, from the recent mean hold (never a flat 1 s)."""
+
+    async def main() -> None:
+        now = [0.0]
+        adm = Admission(clock=lambda: now[0])
+        a = await _admit(adm, slots=2)
+        b = await _admit(adm, slots=2)
+        with pytest.raises(AllSlotsBusy) as info:  # nothing freed yet: no hold to go by
+            await _admit(adm, slots=2, max_wait_s=0)
+        assert info.value.retry_after == 1
+        now[0] = 8.0
+        a.release()  # held 8 s
+        c = await _admit(adm, slots=2)
+        with pytest.raises(AllSlotsBusy) as info:
+            await _admit(adm, slots=2, max_wait_s=0)
+        assert info.value.retry_after == 4  # 8 s / 2 slots
+        now[0] = 28.0
+        b.release()  # held 28 s: the mean moves a fifth of the way, to 12 s
+        d = await _admit(adm, slots=2)
+        queued = [asyncio.create_task(_admit(adm, slots=2)) for _ in range(2)]
+        await _until(_waiting(adm, 2), "two requests to queue")
+        with pytest.raises(AllSlotsBusy) as info:
+            await _admit(adm, slots=2, max_wait_s=0)
+        assert info.value.retry_after == 18  # behind two waiters: 3 * 12 s / 2 slots
+        now[0] = 10_000.0
+        c.release()  # held for hours: the estimate is capped
+        e = await queued[0]
+        with pytest.raises(AllSlotsBusy) as info:
+            await _admit(adm, slots=2, max_wait_s=0)
+        assert info.value.retry_after == RETRY_AFTER_MAX_S
+        d.release()
+        e.release()
+        (await queued[1]).release()
+        assert adm.stats()["m"].running == 0
 
     run(main())
 

@@ -98,7 +98,7 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
     (
         "queue_wait_secs",
         DEFAULT_QUEUE_WAIT_SECS,
-        "Longest wait for a free engine slot before 503 all_slots_busy.",
+        "Seconds a queued request waits with no engine slot freeing before 503 all_slots_busy.",
     ),
     (
         "request_body_timeout_secs",
