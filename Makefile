@@ -86,6 +86,7 @@ bench: install-test assets
 	$(PY) benches/bench_middleware.py
 	$(PY) benches/bench_gateway.py
 	$(PY) benches/bench_stack.py
+	$(PY) benches/bench_defaults.py
 
 clean:
 	rm -rf $(VENV) native/target build dist

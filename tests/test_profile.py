@@ -116,7 +116,8 @@ def test_defaults(tmp_path: Path, model_file: Path) -> None:
     assert a[0] == "engines/llama-server"
     assert flag(a, "--model") == str(model_file) and flag(a, "--alias") == "smollm2:latest"
     assert (flag(a, "--port"), flag(a, "--api-key-file")) == ("{port}", "{api_key_file}")
-    assert (flag(a, "--ctx-size"), flag(a, "--parallel")) == ("4096", "1")
+    # parallel = "auto": llama-server's own automatic slots, 4 over one unified KV cache
+    assert (flag(a, "--ctx-size"), flag(a, "--parallel")) == ("4096", "4") and "--kv-unified" in a
     assert (flag(a, "--cache-type-k"), flag(a, "--cache-type-v"), flag(a, "--flash-attn")) == (
         "f16",
         "f16",
@@ -134,8 +135,8 @@ def test_defaults(tmp_path: Path, model_file: Path) -> None:
         "--embeddings",
     ):
         assert absent not in a
-    assert (spec.ctx_size, spec.parallel, spec.ctx_per_slot) == (4096, 1, 4096)
-    assert spec.estimate is not None and spec.estimate.kv == 90 << 20
+    assert (spec.ctx_size, spec.parallel, spec.ctx_per_slot, spec.kv_unified) == (4096, 4, 4096, True)
+    assert spec.estimate is not None and spec.estimate.kv == 90 << 20  # one stream of 4096 cells, as one slot
     assert (
         spec.lookup_cache is None and spec.slot_save_dir == tmp_path / "data" / "sessions" / "smollm2--latest"
     )
@@ -145,6 +146,23 @@ def test_defaults(tmp_path: Path, model_file: Path) -> None:
     assert "--port {port} --api-key-file {api_key_file}" in line and line.startswith(
         "engines/llama-server --model "
     )
+
+
+def test_parallel_auto_shares_the_context_and_a_number_splits_it(tmp_path: Path, model_file: Path) -> None:
+    """``parallel = "auto"`` (the default) is llama-server's own ``--parallel -1``: 4 slots over one unified KV
+    cache, each able to use the whole context, costing the KV memory of one; a number N gives N slots of
+    ``ctx_size / N`` each, and N times the streams."""
+    cfg = cfg_from(tmp_path, 'parallel = 4\n[models.smollm2]\nparallel = "auto"\n')
+    auto = compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY)
+    four = compile_profile(cfg, row(model_file, "other:latest"), ENGINE, hardware=ROOMY)
+    assert (flag(auto.argv_template, "--parallel"), "--kv-unified" in auto.argv_template) == ("4", True)
+    assert (flag(four.argv_template, "--parallel"), "--kv-unified" in four.argv_template) == ("4", False)
+    assert (auto.ctx_size, auto.ctx_per_slot, four.ctx_size, four.ctx_per_slot) == (4096, 4096, 4096, 1024)
+    assert auto.estimate is not None and four.estimate is not None
+    assert auto.estimate.kv == four.estimate.kv  # the same 4096 cells, shared or split
+    assert auto.estimate.to_json()["kv_unified"] is True and four.estimate.to_json()["kv_unified"] is False
+    # Ollama's num_ctx asks for one request's context: with shared slots that is the whole cache
+    assert compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY, ctx_size=2048).ctx_per_slot == 2048
 
 
 def test_overrides_win_over_defaults(tmp_path: Path, model_file: Path) -> None:
@@ -176,9 +194,10 @@ def test_overrides_win_over_defaults(tmp_path: Path, model_file: Path) -> None:
     other = compile_profile(cfg, row(model_file, "other:latest"), ENGINE, hardware=ROOMY).argv_template
     assert (flag(other, "--ctx-size"), flag(other, "--parallel"), flag(other, "--cache-type-v")) == (
         "2048",
-        "1",
+        "4",
         "f16",
     )
+    assert "--kv-unified" in other and "--kv-unified" not in a  # a number of slots splits the context
     # an explicit ctx (Ollama's num_ctx) replaces the configured one
     assert compile_profile(cfg, row(model_file), ENGINE, hardware=ROOMY, ctx_size=1024).ctx_size == 1024
 

@@ -199,9 +199,10 @@ def test_mistralrs_on_safetensors(tmp_path: Path) -> None:
     )
     assert spec.argv_template == (
         "/m", "serve", "-m", str(d), "--host", "127.0.0.1", "--port", "{port}", "--no-ui",
-        "--max-seqs", "1", "--max-batch-size", "1",
+        "--max-seqs", "4", "--max-batch-size", "4",
     )  # fmt: skip
-    assert spec.ctx_per_slot == 131072 and spec.estimate is None
+    # parallel = "auto": 4 sequences sharing the context, each able to use all of it
+    assert spec.ctx_per_slot == 131072 and spec.kv_unified and spec.estimate is None
 
 
 def test_media_lanes_teach(tmp_path: Path, model_file: Path) -> None:

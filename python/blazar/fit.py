@@ -3,7 +3,8 @@ and a compute allowance, fitted to free VRAM or RAM.
 
 The KV formula follows llama.cpp (``src/llama-kv-cache.cpp``, ``llama-kv-cache-iswa.cpp``, ``llama-context.cpp``):
 the context is padded to 256 cells; with ``--parallel N`` (non-unified KV, llama-server's default when N is
-given) each of the N streams holds ``pad256(ctx / N)`` cells; each layer with a KV cache stores K and V rows of
+given) each of the N streams holds ``pad256(ctx / N)`` cells, and with ``--kv-unified`` one stream of ``pad256(ctx)``
+cells is shared by every slot (``KvSettings.streams``); each layer with a KV cache stores K and V rows of
 ``head_count_kv * key_length`` and ``head_count_kv * value_length`` elements per cell in the cache type (f16 2
 bytes, q8_0 34/32, q4_0 18/32, ...); sliding-window layers hold only ``pad256(min(cells, window + n_ubatch))``
 cells unless ``--swa-full``; MLA models (``key_length_mla``) keep no V. The compute buffer is an allowance, not a
@@ -190,10 +191,11 @@ def kv_shape(metadata: Mapping[str, object]) -> KvShape:
     )
 
 
-def effective_ctx(ctx: int, parallel: int) -> int:
-    """The total cells llama.cpp allocates for ``-c ctx --parallel parallel`` (non-unified KV)."""
+def effective_ctx(ctx: int, streams: int) -> int:
+    """The total cells llama.cpp allocates for ``-c ctx`` over ``streams`` KV streams (``--parallel N`` without a
+    unified cache: N; with ``--kv-unified``: 1)."""
     n_ctx = pad(max(ctx, 1))
-    return pad(n_ctx // max(parallel, 1) or 1) * max(parallel, 1)
+    return pad(n_ctx // max(streams, 1) or 1) * max(streams, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,13 +207,20 @@ class KvSettings:
     flash_attn: str = "auto"
     swa_full: bool = False
     parallel: int = 1
+    unified: bool = False
+    """One KV cache shared by every slot (``--kv-unified``), each slot able to use all of it."""
     ubatch: int = N_UBATCH
     """The physical batch (``--ubatch-size``): a late-chunking engine's is ``late_chunking_max_tokens``."""
+
+    @property
+    def streams(self) -> int:
+        """The KV streams llama.cpp allocates: one when unified, else one per slot."""
+        return 1 if self.unified else max(self.parallel, 1)
 
 
 def kv_bytes(shape: KvShape, ctx: int, s: KvSettings) -> int:
     """KV cache bytes llama.cpp allocates for ``-c ctx`` with these settings."""
-    streams = max(s.parallel, 1)
+    streams = s.streams
     cells = effective_ctx(ctx, streams) // streams
     swa_cells = cells if s.swa_full else pad(min(cells, shape.n_swa + s.ubatch))
     v_trans = s.flash_attn == "off"
@@ -227,7 +236,7 @@ def kv_bytes(shape: KvShape, ctx: int, s: KvSettings) -> int:
 def compute_bytes(shape: KvShape, ctx: int, s: KvSettings, *, on_gpu: bool) -> int:
     """An allowance for llama.cpp's compute buffer: activations for one micro-batch (plus the logits on a GPU),
     the f16 attention mask over a stream's cells, and without flash attention the f32 KQ matrix too."""
-    cells = effective_ctx(ctx, s.parallel) // max(s.parallel, 1)
+    cells = effective_ctx(ctx, s.streams) // s.streams
     per_token = 4 * (shape.n_embd + shape.n_ff) + (shape.n_vocab if on_gpu else 0)
     total = s.ubatch * 4 * per_token + s.ubatch * cells * 2
     if s.flash_attn == "off":
@@ -262,11 +271,11 @@ class MemoryEstimate:
 
     @property
     def ctx_per_slot(self) -> int:
-        return self.ctx_size // max(self.parallel, 1)
+        return self.ctx_size // self.settings.streams
 
     @property
     def reduced(self) -> bool:
-        return self.ctx_size < effective_ctx(self.requested_ctx, self.parallel)
+        return self.ctx_size < effective_ctx(self.requested_ctx, self.settings.streams)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -275,6 +284,7 @@ class MemoryEstimate:
             "requested_ctx": self.requested_ctx,
             "trained_ctx": self.trained_ctx,
             "parallel": self.parallel,
+            "kv_unified": self.settings.unified,
             "weights_bytes": self.weights,
             "kv_bytes": self.kv,
             "compute_bytes": self.compute,
@@ -362,7 +372,7 @@ def _estimate(req: FitRequest, ctx: int, b: _Budget, headroom: int) -> tuple[Mem
         fits = gpu_need <= b.vram and ram_need <= b.ram
         available = b.vram if f == 1.0 else b.vram + b.ram
     est = MemoryEstimate(
-        ctx_size=effective_ctx(ctx, s.parallel),
+        ctx_size=effective_ctx(ctx, s.streams),
         requested_ctx=req.requested_ctx or req.shape.trained_ctx,
         trained_ctx=req.shape.trained_ctx,
         parallel=s.parallel,
@@ -400,11 +410,11 @@ def fit(req: FitRequest, hw: Hardware, *, headroom: int) -> Fit:
     """
     check_settings(req)
     s = req.settings
-    requested = effective_ctx(req.requested_ctx or req.shape.trained_ctx, s.parallel)
-    step = CTX_GRAIN * max(s.parallel, 1)
+    requested = effective_ctx(req.requested_ctx or req.shape.trained_ctx, s.streams)
+    step = CTX_GRAIN * s.streams
     budgets = _budgets(req, hw, headroom)
     smallest: MemoryEstimate | None = None
-    soft_floor = max(step, min(requested, effective_ctx(FIT_MIN_CTX, s.parallel)))
+    soft_floor = max(step, min(requested, effective_ctx(FIT_MIN_CTX, s.streams)))
     for i, b in enumerate(budgets):
         last = i == len(budgets) - 1
         floor = step if last else soft_floor
@@ -452,8 +462,9 @@ def refusal(req: FitRequest, est: MemoryEstimate, hw: Hardware) -> str:
     levers = (
         "a smaller quantization of the model, or gpu_layers to split it between GPU and RAM"
         if weights_alone
-        else f'a smaller ctx_size, a quantized KV cache (cache_type_k/cache_type_v = "q8_0" or "q4_0"), fewer '
-        f"parallel slots (now {s.parallel}), or gpu_layers to split layers between GPU and RAM"
+        else 'a smaller ctx_size, a quantized KV cache (cache_type_k/cache_type_v = "q8_0" or "q4_0"), '
+        + ("" if s.unified else f"fewer parallel slots (now {s.parallel}), ")
+        + "or gpu_layers to split layers between GPU and RAM"
     )
     return (
         f"model '{req.model}' does not fit in memory: {' + '.join(parts)} = {human_bytes(est.total)}, but "

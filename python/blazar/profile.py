@@ -26,6 +26,7 @@ from pathlib import Path
 from blazar._native import GgufError, read_gguf_metadata
 from blazar.catalog import ModelRow, read_header
 from blazar.config import Config
+from blazar.config.model import AUTO_SLOTS, PARALLEL_AUTO
 from blazar.engines import argv as lane_argv
 from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, LaneError
@@ -61,6 +62,8 @@ class LaunchSpec:
     ctx_size: int = 0
     health_path: str = "/health"
     parallel: int = 1
+    kv_unified: bool = False
+    """The slots share one context of ``ctx_size`` (``ModelSettings.kv_unified``)."""
     slot_save_dir: Path | None = None
     lookup_cache: Path | None = None
     socket_path: Path | None = None
@@ -73,7 +76,7 @@ class LaunchSpec:
 
     @property
     def ctx_per_slot(self) -> int:
-        return self.ctx_size // max(self.parallel, 1)
+        return self.ctx_size if self.kv_unified else self.ctx_size // max(self.parallel, 1)
 
     @property
     def reads_images(self) -> bool:
@@ -215,6 +218,7 @@ class ModelSettings:
 
     ctx_size: int
     parallel: int
+    """The engine's slots: ``parallel = "auto"`` resolved to ``AUTO_SLOTS``."""
     threads: int
     gpu_layers: int
     cache_type_k: str
@@ -223,6 +227,19 @@ class ModelSettings:
     swa_full: bool
     lookup_cache: bool
     idle_sleep_secs: int
+    kv_unified: bool = False
+    """The slots share one KV cache of ``ctx_size`` cells, each able to use all of it (``parallel = "auto"``, as
+    llama-server's own ``--parallel -1``), rather than ``ctx_size / parallel`` each."""
+
+    @property
+    def streams(self) -> int:
+        """KV streams: one shared by every slot, or one per slot."""
+        return 1 if self.kv_unified else max(self.parallel, 1)
+
+    @property
+    def ctx_per_slot(self) -> int:
+        """The context one request may use (0: the model's trained context, left to the engine)."""
+        return self.ctx_size // self.streams
 
 
 def _flag_int(args: tuple[str, ...], flag: str) -> int | None:
@@ -244,9 +261,11 @@ def _flag_int(args: tuple[str, ...], flag: str) -> int | None:
 
 def model_settings(cfg: Config, model_name: str) -> ModelSettings:
     ov = cfg.model_override(model_name)
+    parallel = cfg.parallel if ov.parallel is None else ov.parallel
     return ModelSettings(
         ctx_size=cfg.ctx_size if ov.ctx_size is None else ov.ctx_size,
-        parallel=cfg.parallel if ov.parallel is None else ov.parallel,
+        parallel=AUTO_SLOTS if parallel == PARALLEL_AUTO else parallel,
+        kv_unified=parallel == PARALLEL_AUTO,
         threads=cfg.threads if ov.threads is None else ov.threads,
         gpu_layers=cfg.gpu_layers if ov.gpu_layers is None else ov.gpu_layers,
         cache_type_k=ov.cache_type_k or cfg.cache_type_k,
@@ -281,15 +300,15 @@ def fit_model(
         shape = kv_shape(md if isinstance(md, Mapping) else {})
     except ValueError as e:
         raise CatalogError(f"model '{model.name}' ({model.path}): {e}") from None
-    if ctx_size is not None and ctx_size > shape.trained_ctx * st.parallel:
+    if ctx_size is not None and ctx_size > shape.trained_ctx * st.streams:
         log.warning(
             "%s: a request asked for context %d; the model was trained on %d per slot, so using %d",
             model.name,
             ctx_size,
             shape.trained_ctx,
-            shape.trained_ctx * st.parallel,
+            shape.trained_ctx * st.streams,
         )
-        ctx_size = shape.trained_ctx * st.parallel
+        ctx_size = shape.trained_ctx * st.streams
     req = FitRequest(
         model=model.name,
         shape=shape,
@@ -302,6 +321,7 @@ def fit_model(
             flash_attn=st.flash_attn,
             swa_full=st.swa_full,
             parallel=st.parallel,
+            unified=st.kv_unified,
             ubatch=ubatch or N_UBATCH,
         ),
         gpu_layers=st.gpu_layers,
@@ -348,7 +368,8 @@ def compile_llama_cpp(
     ubatch = None
     if embeddings:
         asked = ctx_size or st.ctx_size
-        ubatch = late_chunk_batch(cfg, asked // embed_slots(st.parallel) if asked else 0)
+        per_slot = asked if st.kv_unified else asked // embed_slots(st.parallel)
+        ubatch = late_chunk_batch(cfg, per_slot)
     est = fit_model(cfg, model, hardware=hardware, ctx_size=ctx_size, mmproj=mmproj, ubatch=ubatch).require()
     if est.reduced:
         log.warning(
@@ -359,6 +380,8 @@ def compile_llama_cpp(
             est.placement,
         )
     parallel = embed_slots(est.parallel) if embeddings or tokens else est.parallel
+    unified = est.settings.unified
+    slot_ctx = est.ctx_size if unified else est.ctx_size // max(1, parallel)
     data = cfg.data_dir
     slot_dir = DataDir(data).bank(model.name)
     sock = DataDir(data).run_file(child_key(model.name, embeddings, tokens), "sock")
@@ -376,6 +399,7 @@ def compile_llama_cpp(
     )
     argv += [
         "--parallel", str(parallel),
+        *(["--kv-unified"] if unified else []),
         "--cache-type-k", est.settings.cache_type_k,
         "--cache-type-v", est.settings.cache_type_v,
         "--flash-attn", est.settings.flash_attn,
@@ -404,7 +428,7 @@ def compile_llama_cpp(
         argv += ["--spec-type", "ngram-cache", "--lookup-cache-dynamic", str(lookup)]
     if embeddings and not tokens:
         # one input up to late_chunking_max_tokens (within a slot), not llama-server's default batch of 512
-        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, parallel)))
+        batch = str(late_chunk_batch(cfg, slot_ctx))
         argv += ["--embeddings", "--pooling", "mean", "--batch-size", batch, "--ubatch-size", batch]
     sleep_secs = _flag_int(ov.extra_args, "--sleep-idle-seconds")  # the user's own wins
     if sleep_secs is None:
@@ -418,12 +442,13 @@ def compile_llama_cpp(
     if tokens:
         # late chunking: one vector per token, pooled per chunk by the gateway, and a request's tokens embedded in
         # one batch; after extra_args, so a model's own --pooling or -ub (for its other engines) cannot undo it
-        batch = str(late_chunk_batch(cfg, est.ctx_size // max(1, parallel)))
+        batch = str(late_chunk_batch(cfg, slot_ctx))
         argv += ["--embeddings", "--pooling", "none", "--batch-size", batch, "--ubatch-size", batch]
     return LaunchSpec(
         argv_template=tuple(argv),
         ctx_size=est.ctx_size,
         parallel=parallel,
+        kv_unified=unified,
         slot_save_dir=slot_dir,
         lookup_cache=lookup,
         socket_path=sock if unix else None,

@@ -79,16 +79,14 @@ def _context(cfg: Config, model: ModelRow, ctx_size: int | None) -> tuple[int, i
     context is left to the engine (``ctx_size = 0``); ``total`` is then the trained context per slot, so the
     prompt preflight still knows it (0 when unknown)."""
     st = model_settings(cfg, model.name)
-    parallel = max(st.parallel, 1)
+    parallel, streams = max(st.parallel, 1), st.streams  # parallel = "auto": the slots share one context
     requested = st.ctx_size if ctx_size is None else ctx_size
     trained = trained_context(_model_dir(model)) or (model.context_length or 0)
-    if ctx_size is not None and trained and requested > trained * parallel:
-        requested = (
-            trained * parallel
-        )  # a request's num_ctx never asks for more than the model was trained on
+    if ctx_size is not None and trained and requested > trained * streams:
+        requested = trained * streams  # a request's num_ctx never asks for more than the model was trained on
     if requested > 0:
-        return requested, requested // parallel, parallel
-    return trained * parallel, 0, parallel
+        return requested, requested // streams, parallel
+    return trained * streams, 0, parallel
 
 
 def _template_file(model: ModelRow, ov: ModelOverride) -> Path | None:
@@ -143,7 +141,8 @@ def compile_mistralrs(
     if model.format == "gguf":
         # mistral.rs keeps an f16 (or the model's bf16) cache with sliding-window layers rotating, which is what the
         # llama.cpp estimate computes without swa_full; it loads a sibling projector on its own.
-        kv = KvSettings(cache_type_k="f16", cache_type_v="f16", flash_attn="auto", parallel=st.parallel)
+        kv = KvSettings(cache_type_k="f16", cache_type_v="f16", flash_attn="auto", parallel=st.parallel,
+                      unified=st.kv_unified)  # fmt: skip
         estimate = fit_model(
             cfg, model, hardware=hardware, ctx_size=ctx_size, mmproj=find_mmproj(model.path), settings=kv
         ).require()
@@ -169,6 +168,7 @@ def compile_mistralrs(
         argv_template=(*args, *ov.extra_args),
         ctx_size=total,
         parallel=parallel,
+        kv_unified=st.kv_unified,
         estimate=estimate,
         engine_model=argv.ENGINE_MODEL["mistralrs"],
         checks_api_key=False,
@@ -218,6 +218,7 @@ def compile_sglang(
         argv_template=(*args, *ov.extra_args),
         ctx_size=total,
         parallel=parallel,
+        kv_unified=model_settings(cfg, model.name).kv_unified,
         engine_model=served,
         checks_api_key=keyed,
     )
@@ -258,6 +259,7 @@ def compile_mlx(
         argv_template=(*args, *ov.extra_args),
         ctx_size=total,
         parallel=parallel,
+        kv_unified=model_settings(cfg, model.name).kv_unified,
         engine_model=argv.ENGINE_MODEL["mlx"],
         checks_api_key=False,
     )

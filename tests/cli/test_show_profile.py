@@ -114,10 +114,11 @@ def test_profile_of_other_lanes(tmp_path: Path, assets: Assets) -> None:
         and " --format gguf -f " in out
         and str(model) in out
     )
-    assert "--max-seqs 1 --max-batch-size 1 --max-seq-len 4096 --pa-context-len 4096" in out
+    # parallel = "auto": 4 sequences over one shared 4096-token context
+    assert "--max-seqs 4 --max-batch-size 4 --max-seq-len 4096 --pa-context-len 4096" in out
     assert "api key           not checked by this engine; it listens on 127.0.0.1 only" in out
     assert (
-        "kv cache          90.00 MiB (1 slot x 4096 tokens; K f16, V f16)" in out
+        "kv cache          90.00 MiB (4 slots sharing 4096 tokens; K f16, V f16)" in out
     )  # fitted from its metadata
 
 

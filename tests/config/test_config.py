@@ -70,7 +70,7 @@ def test_defaults_without_any_file(home: Path, env: dict[str, str]) -> None:
     assert cfg.engine_mode == "auto"
     assert "http://localhost:*" in cfg.cors_origins and "app://*" in cfg.cors_origins  # as Ollama's
     assert cfg.log_level == "info"
-    assert (cfg.ctx_size, cfg.parallel, cfg.threads, cfg.gpu_layers) == (4096, 1, 0, -1)
+    assert (cfg.ctx_size, cfg.parallel, cfg.threads, cfg.gpu_layers) == (4096, "auto", 0, -1)
     assert dict(cfg.models) == {}
 
 
@@ -294,7 +294,14 @@ def test_blank_blazar_host(env: dict[str, str]) -> None:
         ('cors_origins = "*"', """key 'cors_origins' must be an array of strings, got "*" (string)"""),
         ('cors_origins = ["a", 2]', "key 'cors_origins[1]' must be a string, got 2 (integer)"),
         ("ctx_size = -1", "key 'ctx_size' must be an integer between 0 and 2147483647, got -1 (integer)"),
-        ("parallel = 0", "key 'parallel' must be an integer between 1 and 2147483647, got 0 (integer)"),
+        (
+            "parallel = 0",
+            "key 'parallel' must be \"auto\" or an integer between 1 and 2147483647, got 0 (integer)",
+        ),
+        (
+            'parallel = "many"',
+            'key \'parallel\' must be "auto" or an integer between 1 and 2147483647, got "many" (string)',
+        ),
         (
             "threads = 9223372036854775807",
             "key 'threads' must be an integer between 0 and 2147483647, got 9223372036854775807 (integer)",
@@ -334,7 +341,8 @@ def test_type_and_range_errors(tmp_path: Path, env: dict[str, str], text: str, e
 def test_booleans_are_not_integers(tmp_path: Path, env: dict[str, str], key: str) -> None:
     message = error_for(tmp_path, env, f"{key} = true\n")
     assert message.endswith("got true (boolean)")
-    assert f"key '{key}' must be an integer" in message
+    expected = '"auto" or an integer' if key == "parallel" else "an integer"
+    assert f"key '{key}' must be {expected}" in message
 
 
 def test_boolean_is_not_a_number(tmp_path: Path, env: dict[str, str]) -> None:
@@ -346,7 +354,7 @@ def test_boolean_is_not_a_number(tmp_path: Path, env: dict[str, str]) -> None:
 def test_boolean_rejected_in_model_override(tmp_path: Path, env: dict[str, str]) -> None:
     message = error_for(tmp_path, env, '[models."m"]\nparallel = true\n')
     assert message.endswith(
-        "key 'models.m.parallel' must be an integer between 1 and 2147483647, got true (boolean)"
+        "key 'models.m.parallel' must be \"auto\" or an integer between 1 and 2147483647, got true (boolean)"
     )
 
 
@@ -481,3 +489,14 @@ def test_rendered_default_config_round_trips(tmp_path: Path, env: dict[str, str]
     assert text.count("\n#") > 13
     path = write(tmp_path / "config.toml", text)
     assert load_config(path, env) == Config(data_dir=home / ".local/share/blazar")
+
+
+def test_parallel_is_auto_or_a_number_of_slots(tmp_path: Path, env: dict[str, str]) -> None:
+    cfg = load_text(
+        tmp_path, env, 'parallel = 2\n[models."a"]\nparallel = "auto"\n[models."b"]\nparallel = 8\n'
+    )
+    assert cfg.parallel == 2
+    assert cfg.model_override("a").parallel == "auto" and cfg.model_override("b").parallel == 8
+    assert load_text(tmp_path, env, 'parallel = "auto"\n').parallel == "auto"
+    message = error_for(tmp_path, env, 'parallel = "AUTO"\n')  # exact, as every choice is
+    assert 'must be "auto" or an integer between 1 and 2147483647, got "AUTO" (string)' in message

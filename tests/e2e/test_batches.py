@@ -212,7 +212,7 @@ def test_a_cancel_keeps_what_was_answered_and_a_restart_runs_a_batch_again(daemo
     first request is answered its second runs, and that one is long (ignore_eos), so the batch is surely still
     running when it is cancelled or the daemon stops."""
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory("audit = true\nstop_grace_secs = 2\n" + KEYS + ONE_AT_A_TIME)
+    d: Daemon = daemon_factory("audit = true\nstop_grace_secs = 2\nparallel = 1\n" + KEYS + ONE_AT_A_TIME)
     c = client(d, SEQ)
     lines = [chat_line(f"r{i}", f"Count to {i + 3}.", max_tokens=24) for i in range(12)]
     held = [*lines]

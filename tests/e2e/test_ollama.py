@@ -296,7 +296,7 @@ def test_a_request_waiting_when_an_unload_is_due_keeps_the_model(daemon_factory:
     assert callable(daemon_factory)
     # one slot: the second request queues behind the first, as long as a loaded machine may take over it; the
     # engine ignores EOS, so the first runs its 300 tokens and cannot end before the later one is queued
-    d: Daemon = daemon_factory("queue_wait_secs = 300\n" + IGNORE_EOS)
+    d: Daemon = daemon_factory("queue_wait_secs = 300\nparallel = 1\n" + IGNORE_EOS)
     count = [{"role": "user", "content": "Count from 1 to 100, one number per line."}]
     first = {
         "model": "smollm2",

@@ -341,7 +341,7 @@ def test_an_unload_still_happens_when_the_request_it_waited_for_fails_before_it_
     """keep_alive 0 while a request is queued waits for that request; one refused before it reached the engine
     (its prompt cannot fit) must not leave the unload waiting for nothing."""
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory("ctx_size = 512\nqueue_wait_secs = 300\n")
+    d: Daemon = daemon_factory("ctx_size = 512\nqueue_wait_secs = 300\nparallel = 1\n")
     # 300 tokens: still running while the second request queues and the unload comes
     busy = {**CHAT, "max_tokens": 300, "ignore_eos": True}
     too_long = {

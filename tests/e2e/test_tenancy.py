@@ -404,7 +404,7 @@ def test_every_prompt_of_a_prompt_list_is_charged(daemon_factory: object) -> Non
 
 def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory("queue_wait_secs = 1\n")
+    d: Daemon = daemon_factory("queue_wait_secs = 1\nparallel = 1\n")
     with the_only_slot_taken(d):
         r = post(d, "/v1/chat/completions", CHAT)
     assert r.status_code == 503, r.text
@@ -422,11 +422,39 @@ def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert "all_slots_busy" in e.value.body["error"]["message"]  # type: ignore[index]
 
 
+def test_the_default_parallel_runs_four_answers_at_once_over_one_context(daemon_factory: object) -> None:
+    """``parallel = "auto"``, the default, as llama-server's own ``--parallel -1``: four slots over one unified KV
+    cache, each able to use the whole context, so four clients stream at once and a fifth waits for a slot (16
+    clients on the old default of one slot waited, and were refused after 30 s)."""
+    assert callable(daemon_factory)
+    # 12288 cells: room for all four answers' 3000 tokens at once, so none can end while the test looks
+    d: Daemon = daemon_factory("queue_wait_secs = 300\nctx_size = 12288\n")
+    assert post(d, "/v1/chat/completions", CHAT).status_code == 200
+    [pid] = d.child_pids()
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert argv[argv.index(b"--parallel") + 1] == b"4" and b"--kv-unified" in argv, argv
+    # ignore_eos and 3000 tokens: none can end while the test looks; each is cut off when its client leaves
+    long = {**CHAT, "max_tokens": 3000, "ignore_eos": True, "stream": True}
+    with contextlib.ExitStack() as streams, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        for _ in range(4):
+            s = streams.enter_context(
+                httpx.stream("POST", d.url + "/v1/chat/completions", json=long, timeout=120)
+            )
+            assert s.status_code == 200  # admitted at once: its headers came
+        fifth = pool.submit(post, d, "/v1/chat/completions", CHAT)
+        wait_for(lambda: engine(d)["queued"] == 1, 60, "the fifth request to wait for a slot")
+        entry = engine(d)
+        assert (entry["busy_slots"], entry["slots"], entry["shared_context"]) == (4, 4, True), entry
+        assert entry["context_length"] == 12288  # what one request may use: the whole context
+        assert not fifth.done()
+    assert fifth.result().status_code == 200  # a slot freed when the streams' clients left
+
+
 def test_a_client_that_leaves_while_queued_is_never_run(daemon_factory: object) -> None:
     """Requests waiting for the only slot whose clients hang up leave the queue at once: the engine never runs them
     (a prefill cannot be cut short once llama-server has it), and the next request is not stuck behind them."""
     assert callable(daemon_factory)
-    d: Daemon = daemon_factory("queue_wait_secs = 300\n")
+    d: Daemon = daemon_factory("queue_wait_secs = 300\nparallel = 1\n")
     body = json.dumps({**CHAT, "max_tokens": 50}).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -233,8 +233,8 @@ def _print_profile(cfg: Config, row: ModelRow, engine: EngineRow | None, lane_er
         ("weights", human_bytes(est.weights)),
         (
             "kv cache",
-            f"{human_bytes(est.kv)} ({est.parallel} slot{'s' if est.parallel > 1 else ''} x "
-            f"{est.ctx_per_slot} tokens; K {s.cache_type_k}, V {s.cache_type_v}"
+            f"{human_bytes(est.kv)} ({est.parallel} slot{'s' if est.parallel > 1 else ''} "
+            f"{'sharing' if s.unified else 'x'} {est.ctx_per_slot} tokens; K {s.cache_type_k}, V {s.cache_type_v}"
             f"{', swa full' if s.swa_full else ''})",
         ),
         ("compute", f"{human_bytes(est.compute)} (allowance; flash attention {s.flash_attn})"),
@@ -264,7 +264,7 @@ def _print_engine_sized(
     if spec is not None:
         slots = f"{spec.parallel} slot{'s' if spec.parallel > 1 else ''}"
         per = f"{spec.ctx_per_slot} tokens" if spec.ctx_per_slot else "the engine's default"
-        rows.append(("context", f"{slots} x {per}"))
+        rows.append(("context", f"{slots} {'sharing' if spec.kv_unified else 'x'} {per}"))
     who = f"the {engine.kind} engine" if engine is not None else "its engine"
     rows.append(("memory", f"not estimated for {row.format} weights; {who} sizes its own"))
     console.print("profile", highlight=False)

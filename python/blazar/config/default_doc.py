@@ -92,7 +92,11 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
     ),
     ("log_level", DEFAULT_LOG_LEVEL, 'One of "debug", "info", "warning", "error".'),
     ("ctx_size", DEFAULT_CTX_SIZE, "Context size in tokens; 0 = the model's trained context."),
-    ("parallel", DEFAULT_PARALLEL, "Engine slots (concurrent requests) per model, >= 1."),
+    (
+        "parallel",
+        DEFAULT_PARALLEL,
+        'Engine slots (concurrent requests) per model: "auto" = 4 sharing the context, or N >= 1 splitting it.',
+    ),
     ("threads", DEFAULT_THREADS, "CPU threads per engine; 0 = the engine's default."),
     ("gpu_layers", DEFAULT_GPU_LAYERS, "Layers to offload to the GPU; -1 = all that fit (engine default)."),
     (

@@ -40,8 +40,10 @@ from blazar.config.model import (
     ENGINE_MODES,
     FLASH_ATTN_MODES,
     LOG_LEVELS,
+    PARALLEL_AUTO,
     Config,
     ModelOverride,
+    Parallel,
     default_data_dir,
     expand_user,
     normalize_model_name,
@@ -115,6 +117,15 @@ def _model_or_empty(ctx: Ctx, key: str, value: object) -> str:
         raise ConfigError(f"{ctx.source}: key '{key}' is not a valid model name: {exc}") from None
 
 
+def _parallel(ctx: Ctx, key: str, value: object) -> Parallel:
+    """``parallel``: ``"auto"`` (llama-server's own slot count over a shared context) or a number of slots."""
+    if value == PARALLEL_AUTO:
+        return PARALLEL_AUTO
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
+        raise ctx.bad(key, f'"auto" or an integer between 1 and {INT_MAX}', value)
+    return value
+
+
 _TOP_LEVEL: dict[str, Check] = {
     "host": host_value,
     "port": lambda c, k, v: integer(c, k, v, 1, 65535),
@@ -133,7 +144,7 @@ _TOP_LEVEL: dict[str, Check] = {
     "log_level": lambda c, k, v: choice(c, k, v, LOG_LEVELS),
     # llama-server reads these as C ints: a larger value stops it at start ("stoi")
     "ctx_size": lambda c, k, v: integer(c, k, v, 0, INT_MAX),
-    "parallel": lambda c, k, v: integer(c, k, v, 1, INT_MAX),
+    "parallel": _parallel,
     "threads": lambda c, k, v: integer(c, k, v, 0, INT_MAX),
     "gpu_layers": lambda c, k, v: integer(c, k, v, -1, INT_MAX),
     "queue_wait_secs": lambda c, k, v: integer(c, k, v, 0),

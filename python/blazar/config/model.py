@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Literal
 
 from blazar import names
 from blazar.errors import CatalogError
@@ -45,7 +46,13 @@ DEFAULT_CORS_ORIGINS = (
 """Origins a browser page may call the API from unless ``cors_origins`` says otherwise: this machine's own pages
 (any port) and desktop-app webviews, as Ollama allows by default. A ``*`` matches the rest of an origin."""
 DEFAULT_CTX_SIZE = 4096
-DEFAULT_PARALLEL = 1
+Parallel = int | Literal["auto"]
+"""A ``parallel`` setting: a number of engine slots, or ``"auto"``."""
+PARALLEL_AUTO: Literal["auto"] = "auto"
+AUTO_SLOTS = 4
+"""The slots ``parallel = "auto"`` gives: llama-server's own automatic count (its ``--parallel -1``), 4 slots over
+one unified KV cache, each of which may use the whole context; a number N instead splits the context into N."""
+DEFAULT_PARALLEL: Parallel = PARALLEL_AUTO
 DEFAULT_THREADS = 0
 DEFAULT_GPU_LAYERS = -1
 DEFAULT_CACHE_TYPE = "f16"
@@ -233,7 +240,7 @@ class ModelOverride:
     """
 
     ctx_size: int | None = None
-    parallel: int | None = None
+    parallel: Parallel | None = None
     threads: int | None = None
     gpu_layers: int | None = None
     idle_timeout_secs: int | None = None
@@ -295,7 +302,7 @@ class Config:
     cors_origins: tuple[str, ...] = DEFAULT_CORS_ORIGINS
     log_level: str = DEFAULT_LOG_LEVEL
     ctx_size: int = DEFAULT_CTX_SIZE
-    parallel: int = DEFAULT_PARALLEL
+    parallel: Parallel = DEFAULT_PARALLEL
     threads: int = DEFAULT_THREADS
     gpu_layers: int = DEFAULT_GPU_LAYERS
     queue_wait_secs: int = DEFAULT_QUEUE_WAIT_SECS

@@ -166,6 +166,9 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 # for one
                 "busy_slots": queue.running if queue else 0,
                 "queued": queue.waiting if queue else 0,
+                # Blazar's own: the engine's slots, and whether they share one context (parallel = "auto")
+                "slots": child.spec.parallel,
+                "shared_context": child.spec.kv_unified,
             }
         )
     return _json({"models": out})
@@ -275,7 +278,7 @@ def _request_ctx(sup: Supervisor, m: ModelRow) -> int:
     if child is not None and child.spec.ctx_per_slot > 0:
         return child.spec.ctx_per_slot
     st = model_settings(sup.cfg, m.name)
-    return max((st.ctx_size or m.context_length or 0) // max(st.parallel, 1), 1)
+    return max((st.ctx_size or m.context_length or 0) // st.streams, 1)
 
 
 def full_access(req: Request, what: str) -> None:

@@ -280,8 +280,7 @@ def quota_reservation(req: Request, canon: CanonicalRequest, slot_ctx: int) -> i
 def slot_context(cfg: Config, model: str) -> int:
     """The context one request of ``model`` may use, as configured (``profile.model_settings``): the engine's may
     be smaller once fitted to memory, never larger."""
-    st = model_settings(cfg, model)
-    return st.ctx_size // max(st.parallel, 1)
+    return model_settings(cfg, model).ctx_per_slot
 
 
 def cut_off_usage(req: Request) -> dict[str, int]:
