@@ -7,6 +7,7 @@ driven through stdin pipes with ``--interactive``; Ctrl-C is a real SIGINT sent 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 from blazar.cli.run import HELP
-from tests.conftest import Daemon, free_port, make_daemon
+from tests.conftest import Assets, Daemon, cleanup, make_daemon, pid_alive, provision
 
 OPTS = ["--max-tokens", "6", "--temperature", "0", "--seed", "7"]
 OPTIONS = {"num_predict": 6, "temperature": 0, "seed": 7}
@@ -51,16 +52,58 @@ def answer(d: Daemon, *turns: str) -> str:
     return reply
 
 
-def test_daemon_not_running_is_one_line_and_exit_1(tmp_path: Any) -> None:
+def background_pid(d: Daemon) -> int:
+    return int((d.data_dir / "serve.pid").read_text())
+
+
+def test_with_no_daemon_run_starts_one_in_the_background_and_stop_server_ends_it(tmp_path: Any) -> None:
+    """No daemon answers at this machine's address: `blazar run` starts `blazar serve` in the background, says so
+    in a line, and goes on (here to the daemon's own error: the data directory has no model); `blazar ps` names
+    it and `blazar stop --server` stops it. A daemon that answers is used as it is."""
     d = make_daemon(tmp_path / "none")
-    env = {**d.env, "BLAZAR_PORT": str(free_port())}
-    r = run(env, "smollm2", "hello")
-    assert r.returncode == 1
-    assert r.stdout == ""
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("error: cannot reach the Blazar daemon at http://127.0.0.1:")
-    assert "start it with: blazar serve" in lines[0]
+    try:
+        r = run(d.env, "smollm2", "hello")
+        assert r.returncode == 1 and r.stdout == "", r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert lines[0] == (
+            f"blazar: no daemon answers at {d.url}: starting `blazar serve` in the background (log:"
+            f" {d.data_dir / 'logs' / 'serve.log'})"
+        ), r.stderr
+        pid = background_pid(d)
+        assert lines[1] == f"blazar: the daemon is up (pid {pid}); `blazar stop --server` ends it"
+        assert lines[2].startswith("error: model 'smollm2:latest' not found") and len(lines) == 3, r.stderr
+        assert pid_alive(pid) and httpx.get(d.url + "/healthz", timeout=30).status_code == 200
+        again = run(d.env, "smollm2", "hello")  # it answers now: nothing is started
+        assert again.stderr.startswith("error: model 'smollm2:latest' not found"), again.stderr
+        ps = d.cli("ps").stdout
+        assert ps.startswith(f"daemon: pid {pid}, started in the background by `blazar run`"), ps
+        stop = d.cli("stop", "--server")
+        assert stop.stdout.strip() == f"stopped the daemon (pid {pid})"
+        assert not pid_alive(pid) and not (d.data_dir / "serve.pid").exists()
+        none = d.cli("stop", "--server", check=False)
+        assert none.returncode == 1 and "no daemon started by `blazar run` is running" in none.stderr
+        both = d.cli("stop", "smollm2", "--server", check=False)
+        assert both.returncode == 1 and "not both" in both.stderr
+    finally:
+        if (d.data_dir / "serve.pid").exists() and pid_alive(pid := background_pid(d)):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.e2e
+def test_run_answers_with_no_daemon_running(tmp_path: Any, assets: Assets) -> None:
+    """The engine and the model are there, no daemon is: one `blazar run` starts it and prints the answer."""
+    d = provision(make_daemon(tmp_path / "cold"), assets)
+    try:
+        r = run(d.env, "smollm2", *OPTS, "Name", "a", "color.")
+        assert r.returncode == 0, r.stderr
+        assert "starting `blazar serve` in the background" in r.stderr
+        assert (
+            r.stdout == answer(d, QUESTION) + "\n"
+        )  # what the daemon it started answers to the same question
+    finally:
+        if (d.data_dir / "serve.pid").exists():
+            d.cli("stop", "--server")
+        cleanup(d)
 
 
 @pytest.mark.e2e
@@ -110,6 +153,13 @@ IGNORE_EOS_CONFIG = '[models."smollm2:latest"]\nextra_args = ["--no-cache-prompt
 LONG_ANSWER = 3500
 
 
+def as_in_a_terminal() -> None:
+    """A terminal's foreground program takes Ctrl-C (SIGINT) by default. A test run started in the background of a
+    shell (``make test &``, a CI runner's ``nohup``) ignores SIGINT, every child inherits that, and Python leaves
+    an ignored SIGINT ignored: the command would never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.e2e
 def test_ctrl_c_stops_the_answer_and_the_repl_goes_on(daemon_factory: object) -> None:
     assert callable(daemon_factory)
@@ -121,6 +171,7 @@ def test_ctrl_c_stops_the_answer_and_the_repl_goes_on(daemon_factory: object) ->
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=as_in_a_terminal,
     )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"Count from one to two hundred in words.\n")
