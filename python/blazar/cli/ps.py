@@ -3,7 +3,8 @@ last check found), and unloading one, as `ollama ps` and `ollama stop` do.
 
 Both speak the daemon's Ollama API: ``GET /api/ps`` lists the running engines; ``stop`` is ``POST /api/generate``
 with ``keep_alive: 0`` and no prompt, the request Ollama's own CLI sends to unload a model, which stops every
-engine of that model (its chat and its embedding child). They never read the data directory.
+engine of that model (its chat and its embedding child). ``ps`` also names the daemon `blazar run` started in the
+background, and ``stop --server`` stops that one (``cli.background``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import orjson
 import typer
 
 from blazar import names
-from blazar.cli.common import console, handles_errors
+from blazar.cli import background
+from blazar.cli.common import config, console, handles_errors
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, call, client, json_object
 from blazar.hardware import human_bytes
 
@@ -83,6 +85,14 @@ def ps_cmd(
         out = {"models": models, "held": held, "engine_updates": updates}
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
+    cfg = config()
+    pid = background.running(cfg) if background.is_local(cfg.host if host is None else host) else None
+    if pid is not None:
+        console.print(
+            f"daemon: pid {pid}, started in the background by `blazar run` (log: {background.log_file(cfg)};"
+            " `blazar stop --server` ends it)",
+            highlight=False,
+        )
     if not models:
         idle = "no models are running" + ("" if held else "; a request to one starts it")
         console.print(idle, highlight=False)
@@ -140,13 +150,29 @@ def show_running(models: list[dict[str, Any]]) -> None:
 @handles_errors
 def stop_cmd(
     model: Annotated[
-        str, typer.Argument(help="Model to unload, as `blazar ps` names it (name or name:tag).")
-    ],
+        str | None, typer.Argument(help="Model to unload, as `blazar ps` names it (name or name:tag).")
+    ] = None,
+    server: Annotated[
+        bool, typer.Option("--server", help="Stop the daemon `blazar run` started in the background instead.")
+    ] = False,
     host: Host = None,
     port: Port = None,
     api_key: ApiKey = None,
 ) -> None:
-    """Unload a model from the running daemon now (its engines stop), like `ollama stop`."""
+    """Unload a model from the running daemon now (its engines stop), like `ollama stop`; or, with --server, stop the
+    daemon `blazar run` started in the background."""
+    if server:
+        if model is not None:
+            raise DaemonError("give a MODEL to unload or --server to stop the daemon, not both")
+        cfg = config()
+        pid = background.stop(cfg, cfg.stop_grace_secs + 30.0)
+        console.print(f"stopped the daemon (pid {pid})", highlight=False)
+        return
+    if model is None:
+        raise DaemonError(
+            "name the MODEL to unload (`blazar ps` lists them), or give --server to stop the daemon `blazar run`"
+            " started"
+        )
     name = names.normalize(model)
     url = address(host, port)
     with client(url, api_key, timeout=60.0) as c:

@@ -6,8 +6,9 @@ PROMPT (or text piped on stdin) it answers once and exits; otherwise it is a REP
 multi-line message, ``/clear`` forgets the conversation, ``/bye`` (or Ctrl-D) exits, ``/?`` lists the commands,
 and Ctrl-C stops a generation without leaving.
 
-It owns the terminal loop only: it never starts the daemon or an engine (the daemon starts the engine on the first
-request) and never reads the data dir. Failures are one red line and exit 1.
+It owns the terminal loop. When no daemon listens at this machine's address it starts one in the background first
+(``cli.background``: ``blazar stop --server`` ends it); the daemon starts the engine on the first request.
+Failures are one red line and exit 1.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import typer
 from rich.markup import escape
 
 from blazar import names
-from blazar.cli.common import err_console, handles_errors
+from blazar.cli import background
+from blazar.cli.common import config, err_console, handles_errors
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
 from blazar.dialects.canonical import MAX_TOKENS
 
@@ -178,6 +180,11 @@ def repl(chat: Chat, read: Callable[[str], str], out: TextIO, tty: bool) -> None
 # The command
 
 
+def say(line: str) -> None:
+    """A step the command takes before the chat, on stderr (the answer alone goes to stdout)."""
+    err_console.print(f"blazar: {line}", highlight=False, soft_wrap=True)
+
+
 @handles_errors
 def run_cmd(
     model: Annotated[
@@ -215,7 +222,7 @@ def run_cmd(
     port: Port = None,
     api_key: ApiKey = None,
 ) -> None:
-    """Chat with a model through the running daemon (`blazar serve`), like `ollama run`.
+    """Chat with a model through the daemon, like `ollama run`; with none running here, start it in the background.
 
     With PROMPT, or text piped on stdin: print the answer and exit.
 
@@ -241,6 +248,9 @@ def run_cmd(
         text = f"{piped.rstrip()}\n\n{text}" if text and piped.strip() else (text or piped.strip())
         if not text:
             raise DaemonError("nothing to ask: give a PROMPT or pipe text on stdin")
+    cfg = config()
+    if background.is_local(cfg.host if host is None else host) and not background.listening(url):
+        background.start(cfg, url, host, port, say)
     timeout = httpx.Timeout(10.0, read=None)
     with client(url, api_key, timeout) as c:
         chat = Chat(c, model, options, keepalive)
