@@ -12,6 +12,7 @@ from pathlib import Path
 import uvloop
 
 from blazar.config import Config
+from blazar.engines import registry
 from blazar.gateway import blobs
 from blazar.gateway.server import EXIT_BIND_CONFLICT, BindConflict, check_port, run
 from blazar.gateway.tenancy import Gate
@@ -62,6 +63,8 @@ def serve(cfg: Config, config_path: Path) -> int:
         raise
     sup = Supervisor(cfg, data, store)
     sup.catalog.files.sweep_staging()  # what an import or quantization killed mid-way left
+    for step in first_steps(store, sup):
+        log.warning("%s", step)
     gate = Gate(cfg, store, data, config_path)
     try:
         uvloop.run(run(cfg, sup, gate))
@@ -72,4 +75,21 @@ def serve(cfg: Config, config_path: Path) -> int:
     return 0
 
 
-__all__ = ["serve"]
+def first_steps(store: Store, sup: Supervisor) -> list[str]:
+    """What a daemon with nothing to serve says at start: the command for each missing part."""
+    steps = []
+    if not registry.list_all(store):
+        steps.append(
+            "no engine is installed, so no model can answer yet: build llama.cpp's llama-server with `blazar engine"
+            " build --kind llama-cpp --source TARBALL|DIR` (the README's Quickstart fetches the source), or register"
+            " one you have with `blazar engine add --kind llama-cpp --path /path/to/llama-server`"
+        )
+    if not sup.catalog.list():
+        steps.append(
+            "the catalog has no model yet: `blazar pull NAME` (hf:org/repo, or an alias such as qwen2.5:0.5b) or"
+            " `blazar import FILE.gguf --name NAME` adds one"
+        )
+    return steps
+
+
+__all__ = ["first_steps", "serve"]
