@@ -1,6 +1,7 @@
 # One entry point for people and CI: install, serve, test, lint, fmt, bench.
-# `make serve` installs blazar alone and starts it on its embedded defaults; `make test` installs blazar with its
-# test and dev extras, fetches and builds the test assets, runs the linters and every test.
+# `make serve` installs blazar alone and starts it on its embedded defaults, with an engine and a starter model;
+# `make test` installs blazar with its test and dev extras, fetches and builds the test assets, runs the linters and
+# every test.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -33,8 +34,10 @@ $(TEST_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test,dev]' ./cython
 	touch $(TEST_STAMP)
 
+# The first time, --starter installs the llama.cpp engine (its source built once per machine, when no release can
+# be verified) and the starter model; later runs start at once.
 serve: install
-	$(VENV)/bin/blazar serve
+	$(VENV)/bin/blazar serve --starter
 
 assets: install-test
 	$(PY) scripts/test_assets.py

@@ -30,6 +30,8 @@ from typing import Any
 
 import psutil
 
+from blazar import paths
+
 HERE = Path(__file__).resolve().parent
 BASELINES = HERE / "baselines"
 FAKE_UPSTREAM = BASELINES / "fake_upstream.py"
@@ -44,8 +46,7 @@ LITELLM_SPEC = "litellm[proxy]"
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("BLAZAR_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "blazar"
+    return paths.cache_dir()  # $BLAZAR_CACHE_DIR, else the user's cache: ~/.cache/blazar
 
 
 def free_port() -> int:

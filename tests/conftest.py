@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from blazar import catalog as catalog_mod
-from blazar import catalog_files
+from blazar import catalog_files, paths
 from blazar.catalog import Catalog
 from blazar.hub import Hub
 from blazar.paths import DataDir
@@ -29,8 +29,7 @@ C = TypeVar("C")
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("BLAZAR_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "blazar"
+    return paths.cache_dir()  # $BLAZAR_CACHE_DIR, else the user's cache: ~/.cache/blazar
 
 
 @dataclass(frozen=True)
@@ -129,16 +128,18 @@ class Daemon:
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return blazar_cmd(*args, env=self.env, check=check)
 
-    def start(self) -> None:
+    def start(self, *args: str, within_s: float = 30) -> None:
+        """Start `blazar serve` (with ``args``) and wait until it answers /healthz, at most ``within_s``: a bound
+        on a daemon that hangs, not a wait on an answer."""
         with self.log.open("ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "blazar", "serve"],
+                [sys.executable, "-m", "blazar", "serve", *args],
                 env=self.env,
                 stdout=logf,
                 stderr=logf,
                 stdin=subprocess.DEVNULL,
             )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"blazar serve exited {self.proc.returncode}:\n{self.log.read_text()}")

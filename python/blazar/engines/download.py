@@ -24,6 +24,11 @@ CHUNK = 1 << 16
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
+class Unreachable(EngineError):
+    """A release could not be downloaded (an HTTP error, a network that does not reach it); nothing was
+    installed."""
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -94,9 +99,9 @@ def fetch(
                         if progress is not None:
                             progress(done, total)
             else:
-                raise EngineError(f"download of {url} failed: HTTP {r.status_code}")
+                raise Unreachable(f"download of {url} failed: HTTP {r.status_code}")
     except httpx.HTTPError as e:
-        raise EngineError(
+        raise Unreachable(
             f"download of {url} was interrupted after {done} of {total if total is not None else '?'} bytes"
             f" ({type(e).__name__}: {e}); rerun the same command to resume it"
         ) from None

@@ -36,6 +36,10 @@ from blazar.paths import DataDir
 from blazar.store import Store
 
 
+class Unverifiable(EngineError):
+    """No digest for a release archive: Blazar never installs one it cannot verify."""
+
+
 @dataclass(frozen=True, slots=True)
 class InstallResult:
     row: EngineRow
@@ -54,7 +58,7 @@ def _digest(dl: Download, given: str | None, what: str) -> str:
         raise EngineError(f"--sha256 {given} disagrees with the manifest's {dl.sha256} for {what}; refusing")
     sha = given or dl.sha256
     if sha is None:
-        raise EngineError(
+        raise Unverifiable(
             f"the engine manifest records no sha256 for {dl.url}, and Blazar never installs an unverified"
             " engine; pass the digest from the release page with --sha256 HEX, or point"
             " BLAZAR_ENGINE_MANIFEST (or --manifest) at a manifest that records it"

