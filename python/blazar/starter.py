@@ -31,7 +31,7 @@ class StarterError(BlazarError):
     """The starter model could not be fetched; the message says what to check."""
 
 
-def is_starter(name: str) -> bool:
+def is_starter(name: str | None) -> bool:
     return name == NAME
 
 
