@@ -78,15 +78,6 @@ def model(cache: Path) -> Path:
     return starter.fetch(log)
 
 
-def runs(binary: Path) -> bool:
-    if not binary.is_file():
-        return False
-    try:
-        return subprocess.run([str(binary), "--version"], capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 def llama_server(cache: Path) -> Path:
     """llama-server from the build cache `blazar engine install --from source` keeps (``builds/llama-cpp/<tag>/``),
     built there through that command once per machine: the tests use the build a user's install reuses."""
