@@ -21,11 +21,19 @@ import pytest
 from blazar import catalog as catalog_mod
 from blazar import catalog_files, paths
 from blazar.catalog import Catalog
+from blazar.engines import releases
 from blazar.hub import Hub
 from blazar.paths import DataDir
 from blazar.store import Store
 
 C = TypeVar("C")
+
+
+NO_GITHUB = "http://127.0.0.1:9"
+"""Where the tests' daemons and commands find GitHub's Releases API: a loopback port nothing listens on (tests
+reach nothing but loopback), so an install that asks it is refused at once, as on a machine that cannot reach
+GitHub; the tests of the API itself run a stand-in (``tests/engines/test_releases_api.py``)."""
+os.environ[releases.API_ENV] = NO_GITHUB  # in-process code, and commands run with os.environ
 
 
 def cache_dir() -> Path:
@@ -210,6 +218,7 @@ def make_daemon(root: Path, config_text: str = "") -> Daemon:
     cfg.write_text(config_text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
     env.update(BLAZAR_CONFIG=str(cfg), BLAZAR_DATA_DIR=str(root / "data"), BLAZAR_PORT=str(free_port()))
+    env[releases.API_ENV] = NO_GITHUB
     return Daemon(root=root, env=env, port=int(env["BLAZAR_PORT"]))
 
 

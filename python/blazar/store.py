@@ -158,7 +158,14 @@ ALTER TABLE models ADD COLUMN preset_json TEXT;
 """A model's preset (``presets.py``): the system prompt, conversation, options and license Ollama's
 ``/api/create`` gave it, as a JSON object in Ollama's own field shapes; NULL for none."""
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3), (4, _V4), (5, _V5))
+_V6 = """
+ALTER TABLE engines ADD COLUMN asset_url TEXT;
+ALTER TABLE engines ADD COLUMN asset_sha256 TEXT;
+"""
+"""Engines: the release archive an installed engine came from and the sha256 it was verified against (NULL for a
+build or a registered binary)."""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3), (4, _V4), (5, _V5), (6, _V6))
 """Ordered (version, sql) pairs; append only, never edit a released one. Each runs in its own transaction."""
 
 LATEST_SCHEMA_VERSION = MIGRATIONS[-1][0]

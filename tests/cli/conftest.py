@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from blazar.engines import releases
+from tests.conftest import NO_GITHUB
+
 
 @pytest.fixture()
 def env(tmp_path: Path) -> dict[str, str]:
@@ -19,4 +22,5 @@ def env(tmp_path: Path) -> dict[str, str]:
         NO_COLOR="1",
         COLUMNS="200",
     )
+    env[releases.API_ENV] = NO_GITHUB
     return env

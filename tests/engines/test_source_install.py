@@ -3,8 +3,9 @@ machine into the build cache and installed into a data directory from it.
 
 The test assets made the cache through this very command (``scripts/test_assets.py`` runs it in a throwaway data
 directory), so here the cache's build is installed, and it serves. Without ``--from``, the newcomer's command, the
-official release is tried first; the packaged manifest records no digest for it, so it is refused as unverified
-and the source is used, each step said in a line.
+official release is tried first through GitHub's Releases API, which the tests' machine cannot reach (the API's
+address is a loopback port nothing listens on, ``tests.conftest.NO_GITHUB``), so the source is used, each step said
+in a line; a release named from the manifest, which records no digest, is refused as unverified.
 """
 
 from __future__ import annotations
@@ -43,11 +44,15 @@ def test_without_from_an_unverifiable_release_falls_back_to_the_source(daemon_fa
     assert callable(daemon_factory)
     d: Daemon = daemon_factory(engine=False, start=False)
     # asked for the release alone, or for a release by name, it is refused as before: never an unverified engine
-    for args in (["--from", "release"], ["--version", "b11434"]):
+    for args, said in (
+        (["--from", "release"], "cannot reach the Releases API at http://127.0.0.1:9 (ConnectError)"),
+        (["--version", "b11434"], "the engine manifest records no sha256"),
+        (["--tag", "b11434"], "cannot reach the Releases API"),
+    ):
         r = d.cli("engine", "install", "--kind", "llama-cpp", *args, check=False)
-        assert r.returncode == 1 and "records no sha256" in r.stderr, (args, r.stderr)
+        assert r.returncode == 1 and said in r.stderr, (args, r.stderr)
     out = d.cli("engine", "install", "--kind", "llama-cpp").stdout
-    assert "the official release cannot be installed here (the engine manifest records no sha256" in out, out
+    assert "the official release cannot be installed here (cannot reach the Releases API at" in out, out
     assert "building from source instead (--from source)" in out
     assert f"installed llama-cpp {TAG} from source" in out
     listed = d.cli("engine", "ls").stdout

@@ -244,7 +244,15 @@ GateTimeout = Annotated[float, typer.Option(help="Seconds the regression gate wa
 def install_cmd(
     kind: Annotated[str, typer.Option(help="Engine kind to install (llama-cpp, sglang, mlx, ...).")],
     version: Annotated[
-        str | None, typer.Option(help="Release to install (default: the manifest's newest).")
+        str | None,
+        typer.Option(help="A release the manifest lists, verified by the digest it records."),
+    ] = None,
+    tag: Annotated[
+        str | None,
+        typer.Option(
+            help="A release tag (or latest) read from GitHub's Releases API, verified by the digest GitHub"
+            " publishes; the default for llama-cpp is the manifest's newest version, read that way."
+        ),
     ] = None,
     accel: Accel = None,
     sha256: Annotated[
@@ -273,9 +281,10 @@ def install_cmd(
             _install_source(store, data, accel)
             return
         try:
-            _install(store, data, load_manifest(manifest), kind, version, accel, sha256, gate_timeout)
+            _install(store, data, load_manifest(manifest), kind, version, accel, sha256, gate_timeout, tag)
         except (Unverifiable, Unreachable) as e:
-            if origin == "release" or kind != "llama-cpp" or version is not None or sha256 is not None:
+            asked = version is not None or tag is not None or sha256 is not None  # that release, or nothing
+            if origin == "release" or kind != "llama-cpp" or asked:
                 raise
             _fall_back_to_source(store, data, accel, e)
 
@@ -326,12 +335,13 @@ def _install(
     accel: str | None,
     sha256: str | None,
     gate_timeout: float,
+    tag: str | None = None,
 ) -> None:
     models = Catalog(store, data).list()
     bar, on_bytes = _download_progress()
     with bar if bar is not None else contextlib.nullcontext():
         result = installer.install(
-            store, data, m, kind, version=version, accel=accel, sha256=sha256, models=models,
+            store, data, m, kind, version=version, tag=tag, accel=accel, sha256=sha256, models=models,
             gate_timeout=gate_timeout, progress=on_bytes,
         )  # fmt: skip
     row = result.row

@@ -18,10 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blazar.catalog import ModelRow
-from blazar.engines import archive, gate, registry, venv
+from blazar.engines import archive, gate, registry, releases, venv
 from blazar.engines.download import Progress, fetch
 from blazar.engines.lanes import kinds_for_format
-from blazar.engines.manifest import Asset, Download, Manifest, host_platform, pick_asset
+from blazar.engines.manifest import (
+    DEFAULT_MAX_BYTES,
+    Asset,
+    Download,
+    GithubSource,
+    Lane,
+    Manifest,
+    Release,
+    host_platform,
+    pick_asset,
+)
 from blazar.engines.registry import EngineRow
 from blazar.engines.removal import (
     STAGING_PREFIX,
@@ -87,6 +97,7 @@ def install(
     kind: str,
     *,
     version: str | None = None,
+    tag: str | None = None,
     accel: str | None = None,
     sha256: str | None = None,
     models: Sequence[ModelRow] = (),
@@ -94,13 +105,27 @@ def install(
     gate_timeout: float = 120.0,
     progress: Progress | None = None,
 ) -> InstallResult:
-    """Install ``kind`` (``version`` or the manifest's newest), gate it and make it active."""
+    """Install ``kind``, gate it and make it active: the manifest's release ``version``, or for a lane that reads
+    GitHub's Releases API the release ``tag`` (``latest``; without either, the manifest's newest version) with the
+    digest GitHub publishes for its asset."""
     registry.check_kind(kind)
     lane = manifest.lane(kind)
-    release = lane.release(version)
     platform = platform or host_platform()
+    if tag is not None and lane.github is None:
+        raise EngineError(
+            f"the {kind} lane is not read from a Releases API; name a manifest release with --version"
+        )
     asset: Asset | None = None
-    if lane.venv is not None:
+    if lane.github is not None and version is None and lane.venv is None:
+        newest = lane.newest()
+        release, asset = _from_api(
+            lane, lane.github, tag or (newest.version if newest else "latest"), platform, accel
+        )
+    else:
+        release = lane.release(version)
+    if asset is not None:
+        accel = asset.accel
+    elif lane.venv is not None:
         if lane.venv.platforms and platform not in lane.venv.platforms:
             raise EngineError(
                 f"the {kind} lane runs on {', '.join(lane.venv.platforms)} only, and this machine is {platform}"
@@ -112,6 +137,7 @@ def install(
     else:
         asset = pick_asset(lane, release, platform, accel)
         accel = asset.accel
+    assert accel is not None
     if sha256 is not None and asset is None:
         raise EngineError(f"--sha256 applies to release archives; the {kind} lane is installed with pip")
     tag = f"{release.version}-{accel}"
@@ -175,6 +201,10 @@ def install(
                 accel=accel,
                 lane_class=lane.lane_class,
                 architectures=lane.architectures,
+                asset_url=asset.download.url if asset is not None else None,
+                asset_sha256=(sha256 or asset.download.sha256 or "").lower() or None
+                if asset is not None
+                else None,
             )
         except BaseException:
             shutil.rmtree(final, ignore_errors=True)
@@ -182,3 +212,46 @@ def install(
         for _dl, path in files:
             path.unlink(missing_ok=True)
     return InstallResult(row=row, previous=previous, gate=report)
+
+
+def _from_api(
+    lane: Lane, gh: GithubSource, tag: str, platform: str, accel: str | None
+) -> tuple[Release, Asset]:
+    """The release ``tag`` as GitHub's Releases API lists it, and its asset for this platform and accelerator, with
+    the digest GitHub published. A digest the manifest records for the same URL must agree; neither is left for
+    ``_digest`` to refuse (or ``--sha256`` to give)."""
+    mine = [a for a in gh.assets if a.platform == platform]
+    spec = next(
+        (a for a in mine if a.accel == (accel or "cpu")), None if accel else (mine[0] if mine else None)
+    )
+    if spec is None:
+        have = ", ".join(f"{a.platform}/{a.accel}" for a in gh.assets) or "none"
+        raise EngineError(
+            f"{lane.kind} releases have no {accel or 'cpu'} build for {platform} (they have: {have});"
+            f" {lane.no_release_hint()}"
+        )
+    api = releases.fetch_release(gh.repo, tag)
+    recorded = {
+        d.url: d.sha256 for r in lane.releases if r.version == api.tag for a in r.assets
+        for d in (a.download, *a.extras) if d.sha256 is not None
+    }  # fmt: skip
+
+    def download(name: str) -> Download:
+        found = api.assets.get(name.format(tag=api.tag))
+        if found is None:
+            raise EngineError(
+                f"{gh.repo} release {api.tag} has no asset {name.format(tag=api.tag)} for {platform}/{spec.accel}"
+                f" ({len(api.assets)} assets listed); pick another with --tag, or --accel"
+            )
+        mine = recorded.get(found.url)
+        if mine is not None and found.sha256 is not None and mine != found.sha256:
+            raise EngineError(
+                f"the engine manifest records sha256 {mine} for {found.url}, but GitHub publishes {found.sha256};"
+                " refusing: one of them is wrong"
+            )
+        return Download(url=found.url, sha256=found.sha256 or mine, size=found.size)
+
+    main = download(spec.name)
+    asset = Asset(platform=platform, accel=spec.accel, download=main, max_bytes=main.size or DEFAULT_MAX_BYTES,
+                  extras=tuple(download(e) for e in spec.extras))  # fmt: skip
+    return Release(version=api.tag, assets=(asset,)), asset

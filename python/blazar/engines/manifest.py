@@ -18,6 +18,10 @@ Shape (JSON)::
                                                        "size": N | null, "max_bytes": N | absent,
                                                        "extras": [{"url", "sha256", "size"}]}]}]}}}
 
+A lane may add ``"github": {"repo": "owner/name", "assets": [{"platform", "accel", "name": "llama-{tag}-...tar.gz",
+"extras": [...]}]}``: its releases are then read from GitHub's Releases API, whose published sha256 digests verify
+them (``engines.releases``); a digest recorded here for the same URL must agree.
+
 ``source`` gives the lane class: ``official`` lanes are mainstream, ``fork`` lanes are capability forks that only
 ever receive the architectures mainstream lacks. A ``null`` sha256 means the digest is not recorded here: the
 installer refuses such an asset unless the user passes the digest (``--sha256``).
@@ -92,6 +96,25 @@ class Release:
 
 
 @dataclass(frozen=True, slots=True)
+class GithubAsset:
+    """Which asset of a GitHub release is the build for one platform and accelerator: its name, with ``{tag}``
+    for the release's tag, and the names of archives unpacked beside it."""
+
+    platform: str
+    accel: str
+    name: str
+    extras: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GithubSource:
+    """A lane whose releases are read from GitHub's Releases API (``engines.releases``), digests included."""
+
+    repo: str
+    assets: tuple[GithubAsset, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Lane:
     """Everything the manifest says about one engine kind."""
 
@@ -103,6 +126,7 @@ class Lane:
     venv: VenvSpec | None = None
     note: str = ""
     health_path: str = "/health"
+    github: GithubSource | None = None
 
     @property
     def lane_class(self) -> str:
@@ -262,6 +286,22 @@ def _lane(w: _Where, kind: str, value: object, default_cap: int) -> Lane:
     note = obj.get("note", "")
     if not isinstance(note, str):
         raise w.bad(f"{where}.note", "a string", note)
+    github = None
+    if obj.get("github") is not None:
+        gw = f"{where}.github"
+        g = w.table(obj["github"], gw)
+        repo = w.str_(g, "repo", gw)
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+            raise w.bad(f"{gw}.repo", "owner/name", repo)
+        specs = []
+        for j, a in enumerate(w.list_(g.get("assets", []), f"{gw}.assets")):
+            aw = f"{gw}.assets[{j}]"
+            aobj = w.table(a, aw)
+            specs.append(GithubAsset(
+                platform=w.str_(aobj, "platform", aw), accel=w.str_(aobj, "accel", aw),
+                name=w.str_(aobj, "name", aw), extras=w.strings(aobj.get("extras", []), f"{aw}.extras"),
+            ))  # fmt: skip
+        github = GithubSource(repo=repo, assets=tuple(specs))
     return Lane(
         kind=kind,
         source=source,
@@ -271,6 +311,7 @@ def _lane(w: _Where, kind: str, value: object, default_cap: int) -> Lane:
         venv=venv,
         note=note,
         health_path=w.str_(obj, "health_path", where, "/health"),
+        github=github,
     )
 
 

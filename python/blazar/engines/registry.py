@@ -36,9 +36,16 @@ class EngineRow:
     """Architectures this engine advertises (from the manifest or ``--arch``); ``None`` = not declared."""
     activated_at: str | None = None
     created_at: str | None = None
+    asset_url: str | None = None
+    """The release archive it was installed from (``engine install``), else None."""
+    asset_sha256: str | None = None
+    """The sha256 that archive was verified against (GitHub's published digest, or the manifest's)."""
 
 
-_COLS = "kind, tag, version, path, source, accel, sha256, active, lane_class, architectures_json, activated_at, created_at"
+_COLS = (
+    "kind, tag, version, path, source, accel, sha256, active, lane_class, architectures_json, activated_at,"
+    " created_at, asset_url, asset_sha256"
+)
 LANE_CLASSES: tuple[str, ...] = ("mainstream", "fork")
 
 
@@ -50,7 +57,22 @@ def _arches(raw: object) -> tuple[str, ...] | None:
 
 
 def _row(r: tuple[object, ...]) -> EngineRow:
-    kind, tag, version, path, source, accel, sha, active, lane_class, arches, activated, created = r
+    (
+        kind,
+        tag,
+        version,
+        path,
+        source,
+        accel,
+        sha,
+        active,
+        lane_class,
+        arches,
+        activated,
+        created,
+        url,
+        asset_sha,
+    ) = r
     return EngineRow(
         kind=str(kind),
         tag=str(tag),
@@ -64,6 +86,8 @@ def _row(r: tuple[object, ...]) -> EngineRow:
         architectures=_arches(arches),
         activated_at=None if activated is None else str(activated),
         created_at=None if created is None else str(created),
+        asset_url=None if url is None else str(url),
+        asset_sha256=None if asset_sha is None else str(asset_sha),
     )
 
 
@@ -116,6 +140,8 @@ def add(
     activate: bool = True,
     lane_class: str = "mainstream",
     architectures: tuple[str, ...] | None = None,
+    asset_url: str | None = None,
+    asset_sha256: str | None = None,
 ) -> EngineRow:
     """Record an engine binary (replacing a row with the same kind and tag) and optionally make it active."""
     check_kind(kind)
@@ -131,7 +157,8 @@ def add(
             store.conn.execute("UPDATE engines SET active = 0 WHERE kind = ?", (kind,))
         store.conn.execute(
             "INSERT INTO engines (kind, tag, version, path, source, accel, sha256, active, created_at,"
-            " lane_class, architectures_json, activated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " lane_class, architectures_json, activated_at, asset_url, asset_sha256)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 kind,
                 tag,
@@ -145,6 +172,8 @@ def add(
                 lane_class,
                 None if architectures is None else json.dumps(list(architectures)),
                 now if activate else None,
+                asset_url,
+                asset_sha256,
             ),
         )
     found = get(store, kind, tag)
