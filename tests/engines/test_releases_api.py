@@ -49,12 +49,15 @@ class StandIn:
     """Answer 403 with ``x-ratelimit-remaining: 0`` unless a token is sent."""
     tokens: list[str | None] = field(default_factory=list)
     """The Authorization header of each API request."""
+    latest: str = TAG
+    """The tag ``/releases/latest`` answers; every tag up to it is served, with the same archive."""
 
     def doc(self, tag: str) -> dict[str, Any]:
         data = (self.root / ASSET).read_bytes()
+        name = ASSET.replace(TAG, tag)
         asset: dict[str, Any] = {
-            "name": ASSET,
-            "browser_download_url": f"{self.url}/download/{tag}/{ASSET}",
+            "name": name,
+            "browser_download_url": f"{self.url}/download/{tag}/{name}",
             "size": len(data),
             "digest": None if self.digest is None else f"sha256:{self.digest}",
         }
@@ -83,12 +86,12 @@ def _handler(s: StandIn) -> type[BaseHTTPRequestHandler]:
                     self._send(403, body, {"x-ratelimit-remaining": "0", "content-type": "application/json"})
                     return
                 rest = self.path.removeprefix(f"/repos/{REPO}/releases/")
-                tag = TAG if rest == "latest" else rest.removeprefix("tags/")
-                if tag != TAG:
+                tag = s.latest if rest == "latest" else rest.removeprefix("tags/")
+                if tag not in (TAG, s.latest):
                     self._send(404, b'{"message": "Not Found"}')
                     return
                 self._send(200, json.dumps(s.doc(tag)).encode(), {"content-type": "application/json"})
-            elif self.path == f"/download/{TAG}/{ASSET}":
+            elif self.path in {f"/download/{t}/{ASSET.replace(TAG, t)}" for t in (TAG, s.latest)}:
                 self._send(200, (s.root / ASSET).read_bytes(), {"content-type": "application/octet-stream"})
             else:
                 self._send(404, b"")
@@ -212,3 +215,19 @@ def test_a_rate_limit_names_github_token_which_is_then_sent(
     assert r.returncode == 0, r.stderr
     assert stand_in.tokens[-1] == "Bearer github_pat_test"
     assert "github_pat_test" not in r.stdout + r.stderr  # a secret is sent, never shown
+
+
+def test_check_and_update_find_a_tag_newer_than_the_manifests(
+    daemon_factory: object, stand_in: StandIn
+) -> None:
+    """The packaged manifest's newest is b11434; the API's latest is newer: `engine check` reports it with the
+    command that installs it, and `engine update` installs it, verified by GitHub's digest."""
+    d = daemon_for(daemon_factory, stand_in)
+    assert install(d).returncode == 0  # b11434, the manifest's version, read through the API
+    checked = d.cli("engine", "check", "--kind", "llama-cpp").stdout
+    assert f"{TAG} (active {TAG}-cpu); up to date (newest {TAG})" in checked, checked
+    stand_in.latest = "b99999"
+    checked = d.cli("engine", "check", "--kind", "llama-cpp").stdout
+    assert "update available: b99999: blazar engine install --kind llama-cpp --tag b99999" in checked, checked
+    updated = d.cli("engine", "update", "--kind", "llama-cpp").stdout
+    assert "installed llama-cpp b99999-cpu" in updated and f"previous: {TAG}-cpu" in updated, updated

@@ -372,7 +372,10 @@ def update_cmd(
         if status.newest is None or (installed and not status.update):
             console.print(status.line(), highlight=False)
             return
-        _install(store, data, m, kind, status.newest, accel, None, gate_timeout)
+        if status.from_api:  # a tag newer than the manifest's, from the Releases API
+            _install(store, data, m, kind, None, accel, None, gate_timeout, status.newest)
+        else:
+            _install(store, data, m, kind, status.newest, accel, None, gate_timeout)
 
 
 @app.command("rollback")
