@@ -123,7 +123,9 @@ async def one(session: aiohttp.ClientSession, url: str, payload: bytes) -> dict[
 
 async def cell(url: str, clients: int, per_client: int, payload: bytes) -> dict[str, Any]:
     """``clients`` streaming at once, each sending ``per_client`` requests in turn."""
-    connector = aiohttp.TCPConnector(limit=0)
+    # a connection per request, for both targets: llama-server closes a kept-alive connection after a streamed
+    # answer, and a client that reuses it fails its next request ("Can not write request body")
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     timeout = aiohttp.ClientTimeout(total=3600)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
