@@ -435,7 +435,8 @@ def test_the_default_parallel_runs_four_answers_at_once_over_one_context(daemon_
     assert argv[argv.index(b"--parallel") + 1] == b"4" and b"--kv-unified" in argv, argv
     # ignore_eos and 3000 tokens: none can end while the test looks; each is cut off when its client leaves
     long = {**CHAT, "max_tokens": 3000, "ignore_eos": True, "stream": True}
-    with contextlib.ExitStack() as streams, concurrent.futures.ThreadPoolExecutor(1) as pool:
+    # the pool outside the streams: the streams close first (their clients leave), then the fifth can finish
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, contextlib.ExitStack() as streams:
         for _ in range(4):
             s = streams.enter_context(
                 httpx.stream("POST", d.url + "/v1/chat/completions", json=long, timeout=120)
