@@ -8,7 +8,7 @@ Streamed chat, in one run, through two targets over the same real ``llama-server
 - **blazar**: ``blazar serve`` on an empty config (its defaults: ``parallel = "auto"``, ``ctx_size = 4096``,
   ``queue_wait_secs = 30``), the same binary registered with ``blazar engine add``, the model imported.
 
-Each cell is C clients streaming at once, each sending requests one after another (``max(2, 16 // C)`` each), every
+Each cell is C clients streaming at once, each sending requests one after another (``max(2, 64 // C)`` each), every
 request ``max_tokens`` tokens with ``ignore_eos`` (so both targets generate the same number). Rounds interleave the
 targets and rotate their order. Figures per cell: aggregate completion tokens/s (tokens over the cell's wall time),
 p50/p99 time to first token, and errors (a status other than 200, or a stream without ``[DONE]``). The ratio is
@@ -183,7 +183,7 @@ def main() -> None:
                 for c in args.concurrency:
                     order = targets if (r + c) % 2 == 0 else targets[::-1]
                     for t in order:
-                        res = asyncio.run(cell(t.url, c, max(2, 16 // c), payload))
+                        res = asyncio.run(cell(t.url, c, max(2, 64 // c), payload))
                         res["load"] = gw.loadavg()
                         runs.setdefault((t.name, c), []).append(res)
                         gw.log(
