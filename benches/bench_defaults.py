@@ -12,8 +12,10 @@ Each cell is C clients streaming at once, each sending requests one after anothe
 request ``max_tokens`` tokens with ``ignore_eos`` (so both targets generate the same number). Rounds interleave the
 targets and rotate their order. Figures per cell: aggregate completion tokens/s (tokens over the cell's wall time),
 p50/p99 time to first token, and errors (a status other than 200, or a stream without ``[DONE]``). The ratio is
-the median over rounds of blazar / direct tokens/s. Target: at least 0.95x in every cell, and no error through
-Blazar in a cell where direct has none; the script exits 1 when a cell misses it.
+the median over rounds of blazar / direct tokens/s. Also: the CPU the gateway process itself spent per completion
+token (its threads, not the engine child's), which on a machine with few cores is taken from the engine's threads.
+Target: at least 0.95x in every cell, and no error through Blazar in a cell where direct has none; the script exits
+1 when a cell misses it.
 
     .venv/bin/python benches/bench_defaults.py [--concurrency 1 4 16 64] [--rounds 3] [--tokens 32] [--json FILE]
 """
@@ -183,7 +185,9 @@ def main() -> None:
                 for c in args.concurrency:
                     order = targets if (r + c) % 2 == 0 else targets[::-1]
                     for t in order:
+                        before = t.cpu_snapshot()  # the target's own process: the gateway, or the bare engine
                         res = asyncio.run(cell(t.url, c, max(2, 64 // c), payload))
+                        res["cpu_s"] = t.cpu_between(before, t.cpu_snapshot())
                         res["load"] = gw.loadavg()
                         runs.setdefault((t.name, c), []).append(res)
                         gw.log(
@@ -196,12 +200,18 @@ def main() -> None:
     report(args, runs)
 
 
+def per_token_us(rs: list[dict[str, Any]]) -> float:
+    """The gateway's CPU per completion token over the cell's rounds, in µs."""
+    tokens = sum(x["tokens"] for x in rs)
+    return 1e6 * sum(x["cpu_s"] for x in rs) / tokens if tokens else float("nan")
+
+
 def report(args: argparse.Namespace, runs: dict[tuple[str, int], list[dict[str, Any]]]) -> None:
     rows = []
     missed = False
     print("| streams | direct tok/s | blazar tok/s | ratio (median) | worst round | TTFT p50 direct / blazar |"
-          " TTFT p99 direct / blazar | errors direct / blazar |")  # fmt: skip
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          " TTFT p99 direct / blazar | errors direct / blazar | gateway CPU per token |")  # fmt: skip
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in args.concurrency:
         d, b = runs[("direct", c)], runs[("blazar", c)]
         ratios = [bb["tok_s"] / dd["tok_s"] for dd, bb in zip(d, b, strict=True) if dd["tok_s"] > 0]
@@ -219,7 +229,8 @@ def report(args: argparse.Namespace, runs: dict[tuple[str, int], list[dict[str, 
         print(
             f"| {c} | {med(d, 'tok_s'):,.1f} | {med(b, 'tok_s'):,.1f} | {ratio:.3f}x | {min(ratios, default=0):.3f}x"
             f" | {med(d, 'ttft_p50_ms'):,.0f} / {med(b, 'ttft_p50_ms'):,.0f} ms"
-            f" | {med(d, 'ttft_p99_ms'):,.0f} / {med(b, 'ttft_p99_ms'):,.0f} ms | {errors_d} / {errors_b} |"
+            f" | {med(d, 'ttft_p99_ms'):,.0f} / {med(b, 'ttft_p99_ms'):,.0f} ms | {errors_d} / {errors_b}"
+            f" | {per_token_us(b):,.0f} µs |"
         )
     verdict = "missed" if missed else "met"
     print(
