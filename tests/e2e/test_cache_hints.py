@@ -32,9 +32,21 @@ def test_the_prompt_cache_hit_rate_is_measured_and_shown(daemon_factory: object)
     assert cached[0] == 0 and cached[1] > 100, cached
     assert running(d)["spec_accept"] is None  # no draft source: nothing to measure
     # Half of all prompt tokens came from the cache: 0.5 when one scrape saw both requests; 0.3 x the second's
-    # share when a scrape fell between them (its sample, the first request's, was 0)
-    wait_for(lambda: (running(d)["cache_hint"] or 0) > 0.25, 60, "a scrape after the second request")
-    hint = running(d)["cache_hint"]
-    assert 0.25 < hint < 0.6, hint
-    row = d.cli("ps").stdout.splitlines()[1]
-    assert re.search(rf" {round(hint * 100)}%  in ", row), row
+    # share when a scrape fell between them (its sample, the first request's, was 0); 0.7 x that when a scrape
+    # also fell between the second's cached and evaluated counts, which llama-server adds at different moments
+    wait_for(lambda: (running(d)["cache_hint"] or 0) > 0.15, 60, "a scrape after the second request")
+
+    def shown() -> tuple[float, str, float]:
+        before = running(d)["cache_hint"]
+        row = d.cli("ps").stdout.splitlines()[1]
+        return before, row, running(d)["cache_hint"]
+
+    # `blazar ps` shows what /api/ps says: compared across a `ps` call no scrape changed it during (the scrapes
+    # go on every second, and the counters stop moving once the two answers are in)
+    for _ in range(20):
+        before, row, after = shown()
+        if before == after:
+            break
+    assert before == after, (before, after)
+    assert 0.15 < before < 0.6, before
+    assert re.search(rf" {round(before * 100)}%  in ", row), row
