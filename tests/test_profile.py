@@ -23,6 +23,7 @@ from blazar.errors import LaneError
 from blazar.fit import ProfileUnfit
 from blazar.hardware import Gpu, Hardware
 from blazar.profile import (
+    LLAMA_SERVER,
     LaunchSpec,
     compile_profile,
     embed_slots,
@@ -136,6 +137,7 @@ def test_defaults(tmp_path: Path, model_file: Path) -> None:
     ):
         assert absent not in a
     assert (spec.ctx_size, spec.parallel, spec.ctx_per_slot, spec.kv_unified) == (4096, 4, 4096, True)
+    assert spec.can == LLAMA_SERVER  # the gateway asks this, never the lane's name
     assert spec.estimate is not None and spec.estimate.kv == 90 << 20  # one stream of 4096 cells, as one slot
     assert (
         spec.lookup_cache is None and spec.slot_save_dir == tmp_path / "data" / "sessions" / "smollm2--latest"

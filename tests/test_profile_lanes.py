@@ -15,7 +15,7 @@ from blazar.engines.manifest import VenvSpec
 from blazar.engines.registry import EngineRow
 from blazar.engines.venv import KEY_FILE_FLAG, launcher_text
 from blazar.errors import LaneError
-from blazar.profile import compile_profile, render_command
+from blazar.profile import OPENAI_COMPATIBLE, WHISPER_SERVER, compile_profile, render_command
 from tests.test_profile import ROOMY, cfg_from
 
 
@@ -171,6 +171,7 @@ def test_mistralrs_on_a_gguf(tmp_path: Path, model_file: Path) -> None:
         "default",
         False,
     )
+    assert spec.can == OPENAI_COMPATIBLE  # no slot pinning, token counting, infill, ... asked of mistral.rs
 
     # a split GGUF names every shard; the context shrinks to what fits, as on llama-cpp
     d = tmp_path / "split"
@@ -230,3 +231,4 @@ def test_whisper_lane(tmp_path: Path) -> None:
         "/w", "-m", str(tmp_path / "m.bin"), "--host", "127.0.0.1", "--port", "{port}", "-l", "auto", "-t", "3",
     )  # fmt: skip
     assert spec.parallel == 1 and not spec.checks_api_key
+    assert spec.can == WHISPER_SERVER  # transcription and nothing else

@@ -227,9 +227,12 @@ def test_the_props_probe_holds_a_lease_on_the_child(monkeypatch: pytest.MonkeyPa
     """A concurrent num_ctx restart drains a child's requests in flight before stopping it, so the first forced
     tool request's /props probe must count as one."""
     from blazar.gateway import forced_tools, proxy
+    from blazar.profile import LLAMA_SERVER, LaunchSpec
     from blazar.supervisor.pool import Supervisor
 
-    child = SimpleNamespace(lane="llama-cpp", tool_calls_supported=None, inflight=0, last_used=0.0)
+    child = SimpleNamespace(
+        spec=LaunchSpec(("x",), can=LLAMA_SERVER), tool_calls_supported=None, inflight=0, last_used=0.0
+    )
     seen: list[int] = []
 
     async def get_whole(sup: object, c: SimpleNamespace, path: str) -> tuple[int, bytes, str]:

@@ -44,6 +44,49 @@ _VISION_FLAGS = frozenset({"--mmproj", "-mm", "--mmproj-url", "-mmu", "-hf", "-h
 
 
 @dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What an engine does beyond an OpenAI-compatible ``/v1/chat/completions`` and ``/v1/embeddings``. Each
+    lane's compiler says what its engine has; the gateway and the supervisor ask these, never a lane's name."""
+
+    token_counting: bool = False
+    """``/tokenize``, ``/detokenize`` and ``/apply-template``: counting a prompt, cutting an input to fit."""
+    infill: bool = False
+    """``/infill``: fill-in-the-middle with a suffix."""
+    slot_pinning: bool = False
+    """``id_slot`` pins a conversation to a slot, and slots can be saved and restored (``--slot-save-path``)."""
+    choices_in_slots: bool = False
+    """Each of ``n`` choices (and each prompt of a list) is generated in a slot of its own, as its own task."""
+    progress_reports: bool = False
+    """``return_progress``: a stream reports the prompt's size before its first token."""
+    prefill_echo: bool = False
+    """A trailing assistant message is continued, and the answer starts with what that message held."""
+    lora_per_request: bool = False
+    """Adapters loaded unapplied (``--lora-init-without-apply``) and chosen by a request's ``lora`` field."""
+    raw_vectors: bool = False
+    """``embd_normalize: -1``: a pooled embedding as the model made it, not L2-normalised."""
+    template_props: bool = False
+    """``/props`` says whether the chat template emits tool calls and has a thinking section."""
+    transcription: bool = False
+    """Speech to text (whisper.cpp's ``/inference``), and nothing else."""
+
+
+LLAMA_SERVER = Capabilities(
+    token_counting=True,
+    infill=True,
+    slot_pinning=True,
+    choices_in_slots=True,
+    progress_reports=True,
+    prefill_echo=True,
+    lora_per_request=True,
+    raw_vectors=True,
+    template_props=True,
+)
+OPENAI_COMPATIBLE = Capabilities()
+"""mistral.rs, SGLang and mlx-lm: their OpenAI endpoints only, as far as the gateway relies on them."""
+WHISPER_SERVER = Capabilities(transcription=True)
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything the supervisor needs to start one child, except the port and key, which it picks.
     ``socket_path``: the unix socket the engine listens on instead of a port (None: a port).
@@ -56,6 +99,7 @@ class LaunchSpec:
     writes one, but such a child is protected only by listening on 127.0.0.1. ``sleep_secs``: the idle seconds
     after which the engine frees its model itself (llama-server's ``--sleep-idle-seconds``; 0: never).
     ``loras``: the LoRA adapter files it loads unapplied, in their engine ids' order (``supervisor.adapters``).
+    ``can``: what the engine does beyond OpenAI's endpoints (``Capabilities``).
     """
 
     argv_template: tuple[str, ...]
@@ -73,6 +117,7 @@ class LaunchSpec:
     checks_api_key: bool = True
     sleep_secs: int = 0
     loras: tuple[Path, ...] = ()
+    can: Capabilities = OPENAI_COMPATIBLE
 
     @property
     def ctx_per_slot(self) -> int:
@@ -236,6 +281,16 @@ class ModelSettings:
         """KV streams: one shared by every slot, or one per slot."""
         return 1 if self.kv_unified else max(self.parallel, 1)
 
+    def slots(self, *, embeddings: bool = False) -> int:
+        """The slots of one of the model's llama-server engines: its chat engine's ``parallel``, its embedding
+        (and late-chunking) engines' that rounded down to a power of two (``embed_slots``). Routing admits by
+        it, the compiler launches with it."""
+        return embed_slots(self.parallel) if embeddings else self.parallel
+
+    def kv_streams(self, *, embeddings: bool = False) -> int:
+        """The KV streams of that engine: one when its slots share the cache, else one per slot."""
+        return 1 if self.kv_unified else self.slots(embeddings=embeddings)
+
     @property
     def ctx_per_slot(self) -> int:
         """The context one request may use (0: the model's trained context, left to the engine)."""
@@ -367,9 +422,7 @@ def compile_llama_cpp(
     # sizes its compute buffer
     ubatch = None
     if embeddings:
-        asked = ctx_size or st.ctx_size
-        per_slot = asked if st.kv_unified else asked // embed_slots(st.parallel)
-        ubatch = late_chunk_batch(cfg, per_slot)
+        ubatch = late_chunk_batch(cfg, (ctx_size or st.ctx_size) // st.kv_streams(embeddings=True))
     est = fit_model(cfg, model, hardware=hardware, ctx_size=ctx_size, mmproj=mmproj, ubatch=ubatch).require()
     if est.reduced:
         log.warning(
@@ -379,9 +432,9 @@ def compile_llama_cpp(
             est.ctx_size,
             est.placement,
         )
-    parallel = embed_slots(est.parallel) if embeddings or tokens else est.parallel
+    parallel = st.slots(embeddings=embeddings or tokens)
     unified = est.settings.unified
-    slot_ctx = est.ctx_size if unified else est.ctx_size // max(1, parallel)
+    slot_ctx = est.ctx_size // st.kv_streams(embeddings=embeddings or tokens)
     data = cfg.data_dir
     slot_dir = DataDir(data).bank(model.name)
     sock = DataDir(data).run_file(child_key(model.name, embeddings, tokens), "sock")
@@ -455,6 +508,7 @@ def compile_llama_cpp(
         mmproj=mmproj,
         estimate=est,
         sleep_secs=sleep_secs,
+        can=LLAMA_SERVER,
     )
 
 

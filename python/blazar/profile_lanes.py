@@ -41,7 +41,7 @@ from blazar.errors import LaneError
 from blazar.fit import KvSettings
 from blazar.hardware import Hardware
 from blazar.paths import safe_component
-from blazar.profile import LaunchSpec, find_mmproj, fit_model, model_settings, shard_paths
+from blazar.profile import WHISPER_SERVER, LaunchSpec, find_mmproj, fit_model, model_settings, shard_paths
 
 log = logging.getLogger("blazar.profile")
 
@@ -289,7 +289,9 @@ def compile_whisper(
     args = argv.whisper(
         engine.path, model.path, port="{port}", threads=model_settings(cfg, model.name).threads
     )
-    return LaunchSpec(argv_template=(*args, *ov.extra_args), parallel=1, checks_api_key=False)
+    return LaunchSpec(
+        argv_template=(*args, *ov.extra_args), parallel=1, checks_api_key=False, can=WHISPER_SERVER
+    )
 
 
 COMPILERS = {

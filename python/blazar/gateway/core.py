@@ -61,9 +61,10 @@ ANTHROPIC = Shape("anthropic", "text/event-stream")
 RESPONSES = Shape("responses", "text/event-stream")
 
 
-def llama_only(child: Child, feature: str, endpoint: str) -> None:
-    """Refuse, with the fix, a feature that exists only as a llama-server endpoint when ``child`` runs elsewhere."""
-    if child.lane != "llama-cpp":
+def llama_only(child: Child, has: bool, feature: str, endpoint: str) -> None:
+    """Refuse, with the fix, a feature that exists only as a llama-server endpoint when ``child``'s engine lacks
+    it (``has``: the capability, from ``child.spec.can``)."""
+    if not has:
         raise LaneError(
             f"{feature} needs llama-server's {endpoint}, but model '{child.model}' runs on the {child.lane} lane;"
             f' serve it with llama-cpp (engine = "llama-cpp" under [models."{child.model}"] in config.toml, for a'
@@ -83,8 +84,9 @@ async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) ->
         )
     )
     waited = time.perf_counter() - t0
-    if (child.lane == "whisper") != (canon.kind == "audio"):  # route_target refuses these before any load
-        raise wrong_kind(child.model, child.lane == "whisper")
+    transcribes = child.spec.can.transcription
+    if transcribes != (canon.kind == "audio"):  # route_target refuses these before any load
+        raise wrong_kind(child.model, transcribes)
     load_ns = int(waited * 1e9)
     return child, load_ns if load_ns > LOAD_REPORT_NS else 0
 
@@ -281,16 +283,17 @@ async def _dispatch(
         if body.get("repeat_last_n") == WHOLE_CONTEXT:  # Ollama's -1, which llama-server does not take
             body["repeat_last_n"] = child.spec.ctx_per_slot or child.ctx_size
         adapters.apply(child, canon.model, body)  # an engine with LoRA adapters: which one applies, if any
-        if canon.stream and shape.translator == "anthropic" and child.lane == "llama-cpp":
+        can = child.spec.can
+        if canon.stream and shape.translator == "anthropic" and can.progress_reports:
             # the prompt's size before its first token, for message_start's input_tokens
             body["return_progress"] = True
-        slot = req.gate.session_slot(req, key, slots) if child.lane == "llama-cpp" else None
+        slot = req.gate.session_slot(req, key, slots) if can.slot_pinning else None
         if slot is not None:
             body["id_slot"] = slot
             body.setdefault("cache_prompt", True)
         keep(child, canon, req)
         choices = canon.choices()
-        if choices > slots and child.lane == "llama-cpp":
+        if choices > slots and can.choices_in_slots:
             raise HttpError(
                 400,
                 f"'n' is {choices}, but model '{child.model}' runs {slots} parallel slot(s) and llama-server"
@@ -325,7 +328,7 @@ async def _dispatch(
             return await _forced_tool_call(sup, req, canon, shape, child, body, schema, load_ns)
         engine_body = orjson.dumps(body)
         # llama-server starts its answer with the assistant message it continues; the client gets what follows
-        prefill = canon.prefill() if child.lane == "llama-cpp" else None
+        prefill = canon.prefill() if can.prefill_echo else None
         if canon.stream:
             translator = StreamTranslator(
                 shape.translator,
@@ -371,7 +374,7 @@ async def _dispatch(
         )
         if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
             raise proxy.engine_error(502, data)
-        several = summary["choices"] != 1 and child.lane == "llama-cpp"  # n > 1, or a prompt list
+        several = summary["choices"] != 1 and can.choices_in_slots  # n > 1, or a prompt list
         req.summary = tenancy.each_task_charged(summary, choices) if several else summary
         watch.judge_whole(sup, req, canon)
         if probe is not None and req.gate.semcache is not None:
@@ -432,7 +435,7 @@ async def count_input_tokens(sup: Supervisor, req: Request, canon: CanonicalRequ
 
     async def count() -> int:
         child, _ = await ready_child(sup, req, canon)
-        llama_only(child, "counting tokens", "/apply-template and /tokenize")
+        llama_only(child, child.spec.can.token_counting, "counting tokens", "/apply-template and /tokenize")
         check_images_readable(canon, child.spec.reads_images)  # as the request itself would refuse them
         _path, chat = render_engine(canon)
         template_req: dict[str, Any] = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
@@ -480,13 +483,14 @@ async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tupl
 
             body = await req.waiting(late_chunking.embed(sup, req, child, canon))
             return body, load_ns
-        if canon.truncate and child.lane == "llama-cpp" and isinstance(canon.input, list):
+        can = child.spec.can
+        if canon.truncate and can.token_counting and isinstance(canon.input, list):
             canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
         path, body = render_engine(canon)
         if child.spec.engine_model is not None:
             body["model"] = child.spec.engine_model
         if canon.raw_vectors:
-            if child.lane == "llama-cpp":
+            if can.raw_vectors:
                 body["embd_normalize"] = -1  # llama-server's switch for the pooled vector as it is
             else:
                 note_ignored(req, f"raw vectors: the {child.lane} lane returns them L2-normalised")

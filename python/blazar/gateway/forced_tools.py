@@ -37,7 +37,7 @@ async def template_thinks(sup: Supervisor, child: Child) -> bool:
 
 async def _template_caps(sup: Supervisor, child: Child) -> tuple[bool, bool]:
     """(tool calls, thinking) of the child's chat template, from llama-server's ``/props``, asked once per child."""
-    if child.lane != "llama-cpp":
+    if not child.spec.can.template_props:
         return True, True
     if child.tool_calls_supported is None or child.thinks is None:
         await _read_props(sup, child)

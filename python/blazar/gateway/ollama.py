@@ -81,7 +81,7 @@ async def _infill(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Res
 
 async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
     child, load_ns = await core.ready_child(sup, req, canon)
-    core.llama_only(child, "fill-in-the-middle (suffix)", "/infill")
+    core.llama_only(child, child.spec.can.infill, "fill-in-the-middle (suffix)", "/infill")
     path, body = render_engine(canon)
     body["stream"] = False
     adapters.apply(child, canon.model, body)

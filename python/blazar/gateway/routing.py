@@ -17,7 +17,7 @@ from blazar.gateway import remote, tenancy
 from blazar.gateway.http import HttpError, Request
 from blazar.paths import EMBED_SUFFIXES, child_key, safe_component
 from blazar.presets import Preset
-from blazar.profile import embed_slots, model_settings
+from blazar.profile import model_settings
 from blazar.supervisor import Supervisor
 from blazar.supervisor.remotes import Remote
 
@@ -62,9 +62,7 @@ def _route(sup: Supervisor, canon: CanonicalRequest) -> Route:
     wrong = (
         wrong_kind(name, whisper) if whisper != audio and (row is not None or adapter is not None) else None
     )
-    slots = 1 if whisper else model_settings(sup.cfg, base).parallel
-    if embedding or canon.late_chunking:  # the embedding engine's own slot count (``profile.embed_slots``)
-        slots = embed_slots(slots)
+    slots = 1 if whisper else model_settings(sup.cfg, base).slots(embeddings=embedding or canon.late_chunking)
     engine = sup.sharing.owner(base)  # a model over another's weights file shares its engine
     target = name, child_key(engine, embedding, canon.late_chunking), slots
     if row is None or whisper:

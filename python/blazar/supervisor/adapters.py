@@ -33,8 +33,8 @@ def with_adapters(spec: LaunchSpec, adapters: list[LoraRow]) -> LaunchSpec:
 
 
 def check_lane(child: Child, adapter: LoraRow) -> None:
-    """Adapters are served by llama-server only."""
-    if child.lane != "llama-cpp":
+    """Adapters are served only by an engine that applies them per request (llama-server)."""
+    if not child.spec.can.lora_per_request:
         raise LaneError(
             f"LoRA adapter '{adapter.name}' is served on llama-server, but its base model '{adapter.base}' runs on"
             f' the {child.lane} lane; serve the base with llama-cpp (engine = "llama-cpp" under'

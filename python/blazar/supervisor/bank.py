@@ -48,7 +48,7 @@ def _banked(child: Child) -> Path | None:
     """Where ``child``'s banks live, or None when it keeps none: only llama-server chat engines without a
     projector (llama-server cannot save a multimodal slot) have them."""
     spec = child.spec
-    if child.lane != "llama-cpp" or child.key.endswith(EMBED_SUFFIXES) or spec.mmproj is not None:
+    if not spec.can.slot_pinning or child.key.endswith(EMBED_SUFFIXES) or spec.mmproj is not None:
         return None
     if spec.slot_save_dir is None or spec.ctx_per_slot <= 0 or not spec.slot_save_dir.is_dir():
         return None  # no folder: the engine was started without one (``profile.prepare``)

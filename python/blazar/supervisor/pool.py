@@ -27,7 +27,7 @@ from blazar.errors import CatalogError, ChildError, EngineBusy, LaneError, Model
 from blazar.loras import LoraRow, Loras
 from blazar.paths import DataDir, child_key
 from blazar.presets import Preset
-from blazar.profile import compile_profile, embed_slots, model_settings
+from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
 from blazar.supervisor import adapters, bank, hints, sleep
 from blazar.supervisor.breaker import Breakers
@@ -379,13 +379,12 @@ class Supervisor:
     ) -> Child:
         # Compiling reads the GGUF header and probes the GPU: off the event loop. A request's num_ctx is per
         # slot: the engine's context is that times its KV streams (one when the slots share it, else one a slot).
-        st = model_settings(self.cfg, model.name)
-        streams = 1 if st.kv_unified else embed_slots(st.parallel) if embeddings or tokens else st.parallel
+        streams = model_settings(self.cfg, model.name).kv_streams(embeddings=embeddings or tokens)
         ctx_total = num_ctx * streams if num_ctx else None
         spec = await asyncio.to_thread(
             compile_profile, self.cfg, model, engine, embeddings=embeddings, ctx_size=ctx_total, tokens=tokens
         )
-        if not embeddings and engine.kind == "llama-cpp":
+        if not embeddings and spec.can.lora_per_request:
             loadable = [a for a in self.loras.for_base(model.name) if a.path not in self.bad_adapters]
             spec = adapters.with_adapters(spec, loadable)
         child = Child(key, model.name, spec, self.data)
