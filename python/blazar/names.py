@@ -114,6 +114,14 @@ def normalize(name: str) -> str:
     return full
 
 
+def normalized_or_none(text: str) -> str | None:
+    """``text`` as a catalog name (``normalize``), or None where it is none (a Hub reference, a path)."""
+    try:
+        return normalize(text)
+    except CatalogError:
+        return None
+
+
 def default_name_for_file(stem: str) -> str:
     """A catalog name from a file stem: 'SmolLM2-135M-Instruct.Q4_1' -> 'smollm2-135m-instruct:q4_1'."""
     stem = stem.lower()

@@ -44,9 +44,11 @@ def log_file(cfg: Config) -> Path:
     return DataDir(cfg.data_dir).logs / "serve.log"
 
 
-def is_local(host: str) -> bool:
-    """Whether ``host`` is this machine, where `blazar run` may start a daemon."""
-    return host.strip().lower() in _LOCAL or host.startswith("127.")
+def is_local(cfg: Config, host: str | None) -> bool:
+    """Whether the daemon a command talks to (``--host``, else the config's) is on this machine, where `blazar run`
+    may start one."""
+    name = (cfg.host if host is None else host).strip().lower()
+    return name in _LOCAL or name.startswith("127.")
 
 
 def listening(url: str) -> bool:

@@ -30,6 +30,15 @@ console = Console(soft_wrap=True, emoji=False, markup=False)
 err_console = Console(stderr=True, soft_wrap=True, emoji=False, markup=False)
 
 
+def steps_on(out: Console) -> Callable[[str], None]:
+    """A printer of the steps a command takes (``blazar: LINE``) on ``out``: stderr where stdout is an answer's."""
+
+    def say(line: str) -> None:
+        out.print(f"blazar: {line}", highlight=False, soft_wrap=True)
+
+    return say
+
+
 def warn(message: str) -> None:
     """One yellow line on stderr: the command goes on."""
     err_console.print(

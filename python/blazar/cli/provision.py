@@ -21,7 +21,7 @@ from blazar.cli.common import opened
 from blazar.cli.pull import PullLines, pull_starter
 from blazar.config import Config
 from blazar.engines import registry
-from blazar.errors import BlazarError, CatalogError
+from blazar.errors import BlazarError
 from blazar.paths import DataDir
 from blazar.store import Store
 
@@ -34,7 +34,7 @@ class NotProvisioned(BlazarError):
 
 def ensure_engine(store: Store, data: DataDir, *, yes: bool, say: Say, ask: Callable[[str], bool]) -> None:
     """Install the default llama.cpp engine when no engine of that kind is installed."""
-    if registry.active(store, "llama-cpp") is not None or registry.tags_of(store, "llama-cpp"):
+    if registry.tags_of(store, "llama-cpp"):
         return
     question = (
         "no llama.cpp engine is installed: install one now (the official release where it can be verified, else"
@@ -58,11 +58,8 @@ def ensure_model(store: Store, data: DataDir, model: str, say: Say) -> None:
     """Pull ``model`` when the catalog lacks it and it names something pullable (the starter, an alias, ``hf:``);
     anything else is left for the daemon to refuse in its own words."""
     cat = Catalog(store, data)
-    try:
-        name = names.normalize(model)
-    except CatalogError:
-        return
-    if cat.find(name) is not None:
+    name = names.normalized_or_none(model)
+    if name is None or cat.find(name) is not None:
         return
     if starter.is_starter(name):
         say(f"{name} is not in the catalog: pulling the starter model")

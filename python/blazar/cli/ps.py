@@ -86,7 +86,7 @@ def ps_cmd(
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     cfg = config()
-    pid = background.running(cfg) if background.is_local(cfg.host if host is None else host) else None
+    pid = background.running(cfg) if background.is_local(cfg, host) else None
     if pid is not None:
         console.print(
             f"daemon: pid {pid}, started in the background by `blazar run` (log: {background.log_file(cfg)};"

@@ -20,7 +20,6 @@ from blazar import pull as pulling
 from blazar.aliases import ALIASES
 from blazar.catalog import Catalog
 from blazar.cli.common import console, err_console, handles_errors, is_tty, opened
-from blazar.errors import CatalogError
 from blazar.gguf_info import human_params
 from blazar.pull import Event
 
@@ -97,7 +96,7 @@ def pull_cmd(
         return
     with opened() as (_cfg, data, store):
         cat = Catalog(store, data)
-        if starter.is_starter(_short_name(model)):
+        if starter.is_starter(names.normalized_or_none(model)):
             pull_starter(cat, name)
             return
         try:
@@ -149,11 +148,3 @@ def pull_starter(cat: Catalog, name: str | None) -> None:
         highlight=False,
         soft_wrap=True,
     )
-
-
-def _short_name(text: str) -> str | None:
-    """``text`` as a catalog name (``smollm2`` -> ``smollm2:latest``), or None for a Hub reference."""
-    try:
-        return names.normalize(text)
-    except CatalogError:
-        return None

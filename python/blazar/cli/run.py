@@ -27,7 +27,7 @@ from rich.prompt import Confirm
 
 from blazar import names
 from blazar.cli import background
-from blazar.cli.common import config, err_console, handles_errors
+from blazar.cli.common import config, err_console, handles_errors, steps_on
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
 from blazar.cli.provision import provision
 from blazar.dialects.canonical import MAX_TOKENS
@@ -183,9 +183,8 @@ def repl(chat: Chat, read: Callable[[str], str], out: TextIO, tty: bool) -> None
 # The command
 
 
-def say(line: str) -> None:
-    """A step the command takes before the chat, on stderr (the answer alone goes to stdout)."""
-    err_console.print(f"blazar: {line}", highlight=False, soft_wrap=True)
+say = steps_on(err_console)
+"""A step the command takes before the chat, on stderr (the answer alone goes to stdout)."""
 
 
 def ask(question: str) -> bool:
@@ -261,7 +260,7 @@ def run_cmd(
         if not text:
             raise DaemonError("nothing to ask: give a PROMPT or pipe text on stdin")
     cfg = config()
-    if background.is_local(cfg.host if host is None else host):  # this machine's: set up what is missing
+    if background.is_local(cfg, host):  # this machine's: set up what is missing
         with contextlib.redirect_stdout(sys.stderr):  # what it prints are steps; stdout is the answer's
             provision(cfg, model, yes=yes, say=say, ask=ask)
         if not background.listening(url):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from blazar.cli.common import config, console, handles_errors
+from blazar.cli.common import config, console, handles_errors, steps_on
 from blazar.config import default_config_path
 from blazar.config.checks import is_host_text
 
@@ -37,10 +37,7 @@ def serve_cmd(
     if starter:
         from blazar.cli.provision import provision
 
-        def say(line: str) -> None:
-            console.print(f"blazar: {line}", highlight=False, soft_wrap=True)
-
-        provision(cfg, STARTER, yes=True, say=say, ask=lambda _q: True)
+        provision(cfg, STARTER, yes=True, say=steps_on(console), ask=lambda _q: True)
     changes: dict[str, object] = {}
     if host is not None:
         if not is_host_text(host.strip()):
