@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import aiohttp
 import pytest
 
+from blazar.errors import BlazarError
 from blazar.gateway import proxy
 from blazar.gateway.http import ClientGone, HttpError
 from blazar.gateway.proxy import unless_gone
@@ -303,7 +304,7 @@ def test_embed_token_limit_is_the_physical_batch_and_the_slot() -> None:
 
 def test_a_request_whose_engine_was_stopped_before_it_answered_runs_once_more() -> None:
     from blazar.gateway.core import once_more_if_wedged
-    from blazar.gateway.proxy import EngineStopped, EngineWedged
+    from blazar.supervisor.signals import EngineStopped, EngineWedged
 
     def attempts(*outcomes: object) -> Any:
         left = list(outcomes)
@@ -319,7 +320,7 @@ def test_a_request_whose_engine_was_stopped_before_it_answered_runs_once_more() 
     run = asyncio.run
     assert run(once_more_if_wedged(attempts(EngineStopped("m", "keep_alive 0"), "served"))) == "served"
     assert run(once_more_if_wedged(attempts(EngineWedged("m", 10), "served"))) == "served"
-    with pytest.raises(HttpError) as twice:
+    with pytest.raises(BlazarError) as twice:
         run(once_more_if_wedged(attempts(EngineStopped("m", "keep_alive 0"), EngineStopped("m", "idle"))))
     assert twice.value.status == 503 and not isinstance(twice.value, EngineStopped)
     assert twice.value.message == (
@@ -331,7 +332,8 @@ def test_a_request_whose_engine_was_stopped_before_it_answered_runs_once_more() 
 
 
 def test_only_an_engine_stopped_for_a_model_still_there_is_retried() -> None:
-    from blazar.gateway.proxy import EngineStopped, _stopped_on_purpose
+    from blazar.gateway.proxy import _stopped_on_purpose
+    from blazar.supervisor.signals import EngineStopped
 
     def child(reason: str | None, gone: bool = False) -> Any:
         return SimpleNamespace(model="m", stopped_for=reason, model_gone=gone)

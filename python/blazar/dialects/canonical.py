@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
+from blazar.errors import BlazarError
 from blazar.schema_subset import contradiction
 
 Kind = Literal["chat", "completion", "embedding", "audio"]
@@ -35,8 +36,9 @@ ENGINE_INFILL = "/infill"
 llama.cpp's native completion format (``content``/``stop`` chunks), not the OpenAI one."""
 
 
-class DialectError(Exception):
-    """A client request the gateway refuses; the handler renders it in the caller's dialect.
+class DialectError(BlazarError):
+    """A client request the gateway refuses; the handler renders it in the caller's dialect, with that dialect's
+    own error type for the status.
 
     ``message`` teaches: it names the field, what was given and what is allowed.
     """
@@ -44,7 +46,10 @@ class DialectError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.message = message
+
+    @property
+    def error_type(self) -> str | None:
+        return None
 
 
 @dataclass(slots=True)

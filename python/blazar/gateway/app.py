@@ -24,7 +24,7 @@ from blazar import __version__
 from blazar.dialects import anthropic as anthropic_dialect
 from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects import openai as openai_dialect
-from blazar.dialects.canonical import MAX_JSON_DEPTH, DialectError
+from blazar.dialects.canonical import MAX_JSON_DEPTH
 from blazar.errors import BlazarError, ModelNotFound
 from blazar.gateway import (
     admin,
@@ -132,16 +132,6 @@ ROUTES: dict[str, Route] = {
         _ANTHROPIC, {"GET": anthropic_batch.batches_root, "POST": anthropic_batch.batches_root}
     ),
 }
-
-_BLAZAR_KIND = {
-    400: "invalid_request_error",
-    403: "permission_error",  # a key's scope
-    404: "not_found_error",
-    429: "rate_limit_error",  # a key's quotas (rpm, tpm, daily_tokens, max_concurrent)
-    502: "engine_error",
-    503: "blazar_error",
-}
-
 
 _MODEL_ROUTE = Route(_OPENAI, {"GET": openai.retrieve_model})
 _FILE_ROUTE = Route(_OPENAI, {"GET": batch.file_item, "DELETE": batch.file_item})
@@ -296,28 +286,15 @@ class App:
             log.info(
                 "%s %s: the client closed the connection %s (trace %s)", scope.method, path, e.when, trace
             )
-        except (HttpError, DialectError, BlazarError) as e:
-            extra: list[tuple[str, str]] = []
-            if isinstance(e, HttpError):
-                status, message, kind, source = e.status, e.message, e.kind, e.source
-                extra.extend(e.headers)
-            elif isinstance(e, DialectError):
-                status, message, kind, source = e.status, e.message, None, "blazar"
-            else:
-                status, message, source = e.status, str(e), "blazar"
-                if (
-                    isinstance(e, ModelNotFound) and req.key is not None
-                ):  # a scoped key hears of its models only
-                    message = e.shown_to(lambda name: visible(req, name))
-                kind = _BLAZAR_KIND.get(status, "blazar_error")
-                retry = getattr(e, "retry_after", None)
-                if retry:
-                    extra.append(("retry-after", str(retry)))
+        except BlazarError as e:  # HttpError and DialectError among them: one envelope
+            status, message, source, extra = e.status, e.message, e.source, e.response_headers()
+            if isinstance(e, ModelNotFound) and req.key is not None:  # a scoped key hears of its models only
+                message = e.shown_to(lambda name: visible(req, name))
             message = self.sup.data.redact(req.scrub(message))  # never where a file lives, nor a hidden name
             status = wire_status(dialect, status, extra)
             extra.extend(_unread_body_closes(scope, req))
             self._respond(proto, req, status, [*JSON_HEADERS, ("x-blazar-error-source", source), *extra],
-                          render_error(dialect, status, message, kind))  # fmt: skip
+                          render_error(dialect, status, message, e.error_type))  # fmt: skip
         except apsw.Error as e:  # a database write outside a transaction (those become StoreError there)
             failure = store_failure(e, self.sup.data.db)
             if failure is None:

@@ -36,6 +36,7 @@ from blazar.gateway.routing import (
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
 from blazar.supervisor import Child, Supervisor, adapters
+from blazar.supervisor.signals import EngineStopped, EngineWedged
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 T = TypeVar("T")
@@ -250,15 +251,15 @@ def _lane(sup: Supervisor, name: str) -> str:
 
 async def once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
     """``attempt()``; when its engine sent no response headers in time (it has been stopped), or was stopped on
-    purpose before it answered (``proxy.EngineStopped``), nothing reached the client: once more on the fresh
+    purpose before it answered (``EngineStopped``), nothing reached the client: once more on the fresh
     engine the supervisor starts. A second failure of the same kind is the client's 504 (503)."""
     try:
         return await attempt()
-    except (proxy.EngineWedged, proxy.EngineStopped) as first:
+    except (EngineWedged, EngineStopped) as first:
         log.warning("%s; retrying the request once on a restarted engine", first.what)
         try:
             return await attempt()
-        except (proxy.EngineWedged, proxy.EngineStopped):
+        except (EngineWedged, EngineStopped):
             raise first.again() from None
 
 

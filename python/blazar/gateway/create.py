@@ -260,6 +260,8 @@ async def _blob_errors(path: Path, hexd: str) -> AsyncIterator[None]:
     """A catalog or adapter error about the blob names it by digest: never the server's path to it."""
     try:
         yield
+    except HttpError:  # the gateway's own answer: it names no path
+        raise
     except BlazarError as e:
         raise HttpError(e.status, str(e).replace(str(path), f"the uploaded file sha256:{hexd}")) from None
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from blazar.dialects.canonical import json_object
+from blazar.errors import BlazarError
 from blazar.keys import KeyCtx
 from blazar.quotas import Lease as QuotaLease
 
@@ -52,8 +53,9 @@ def accept_trace_id(value: str | None) -> str:
     return value if value and is_header_token(value) else new_trace_id()
 
 
-class HttpError(Exception):
-    """An error the gateway answers with; ``kind`` is the OpenAI-style error type."""
+class HttpError(BlazarError):
+    """An error the gateway answers with as it is; ``kind`` is the OpenAI-style error type, ``source`` who made
+    it (``engine`` for an engine's own error passed on), ``headers`` what the answer carries."""
 
     def __init__(
         self,
@@ -65,7 +67,6 @@ class HttpError(Exception):
     ):
         super().__init__(message)
         self.status = status
-        self.message = message
         self.kind = kind
         self.source = source
         self.headers = headers

@@ -17,11 +17,13 @@ import aiohttp
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar._native import LinkError, StreamError
+from blazar.errors import BlazarError
 from blazar.gateway.http import ClientWatch, HttpError
 from blazar.gateway.watch import Stall
 from blazar.paths import EMBED_SUFFIXES
 from blazar.supervisor import Child, Supervisor
 from blazar.supervisor.links import EngineConn
+from blazar.supervisor.signals import STALLED, WEDGED, EngineStopped, EngineWedged
 
 log = logging.getLogger("blazar.proxy")
 
@@ -61,53 +63,12 @@ def _stopped_on_purpose(sup: Supervisor, child: Child) -> EngineStopped | None:
 TICK_SECS = 5.0
 """How often a relayed stream's timer runs (``_Ticker``); more often when ``sentinel_stall_secs`` is under 10 s."""
 
-WEDGED = "no response headers within child_header_timeout_secs"
-"""``Child.stopped_for`` of an engine stopped as wedged."""
-
-STALLED = "nothing sent mid-stream within child_header_timeout_secs"
-"""``Child.stopped_for`` of an engine stopped because a stream it was sending went quiet for that long and it no
-longer answered its health check."""
-
 WEDGED_GRACE_SECS = 2.0
 """How long a wedged engine (no response headers in time) gets between SIGTERM and SIGKILL: it is stuck, and the
 request that found it waits for a fresh one."""
 
 
-class EngineStopped(HttpError):
-    """The engine was stopped on purpose (a keep_alive 0 unload, an idle eviction, a restart for more context)
-    after this request was given it and before it answered. Nothing reached the client, so ``core`` runs the
-    request once more on the engine the supervisor starts for it (a removed model is a 404 then)."""
-
-    def __init__(self, model: str, reason: str) -> None:
-        self.what = f"engine for '{model}' was stopped before it answered ({reason})"
-        super().__init__(503, self.what, "engine_error")
-
-    def again(self) -> HttpError:
-        """The 503 for a request whose retry found its engine stopped too."""
-        return HttpError(503, f"{self.what}, and again when the request was retried once", "engine_error")
-
-
-class EngineWedged(HttpError):
-    """The engine sent no response headers within ``child_header_timeout_secs``; it has been stopped. Nothing
-    reached the client yet, so ``core`` retries the request once on a fresh engine; a second wedge is a 504."""
-
-    def __init__(self, model: str, secs: int) -> None:
-        self.what = (
-            f"engine for '{model}' sent no response headers within {secs}s (child_header_timeout_secs)"
-        )
-        super().__init__(504, f"{self.what}; it was stopped and the next request restarts it", "engine_error")
-
-    def again(self) -> HttpError:
-        """The 504 for a request whose retry on a fresh engine wedged too."""
-        return HttpError(
-            504,
-            f"{self.what}, and again when the request was retried once on a restarted engine; both were stopped"
-            " and the next request starts it again",
-            "engine_error",
-        )
-
-
-async def no_head_in_time(sup: Supervisor, child: Child) -> HttpError:
+async def no_head_in_time(sup: Supervisor, child: Child) -> BlazarError:
     """The error for a request whose engine sent no response head within ``child_header_timeout_secs``. An
     engine that still answers ``/health`` is working on a long whole answer: a 504 for this request alone (its
     connection is closed, so the engine drops the work). One that does not is wedged: it is stopped, and

@@ -86,8 +86,8 @@ async def stream_events(
             except ClientGone as e:
                 log.info("%s: the client went away (%s); %s", what, e, on_leave)
                 return
-            except (BlazarError, HttpError) as e:
-                message = data.redact(req.scrub(e.message if isinstance(e, HttpError) else str(e)))
+            except BlazarError as e:
+                message = data.redact(req.scrub(e.message))
                 with contextlib.suppress(Exception):
                     await transport.send_bytes(orjson.dumps({"error": message}) + b"\n")
                 return

@@ -81,7 +81,10 @@ def _answered(remote: Remote, status: int, data: bytes) -> HttpError:
     err = proxy.engine_error(status, data)
     if 400 <= status < 500:
         return HttpError(
-            status, f"remote '{remote.name}': {remote.scrub(err.message)}", err.kind, source="remote"
+            status,
+            f"remote '{remote.name}': {remote.scrub(err.message)}",
+            err.kind or "invalid_request_error",
+            source="remote",
         )
     return _failed(remote, f"failed (HTTP {status}): {err.message}")
 
