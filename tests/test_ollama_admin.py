@@ -167,7 +167,7 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
         cat = Catalog(store, data)
         cat.import_file(model_file, "smollm2", sha256="0" * 64)
         child = Child("smollm2:latest", "smollm2:latest", LaunchSpec(("x",), ctx_size=4096), data)
-        child.state = State.READY
+        child._state = State.READY  # a child that never ran, shown as serving
         child.keep_alive = keep_alive
         sup = _sup(cat)
         sup.children[child.key] = child
@@ -188,7 +188,7 @@ def test_show_and_ps_give_the_context_of_one_request(tmp_path: Path, model_file:
         assert orjson.loads(body)["parameters"].splitlines()[0] == "num_ctx 1024"
         spec = LaunchSpec(("x",), ctx_size=6144, parallel=2)
         child = Child("smollm2:latest", "smollm2:latest", spec, data)
-        child.state = State.READY
+        child._state = State.READY  # a child that never ran, shown as serving
         sup.children[child.key] = child
         _, _, body = asyncio.run(ollama_admin.show(sup, _show("smollm2"), None))
         assert orjson.loads(body)["parameters"].splitlines()[0] == "num_ctx 3072"

@@ -21,7 +21,7 @@ from tests.conftest import until
 
 def child(key: str, last_used: float, inflight: int = 0, keep_alive: float | None = None) -> Child:
     c = Child(key, key, LaunchSpec(("x",)), DataDir(Path("/nonexistent")))
-    c.state = State.READY
+    c._state = State.READY  # a child that never ran, in the state under test
     c.last_used = last_used
     c.inflight = inflight
     c.keep_alive = keep_alive
@@ -45,7 +45,7 @@ def test_zero_timeout_never_evicts() -> None:
 
 def test_only_ready_children() -> None:
     c = child("a", 0)
-    c.state = State.STARTING
+    c._state = State.STARTING  # a child that never ran, in the state under test
     assert idle_victims([c], now=100, default_timeout=1) == []
 
 
@@ -219,7 +219,7 @@ def test_one_death_is_one_crash_however_many_requests_find_it(tmp_path: Path) ->
     async def main() -> None:
         c = Child("m:latest", "m:latest", LaunchSpec(("x",)), data)
         c.proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(3)")
-        c.state = State.READY
+        c._state = State.READY  # a child that never ran, in the state under test
         sup.children[c.key] = c
         assert await asyncio.gather(*(sup.reap(c, wait=5) for _ in range(3))) == [True, True, True]
         [held] = [h for h in [sup.breakers._by_key.get("m:latest")] if h is not None]
@@ -260,7 +260,7 @@ def test_a_retired_engine_waits_for_its_requests_and_shutdown_stops_it(tmp_path:
     async def engine(key: str) -> Watched:
         c = Watched(key, key, LaunchSpec(("x",)), data)
         c.proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
-        c.state = State.READY
+        c._state = State.READY  # a child that never ran, in the state under test
         sup.children[key] = c
         return c
 
@@ -305,3 +305,46 @@ def test_a_process_that_exited_and_awaits_reaping_is_not_alive() -> None:
     finally:
         proc.wait()
     assert alive(os.getpid())
+
+
+def test_a_child_moves_only_as_its_table_allows(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A real engine process through its life: each move is one ``MOVES`` allows, made by the child's own
+    methods; a move the table does not allow is logged as the bug it is."""
+    from blazar.supervisor.child import MOVES
+
+    assert set(MOVES) == set(State)
+    data = DataDir(tmp_path / "data").ensure()
+    upstream = Path(__file__).resolve().parents[2] / "benches" / "baselines" / "fake_upstream.py"
+    serving = LaunchSpec((sys.executable, str(upstream), "--host", "127.0.0.1", "--port", "{port}"))
+    child = Child("m:latest", "m:latest", serving, data)
+    seen: list[State] = []
+    original = Child._move
+
+    def record(self: Child, to: State) -> None:
+        seen.append(to)
+        original(self, to)
+
+    async def life() -> None:
+        async with aiohttp.ClientSession() as http:
+            await child.start(http, timeout=20)
+            assert child.state is State.READY
+            await child.stop(grace=2)
+            child.evicted()
+            dying = Child("d:latest", "d:latest", LaunchSpec((sys.executable, "-c", "exit(3)")), data)
+            with pytest.raises(ChildError):
+                await dying.start(http, timeout=20)
+            assert dying.state is State.CRASHED
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Child, "_move", record)
+        asyncio.run(life())
+    served = [State.STARTING, State.READY, State.STOPPING, State.STOPPED, State.EVICTED]  # served, let go
+    failed = [State.STARTING, State.STOPPED, State.CRASHED]  # exited while starting: reaped, then marked
+    assert seen == served + failed
+    assert not [r for r in caplog.records if "MOVES does not allow" in r.getMessage()]
+
+    wrong = Child("w:latest", "w:latest", serving, data)
+    wrong._state = State.READY  # a child that never ran, in the state under test
+    wrong.evicted()  # the pool evicts a child it has stopped, never a ready one
+    assert wrong.state is State.EVICTED
+    assert "moved from State.READY to State.EVICTED" in caplog.text

@@ -84,6 +84,19 @@ class State(enum.Enum):
     CRASHED = "crashed"
 
 
+MOVES: dict[State, frozenset[State]] = {
+    State.STOPPED: frozenset({State.STARTING, State.CRASHED, State.EVICTED}),
+    State.STARTING: frozenset({State.READY, State.STOPPING, State.STOPPED, State.CRASHED}),
+    State.READY: frozenset({State.STOPPING, State.STOPPED, State.CRASHED}),
+    State.STOPPING: frozenset({State.STOPPED, State.CRASHED}),
+    State.CRASHED: frozenset({State.STARTING, State.EVICTED}),
+    State.EVICTED: frozenset({State.STARTING, State.STOPPED}),
+}
+"""A child's state machine: the states each may move to. Only ``Child``'s own methods move it (``start``,
+``stop``, ``crashed``, ``evicted``). STOPPED -> CRASHED is a start whose engine never became healthy (stopped,
+then marked); CRASHED and EVICTED end a child the pool has let go, which only a test starts again."""
+
+
 def weights_id(path: Path) -> tuple[int, int] | None:
     """Which file (or model directory) ``path`` is: (device, inode); None when it cannot be read."""
     try:
@@ -118,7 +131,7 @@ class Child:
         self.model = model
         self.spec = spec
         self.data = data
-        self.state = State.STOPPED
+        self._state = State.STOPPED
         self.port = 0
         self.api_key = ""
         self.proc: asyncio.subprocess.Process | None = None
@@ -198,13 +211,34 @@ class Child:
         except ChildProcessError:
             return False
 
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def _move(self, to: State) -> None:
+        """Move to ``to``; a move ``MOVES`` does not allow is a bug, logged with both states and made all the
+        same: the process's real state (running, exited) is what the supervisor acts on, never this field."""
+        if to is not self._state and to not in MOVES[self._state]:
+            logger.error(
+                "engine for %s moved from %s to %s, which MOVES does not allow", self.key, self._state, to
+            )
+        self._state = to
+
+    def crashed(self) -> None:
+        """Its process died while it served (the pool's health check found it exited)."""
+        self._move(State.CRASHED)
+
+    def evicted(self) -> None:
+        """The pool stopped it on purpose and took it out of its table (an unload, a restart for more context)."""
+        self._move(State.EVICTED)
+
     async def start(self, http: aiohttp.ClientSession, timeout: float) -> None:
         """Spawn the engine and wait until its health endpoint answers 200, or raise ChildError.
 
         On a unix socket another process listens on (another blazar on this data directory), or that the engine
         could not bind (a build that does not take sockets after all, or a second daemon starting the same model
         at the same moment), it starts on a 127.0.0.1 port instead."""
-        self.state = State.STARTING
+        self._move(State.STARTING)
         sock = self.spec.socket_path
         if sock is not None and socket_in_use(sock):
             logger.warning(
@@ -223,12 +257,12 @@ class Child:
                 "engine for %s could not bind its unix socket; starting it on a TCP port", self.key
             )
             self.spec = self.spec.on_tcp()
-            self.state = State.STARTING
+            self._move(State.STARTING)
             await self._launch(http, timeout)
         self.load_seconds = time.monotonic() - t0
         self.started_at = time.time()
         self.last_used = time.monotonic()
-        self.state = State.READY
+        self._move(State.READY)
 
     async def _launch(self, http: aiohttp.ClientSession, timeout: float) -> None:
         self.api_key = secrets.token_urlsafe(32)
@@ -258,7 +292,7 @@ class Child:
                     env=self.env,
                 )
             except OSError as e:
-                self.state = State.CRASHED
+                self._move(State.CRASHED)
                 logger.error("cannot start engine for %s: %s: %s", self.model, argv[0], e.strerror)
                 raise ChildError(
                     f"cannot start engine for '{self.model}': its binary could not be run ({e.strerror});"
@@ -278,7 +312,7 @@ class Child:
             await self._wait_healthy(timeout)
         except BaseException:
             await self.stop(grace=2.0)
-            self.state = State.CRASHED
+            self._move(State.CRASHED)
             raise
 
     def _last_start_log(self) -> str:
@@ -340,7 +374,7 @@ class Child:
         proc = self.proc
         self.links.close()
         if proc is not None and proc.returncode is None:
-            self.state = State.STOPPING
+            self._move(State.STOPPING)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
                 os.kill(proc.pid, signal.SIGCONT)  # a stopped (SIGSTOP, a debugger) engine acts on it now
@@ -359,5 +393,5 @@ class Child:
         if self._own_http and self.http is not None:
             self._own_http = False
             await self.http.close()
-        if self.state is not State.CRASHED:
-            self.state = State.STOPPED
+        if self._state is not State.CRASHED:
+            self._move(State.STOPPED)

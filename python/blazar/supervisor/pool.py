@@ -272,7 +272,7 @@ class Supervisor:
                 self.children.pop(key, None)
                 child.stopped_for = f"it restarts {why}"
                 await self._retire(child, self.cfg.stop_grace_secs, save=True)
-                child.state = State.EVICTED
+                child.evicted()
             elif child is not None:
                 log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
                 await self._drop_gone(child)
@@ -441,7 +441,7 @@ class Supervisor:
             await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=wait)
         if proc.returncode is None:
             return False
-        child.state = State.CRASHED
+        child.crashed()
         log.error("engine for %s died (exit %s)", child.key, proc.returncode)
         self._crashed(child, f"it died while serving (exit {proc.returncode})")
         if self.children.get(child.key) is child:
@@ -500,7 +500,7 @@ class Supervisor:
                 await asyncio.wait({stop})
                 raise
             finally:
-                child.state = State.EVICTED
+                child.evicted()
             return True
 
     @staticmethod
