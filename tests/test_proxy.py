@@ -303,7 +303,7 @@ def test_embed_token_limit_is_the_physical_batch_and_the_slot() -> None:
 
 
 def test_a_request_whose_engine_was_stopped_before_it_answered_runs_once_more() -> None:
-    from blazar.gateway.core import once_more_if_wedged
+    from blazar.gateway.exchange import once_more_if_wedged
     from blazar.supervisor.signals import EngineStopped, EngineWedged
 
     def attempts(*outcomes: object) -> Any:

@@ -30,10 +30,11 @@ import orjson
 from blazar import names
 from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects import anthropic, ollama, openai
-from blazar.dialects.canonical import CanonicalRequest, DialectError, render_engine
+from blazar.dialects.canonical import CanonicalRequest, render_engine
+from blazar.errors import BlazarError, ModelNotFound
 from blazar.gateway import core
-from blazar.gateway.app import _BLAZAR_KIND, render_error
-from blazar.gateway.http import HttpError, Request
+from blazar.gateway.app import render_error
+from blazar.gateway.http import Request
 from blazar.gateway.proxy import engine_error
 
 HERE = Path(__file__).resolve().parent
@@ -175,10 +176,8 @@ def replay(case: Case) -> Outcome:
     req = Request(case.request.get("method", "POST"), path, "", {}, case.body, "golden")
     try:
         canon = parse(req.json())
-    except HttpError as e:
-        return _error(case, dialect, e.status, e.message, e.kind, None)
-    except DialectError as e:
-        return _error(case, dialect, e.status, e.message, None, None)
+    except BlazarError as e:  # HttpError and DialectError: as the gateway's envelope renders them
+        return _error(case, dialect, e.status, e.message, e.error_type, None)
     engine_path, engine_body = render_engine(canon)
     rendered = _compact({"path": engine_path, "body": engine_body})
     meta_error = case.meta.get("error")
@@ -190,11 +189,11 @@ def replay(case: Case) -> Outcome:
         full = names.normalize(canon.model)
         if not message.startswith(f"model '{full}' not found"):
             raise AssertionError(f"{case.name}: recorded error is not the catalog's: {message!r}")
-        return _error(case, dialect, status, message, _BLAZAR_KIND.get(status, "blazar_error"), None)
+        return _error(case, dialect, status, message, ModelNotFound(message).error_type, None)
     engine_status = int(case.meta.get("engine_status", 200))
     if engine_status >= 400:
         err = engine_error(engine_status, case.engine_reply)
-        return _error(case, dialect, err.status, err.message, err.kind, rendered)
+        return _error(case, dialect, err.status, err.message, err.error_type, rendered)
     if canon.stream:
         translator = StreamTranslator(shape.translator, canon.model, include_usage=canon.include_usage)
         out = b"".join(translator.feed(p) for p in pieces(case.engine_reply)) + translator.finish()

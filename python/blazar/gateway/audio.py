@@ -22,9 +22,10 @@ import orjson
 from blazar import ggml_whisper
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.engines.argv import WHISPER_PATH
-from blazar.gateway import core, proxy, routing
+from blazar.gateway import proxy, routing
+from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request, parse_multipart
-from blazar.supervisor import Supervisor
+from blazar.supervisor import Child, Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -115,12 +116,12 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
     if translate:
         form["translate"] = "true"
     canon = CanonicalRequest(model=model, kind="audio")
-    name, key, slots = routing.claim(sup, req, canon)
-    _note_english_only(sup, req, name, language, translate)
-    with await req.gate.admit(req, key, slots, canon):
-        child, _load_ns = await core.ready_child(sup, req, canon)
-        body, content_type = _multipart(fields["file"][0] or "audio.wav", fields["file"][1], form)
-        core.keep(child, canon, req)
+    ex = Exchange.claim(sup, req, canon, remote_checked=False)
+    _note_english_only(sup, req, ex.name, language, translate)
+    body, content_type = _multipart(fields["file"][0] or "audio.wav", fields["file"][1], form)
+
+    async def transcribe(child: Child, _load_ns: int) -> bytes:
+        ex.keep(child)
         try:  # the transcription is the engine's time, not Blazar's overhead
             _status, data, _ctype = await req.waiting(
                 proxy.post_form(sup, child, WHISPER_PATH, body, content_type, req.client)
@@ -131,8 +132,9 @@ async def _audio(sup: Supervisor, req: Request, translate: bool) -> Response:
                     400, "the audio could not be read: send a WAV, MP3 or FLAC file as the form field 'file'"
                 ) from None
             raise
-        finally:
-            core.after(sup, child, req)
+        return data
+
+    data = await ex.run(transcribe)
     if fmt in ("srt", "vtt"):
         return 200, _TEXT, data
     if fmt == "text":

@@ -1,17 +1,17 @@
 """The proxy core shared by every dialect: a canonical request in, the client's bytes out.
 
-It owns: spawning/choosing the child (through the supervisor), rendering the engine request, choosing the native
-translator for the client's dialect, keep_alive after the request, and load_duration. Dialect handlers parse the
-client request into a ``CanonicalRequest`` and call ``serve``; they never talk to an engine themselves.
+It owns what a chat, completion, embedding or token count does on its ready engine: the checks, the engine
+request rendered from the canonical one, the native translator for the client's dialect and the summary charged.
+The request's life around that (claim, admission, the engine readied, the one retry, the end) is ``exchange``'s.
+Dialect handlers parse the client request into a ``CanonicalRequest`` and call ``serve``; they never talk to an
+engine themselves.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -24,27 +24,15 @@ from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
 from blazar.gateway import forced_tools, proxy, remote, semcache, tenancy, vectors, watch
+from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import HttpError, Request
-from blazar.gateway.routing import (
-    claim,
-    claim_local,
-    claim_remote,
-    note_ignored,
-    route_target,
-    wrong_kind,
-)
+from blazar.gateway.routing import claim_remote, note_ignored
 from blazar.paths import child_key
 from blazar.preflight import check_images_readable, check_request_fits
 from blazar.supervisor import Child, Supervisor, adapters
-from blazar.supervisor.signals import EngineStopped, EngineWedged
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 T = TypeVar("T")
-
-log = logging.getLogger("blazar.proxy")
-
-LOAD_REPORT_NS = 100_000_000
-"""load_duration is reported when the engine load took over 100 ms."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,25 +59,6 @@ def llama_only(child: Child, has: bool, feature: str, endpoint: str) -> None:
             f' serve it with llama-cpp (engine = "llama-cpp" under [models."{child.model}"] in config.toml, for a'
             " GGUF) to use it"
         )
-
-
-async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
-    """The child for ``canon`` and the load time in ns when this request had to start it (else 0)."""
-    t0 = time.perf_counter()
-    child = await req.waiting(
-        sup.ensure_ready(
-            canon.model,
-            embeddings=canon.kind == "embedding",
-            num_ctx=canon.options_ctx,
-            tokens=canon.late_chunking,
-        )
-    )
-    waited = time.perf_counter() - t0
-    transcribes = child.spec.can.transcription
-    if transcribes != (canon.kind == "audio"):  # route_target refuses these before any load
-        raise wrong_kind(child.model, transcribes)
-    load_ns = int(waited * 1e9)
-    return child, load_ns if load_ns > LOAD_REPORT_NS else 0
 
 
 EMBED_UBATCH = 512
@@ -138,62 +107,6 @@ async def ask_engine(
     return value
 
 
-def keep(child: Child, canon: CanonicalRequest, req: Request) -> None:
-    """Apply the request's keep_alive as it starts; the latest request's wins, as in Ollama: latest by arrival, so
-    one that waited (for its engine to start or wake, for a slot) never undoes what a later one asked. 0 unloads
-    the model once its requests in flight have finished (``after``); a value sets its idle limit (negative:
-    forever); none puts back the model's own (its ``idle_timeout_secs``, else the daemon's)."""
-    if req.t0 < child.keep_since:
-        return
-    child.keep_since = req.t0
-    if canon.keep_alive == 0:
-        child.unload_when_idle = True
-        return
-    child.unload_when_idle = False
-    child.keep_alive = child.base_keep_alive if canon.keep_alive is None else canon.keep_alive
-
-
-def after(sup: Supervisor, child: Child, req: Request) -> None:
-    """A request on ``child`` ended: unload it if a keep_alive 0 asked for that, no other request runs on it and
-    none waits for it (that one's keep_alive is the latest), in the background (the answer does not wait for the
-    engine to stop), checked again under the key's lock. For a chat engine, the model's embedding engines, when
-    idle, go too: an unloaded model is unloaded whole, as in Ollama."""
-    if not child.unload_when_idle:  # every request but a keep_alive 0 one stops here
-        return
-    admission = req.gate.admission
-
-    def unloadable(c: Child) -> bool:
-        return c.unload_when_idle and c.inflight == 0 and admission.waiting(c.key) == 0
-
-    if not unloadable(child):
-        return
-    targets = [child]
-    # the chat engine takes the model's embedding engines with it; an embedding engine's own keep_alive 0 unloads
-    # only itself
-    if child.key == child.model:
-        for sibling in (sup.children.get(child_key(child.model, True, tokens)) for tokens in (False, True)):
-            if sibling is not None:
-                sibling.unload_when_idle = True
-                targets.append(sibling)
-    for c in targets:
-        task = asyncio.get_running_loop().create_task(
-            sup.evict(c.key, "keep_alive 0", only=c, still=unloadable)
-        )
-        _UNLOADS.add(task)
-        task.add_done_callback(_UNLOADS.discard)
-
-
-_UNLOADS: set[asyncio.Task[bool]] = set()
-"""Unloads under way (a task nobody awaits must be referenced until it ends)."""
-
-
-async def unloads_done(timeout: float) -> None:
-    """Wait (at most ``timeout`` seconds) for the keep_alive 0 unloads under way: at shutdown, an engine such an
-    unload took out of the supervisor's table is stopped by that unload or by nobody."""
-    if _UNLOADS:
-        await asyncio.wait(list(_UNLOADS), timeout=timeout)
-
-
 async def serve(
     sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape
 ) -> Response | None:
@@ -201,16 +114,15 @@ async def serve(
     hit = claim_remote(sup, req, canon)
     if hit is not None:
         return await remote.serve(sup, req, proto, canon, shape, *hit)
-    name, key, slots = claim_local(sup, req, canon)
+    ex = Exchange.claim(sup, req, canon, remote_checked=True)
     cache = req.gate.semcache
-    probe = await _cache_probe(sup, req, canon, name) if cache is not None else None
+    probe = await _cache_probe(sup, req, canon, ex.name) if cache is not None else None
     if probe is not None:
         assert cache is not None
         out = cache.answer(probe, canon, shape.translator, req)
         if out is not None:
             return 200, [("content-type", "application/json")], out
-    with await req.gate.admit(req, key, slots, canon):
-        return await once_more_if_wedged(lambda: _dispatch(sup, req, proto, canon, shape, key, slots, probe))
+    return await ex.run(lambda child, load_ns: _dispatch(ex, proto, shape, probe, child, load_ns))
 
 
 async def _cache_probe(
@@ -224,9 +136,8 @@ async def _cache_probe(
         return None
     try:
         ecanon = CanonicalRequest(model=cache.embed_model, kind="embedding", input=[text])
-        _ename, ekey, eslots = route_target(sup, ecanon)
-        with await req.gate.admit(req, ekey, eslots, ecanon):
-            parsed, _ = await once_more_if_wedged(lambda: _embed(sup, req, ecanon))
+        ex = Exchange.internal(sup, req, ecanon)
+        parsed = await ex.run(lambda child, _load_ns: _embed(ex, child))
         vector = semcache.checked_vector(parsed["data"][0]["embedding"])
         who = req.key.name if req.key is not None else ""
         return semcache.Probe(semcache.partition(canon, name, who, _lane(sup, name)), vector)
@@ -249,140 +160,111 @@ def _lane(sup: Supervisor, name: str) -> str:
     return serving_lane(sup.cfg, sup.catalog.get(name), registry.list_all(sup.store)).kind
 
 
-async def once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
-    """``attempt()``; when its engine sent no response headers in time (it has been stopped), or was stopped on
-    purpose before it answered (``EngineStopped``), nothing reached the client: once more on the fresh
-    engine the supervisor starts. A second failure of the same kind is the client's 504 (503)."""
-    try:
-        return await attempt()
-    except (EngineWedged, EngineStopped) as first:
-        log.warning("%s; retrying the request once on a restarted engine", first.what)
-        try:
-            return await attempt()
-        except (EngineWedged, EngineStopped):
-            raise first.again() from None
-
-
 async def _dispatch(
-    sup: Supervisor,
-    req: Request,
-    proto: Any,
-    canon: CanonicalRequest,
-    shape: Shape,
-    key: str,
-    slots: int,
-    probe: semcache.Probe | None = None,
+    ex: Exchange, proto: Any, shape: Shape, probe: semcache.Probe | None, child: Child, load_ns: int
 ) -> Response | None:
-    child, load_ns = await ready_child(sup, req, canon)
-    try:  # from here every end runs ``after``: an unload waiting for this request must not wait in vain
-        check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
-        if canon.has_images():
-            check_images_readable(canon, child.spec.reads_images)
-        path, body = render_engine(canon)
-        if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
-            body["model"] = child.spec.engine_model
-        if body.get("repeat_last_n") == WHOLE_CONTEXT:  # Ollama's -1, which llama-server does not take
-            body["repeat_last_n"] = child.spec.ctx_per_slot or child.ctx_size
-        adapters.apply(child, canon.model, body)  # an engine with LoRA adapters: which one applies, if any
-        can = child.spec.can
-        if canon.stream and shape.translator == "anthropic" and can.progress_reports:
-            # the prompt's size before its first token, for message_start's input_tokens
-            body["return_progress"] = True
-        slot = req.gate.session_slot(req, key, slots) if can.slot_pinning else None
-        if slot is not None:
-            body["id_slot"] = slot
-            body.setdefault("cache_prompt", True)
-        keep(child, canon, req)
-        choices = canon.choices()
-        if choices > slots and can.choices_in_slots:
+    """A chat or completion on its ready engine: checked, rendered for the engine, sent, translated back."""
+    sup, req, canon, key, slots = ex.sup, ex.req, ex.canon, ex.key, ex.slots
+    check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
+    if canon.has_images():
+        check_images_readable(canon, child.spec.reads_images)
+    path, body = render_engine(canon)
+    if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
+        body["model"] = child.spec.engine_model
+    if body.get("repeat_last_n") == WHOLE_CONTEXT:  # Ollama's -1, which llama-server does not take
+        body["repeat_last_n"] = child.spec.ctx_per_slot or child.ctx_size
+    adapters.apply(child, canon.model, body)  # an engine with LoRA adapters: which one applies, if any
+    can = child.spec.can
+    if canon.stream and shape.translator == "anthropic" and can.progress_reports:
+        # the prompt's size before its first token, for message_start's input_tokens
+        body["return_progress"] = True
+    slot = req.gate.session_slot(req, key, slots) if can.slot_pinning else None
+    if slot is not None:
+        body["id_slot"] = slot
+        body.setdefault("cache_prompt", True)
+    ex.keep(child)
+    choices = canon.choices()
+    if choices > slots and can.choices_in_slots:
+        raise HttpError(
+            400,
+            f"'n' is {choices}, but model '{child.model}' runs {slots} parallel slot(s) and llama-server"
+            f" generates each choice in a slot of its own; send n <= {slots}, or raise parallel for the model"
+            f' (parallel under [models."{child.model}"] in config.toml)',
+            "invalid_request_error",
+        )
+    if forced_tools.asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
+        field = forced_tools.think_field(shape.translator, canon)
+        note_ignored(req, f"{field} is ignored: the chat template of '{child.model}' has no thinking section")
+    schema = forced_tool_schema(canon) if forced_tools.wants_forcing(canon) else None
+    if schema is None and canon.has_tools() and not await forced_tools.template_emits_tool_calls(sup, child):
+        note_ignored(
+            req,
+            f"tools may not reach the model: the chat template of '{child.model}' does not support tool calls"
+            f" (llama-server's /props); {forced_tools.how_to_force(shape.translator)}",
+        )
+    if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
+        if choices > 1:
             raise HttpError(
                 400,
-                f"'n' is {choices}, but model '{child.model}' runs {slots} parallel slot(s) and llama-server"
-                f" generates each choice in a slot of its own; send n <= {slots}, or raise parallel for the model"
-                f' (parallel under [models."{child.model}"] in config.toml)',
+                f"'n' is {choices}, but model '{child.model}' cannot emit tool calls from its template, so"
+                " Blazar forces the call by constraining one answer; send n=1 with this tool_choice",
                 "invalid_request_error",
             )
-        if forced_tools.asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
-            field = forced_tools.think_field(shape.translator, canon)
-            note_ignored(
-                req, f"{field} is ignored: the chat template of '{child.model}' has no thinking section"
-            )
-        schema = forced_tool_schema(canon) if forced_tools.wants_forcing(canon) else None
-        if (
-            schema is None
-            and canon.has_tools()
-            and not await forced_tools.template_emits_tool_calls(sup, child)
-        ):
-            note_ignored(
-                req,
-                f"tools may not reach the model: the chat template of '{child.model}' does not support tool calls"
-                f" (llama-server's /props); {forced_tools.how_to_force(shape.translator)}",
-            )
-        if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
-            if choices > 1:
-                raise HttpError(
-                    400,
-                    f"'n' is {choices}, but model '{child.model}' cannot emit tool calls from its template, so"
-                    " Blazar forces the call by constraining one answer; send n=1 with this tool_choice",
-                    "invalid_request_error",
-                )
-            return await _forced_tool_call(sup, req, canon, shape, child, body, schema, load_ns)
-        engine_body = orjson.dumps(body)
-        # llama-server starts its answer with the assistant message it continues; the client gets what follows
-        prefill = canon.prefill() if can.prefill_echo else None
-        if canon.stream:
-            translator = StreamTranslator(
-                shape.translator,
-                canon.model,
-                include_usage=canon.include_usage,
-                load_duration_ns=load_ns,
-                prefill=prefill,
-                n=choices,
-                echo=canon.echo,
-                alternatives=canon.alternatives,
-            )
-            req.mark_overhead()
-            req.dispatched = True
-            try:
-                req.client_left = await proxy.forward_stream(
-                    sup,
-                    child,
-                    path,
-                    engine_body,
-                    proto,
-                    req.extra_headers,
-                    translator,
-                    shape.stream_type,
-                    watch.on_stall(sup, req, canon),
-                    req.scrub if req.renames else None,
-                )
-            finally:  # a stream cut off (client gone, engine dead) is charged what it sent (Gate.finish)
-                req.summary = translator.summary()
-            watch.observe(sup, req, canon)
-            return None
-        req.dispatched = True
-        _status, data = await req.waiting(proxy.forward_whole(sup, child, path, engine_body, req.client))
-        out, summary = translate_whole(
+        return await _forced_tool_call(sup, req, canon, shape, child, body, schema, load_ns)
+    engine_body = orjson.dumps(body)
+    # llama-server starts its answer with the assistant message it continues; the client gets what follows
+    prefill = canon.prefill() if can.prefill_echo else None
+    if canon.stream:
+        translator = StreamTranslator(
             shape.translator,
             canon.model,
-            data,
+            include_usage=canon.include_usage,
             load_duration_ns=load_ns,
-            total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
             prefill=prefill,
             n=choices,
             echo=canon.echo,
             alternatives=canon.alternatives,
         )
-        if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
-            raise proxy.engine_error(502, data)
-        several = summary["choices"] != 1 and can.choices_in_slots  # n > 1, or a prompt list
-        req.summary = tenancy.each_task_charged(summary, choices) if several else summary
-        watch.judge_whole(sup, req, canon)
-        if probe is not None and req.gate.semcache is not None:
-            req.gate.semcache.keep(probe, req, summary, data)
-        return 200, [("content-type", "application/json")], out
-    finally:
-        after(sup, child, req)
+        req.mark_overhead()
+        req.dispatched = True
+        try:
+            req.client_left = await proxy.forward_stream(
+                sup,
+                child,
+                path,
+                engine_body,
+                proto,
+                req.extra_headers,
+                translator,
+                shape.stream_type,
+                watch.on_stall(sup, req, canon),
+                req.scrub if req.renames else None,
+            )
+        finally:  # a stream cut off (client gone, engine dead) is charged what it sent (Gate.finish)
+            req.summary = translator.summary()
+        watch.observe(sup, req, canon)
+        return None
+    req.dispatched = True
+    _status, data = await req.waiting(proxy.forward_whole(sup, child, path, engine_body, req.client))
+    out, summary = translate_whole(
+        shape.translator,
+        canon.model,
+        data,
+        load_duration_ns=load_ns,
+        total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
+        prefill=prefill,
+        n=choices,
+        echo=canon.echo,
+        alternatives=canon.alternatives,
+    )
+    if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
+        raise proxy.engine_error(502, data)
+    several = summary["choices"] != 1 and can.choices_in_slots  # n > 1, or a prompt list
+    req.summary = tenancy.each_task_charged(summary, choices) if several else summary
+    watch.judge_whole(sup, req, canon)
+    if probe is not None and req.gate.semcache is not None:
+        req.gate.semcache.keep(probe, req, summary, data)
+    return 200, [("content-type", "application/json")], out
 
 
 async def _forced_tool_call(
@@ -432,10 +314,9 @@ async def _forced_tool_call(
 async def count_input_tokens(sup: Supervisor, req: Request, canon: CanonicalRequest) -> int:
     """The tokens ``canon``'s prompt takes on its model (Anthropic's count_tokens, the Responses API's
     input_tokens): the engine's own chat template (llama-server's /apply-template), then its tokenizer."""
-    claim(sup, req, canon)  # the key's scope covers counting too: it runs the model's engine
+    ex = Exchange.claim(sup, req, canon, remote_checked=False)  # the key's scope covers counting too
 
-    async def count() -> int:
-        child, _ = await ready_child(sup, req, canon)
+    async def count(child: Child, _load_ns: int) -> int:
         llama_only(child, child.spec.can.token_counting, "counting tokens", "/apply-template and /tokenize")
         check_images_readable(canon, child.spec.reads_images)  # as the request itself would refuse them
         _path, chat = render_engine(canon)
@@ -444,8 +325,8 @@ async def count_input_tokens(sup: Supervisor, req: Request, canon: CanonicalRequ
         body = {"content": prompt, "add_special": True}
         return len(await ask_engine(sup, req, child, "/tokenize", body, "tokens", list))
 
-    # a wedged engine is stopped and the count asked once more of a fresh one, as the request would be
-    return await once_more_if_wedged(count)
+    # not admitted (it takes no slot); a wedged engine is stopped and the count asked once more of a fresh one
+    return await ex.unadmitted(count)
 
 
 async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
@@ -458,9 +339,8 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
         if canon.raw_vectors:
             note_ignored(req, "raw vectors: a remote's vectors are sent as it returns them")
     else:
-        _name, key, slots = claim_local(sup, req, canon)
-        with await req.gate.admit(req, key, slots, canon):
-            body, load_ns = await once_more_if_wedged(lambda: _embed(sup, req, canon))
+        ex = Exchange.claim(sup, req, canon, remote_checked=True)
+        body, load_ns = await ex.run(lambda child, load_ns: _timed(_embed(ex, child), load_ns))
     usage = body.get("usage")
     used = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     if isinstance(used, int) and not isinstance(used, bool):  # charged to the key's tpm and daily_tokens
@@ -475,30 +355,29 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     return body, load_ns
 
 
-async def _embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[dict[str, Any], int]:
-    child, load_ns = await ready_child(sup, req, canon)
-    keep(child, canon, req)
-    try:
-        if canon.late_chunking:
-            from blazar.gateway import late_chunking  # it builds on this module
+async def _timed(answer: Awaitable[T], load_ns: int) -> tuple[T, int]:
+    return await answer, load_ns
 
-            body = await req.waiting(late_chunking.embed(sup, req, child, canon))
-            return body, load_ns
-        can = child.spec.can
-        if canon.truncate and can.token_counting and isinstance(canon.input, list):
-            canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
-        path, body = render_engine(canon)
-        if child.spec.engine_model is not None:
-            body["model"] = child.spec.engine_model
-        if canon.raw_vectors:
-            if can.raw_vectors:
-                body["embd_normalize"] = -1  # llama-server's switch for the pooled vector as it is
-            else:
-                note_ignored(req, f"raw vectors: the {child.lane} lane returns them L2-normalised")
-        _status, data = await req.waiting(
-            proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
-        )
-    finally:
-        after(sup, child, req)
+
+async def _embed(ex: Exchange, child: Child) -> dict[str, Any]:
+    """An embedding on its ready engine: the engine's OpenAI embeddings body, parsed."""
+    sup, req, canon = ex.sup, ex.req, ex.canon
+    ex.keep(child)
+    if canon.late_chunking:
+        from blazar.gateway import late_chunking  # it builds on this module
+
+        return await req.waiting(late_chunking.embed(sup, req, child, canon))
+    can = child.spec.can
+    if canon.truncate and can.token_counting and isinstance(canon.input, list):
+        canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
+    path, body = render_engine(canon)
+    if child.spec.engine_model is not None:
+        body["model"] = child.spec.engine_model
+    if canon.raw_vectors:
+        if can.raw_vectors:
+            body["embd_normalize"] = -1  # llama-server's switch for the pooled vector as it is
+        else:
+            note_ignored(req, f"raw vectors: the {child.lane} lane returns them L2-normalised")
+    _status, data = await req.waiting(proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client))
     parsed: dict[str, Any] = orjson.loads(data)
-    return parsed, load_ns
+    return parsed

@@ -14,9 +14,10 @@ import orjson
 
 from blazar.dialects import ollama as dialect
 from blazar.dialects.canonical import CanonicalRequest, render_engine
-from blazar.gateway import core, proxy, routing, watch
+from blazar.gateway import core, exchange, proxy, routing, watch
+from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
-from blazar.supervisor import Supervisor, adapters
+from blazar.supervisor import Child, Supervisor, adapters
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -35,12 +36,12 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> 
         sup.catalog.get(name)  # 404 for a model that is not there
         engine = sup.sharing.owner(name)  # a model that shares another's engine unloads it, as in Ollama
         for child in [c for c in sup.children.values() if c.model == engine]:
-            core.keep(child, canon, req)  # requests in flight finish first, as in Ollama
-            core.after(sup, child, req)
+            exchange.keep(child, canon, req)  # requests in flight finish first, as in Ollama
+            exchange.after(sup, child, req)
         return "unload"
-    child, _ = await core.ready_child(sup, req, canon)
+    child, _ = await exchange.ready_child(sup, req, canon)
     with sup.lease(child):  # a load is a use: its keep_alive counts from now, not from the last answer
-        core.keep(child, canon, req)
+        exchange.keep(child, canon, req)
     return "load"
 
 
@@ -74,22 +75,18 @@ async def generate(sup: Supervisor, req: Request, proto: Any) -> Response | None
 async def _infill(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
     """Fill-in-the-middle (``suffix``) runs on llama-server's native /infill, whole, and is shaped here once;
     it is claimed and admitted like any generation."""
-    _name, key, slots = routing.claim(sup, req, canon)
-    with await req.gate.admit(req, key, slots, canon):
-        return await core.once_more_if_wedged(lambda: _infill_admitted(sup, req, canon))
+    ex = Exchange.claim(sup, req, canon, remote_checked=False)
+    return await ex.run(lambda child, load_ns: _infill_on(ex, child, load_ns))
 
 
-async def _infill_admitted(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
-    child, load_ns = await core.ready_child(sup, req, canon)
+async def _infill_on(ex: Exchange, child: Child, load_ns: int) -> Response:
+    sup, req, canon = ex.sup, ex.req, ex.canon
     core.llama_only(child, child.spec.can.infill, "fill-in-the-middle (suffix)", "/infill")
     path, body = render_engine(canon)
     body["stream"] = False
     adapters.apply(child, canon.model, body)
-    core.keep(child, canon, req)
-    try:
-        _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
-    finally:
-        core.after(sup, child, req)
+    ex.keep(child)
+    _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
     out = orjson.loads(data)
     if not isinstance(out, dict):
         raise HttpError(502, "engine sent a malformed /infill body", "engine_error")

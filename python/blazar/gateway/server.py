@@ -20,7 +20,7 @@ from granian.server.embed import Server
 from blazar.config import Config
 from blazar.engines.check import check_loop
 from blazar.errors import ConfigError
-from blazar.gateway import core
+from blazar.gateway import exchange
 from blazar.gateway.app import App
 from blazar.gateway.tenancy import Gate
 from blazar.supervisor import Supervisor
@@ -115,7 +115,7 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
             timer.cancel()
         if engines_stopping:
             await engines_stopping[0]
-        await core.unloads_done(grace + FORCED_STOP_SECS)
+        await exchange.unloads_done(grace + FORCED_STOP_SECS)
         await sup.stop_all()
         await gate.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
