@@ -162,7 +162,7 @@ def stub_engine(app: Any) -> None:
     """Replace the engine I/O of ``app`` (this process only): a ready child (a real ``Child`` object that was
     never spawned), precomputed engine bytes."""
     from blazar.gateway import proxy
-    from blazar.profile import LaunchSpec
+    from blazar.profile import LLAMA_SERVER, LaunchSpec
     from blazar.supervisor import Child
     from blazar.supervisor.child import State
 
@@ -173,9 +173,9 @@ def stub_engine(app: Any) -> None:
         import gateway_harness as gw
 
         app.sup.catalog.import_file(gw.default_model(), "bench")
-    spec = LaunchSpec(argv_template=("fake-engine",), ctx_size=8192 * 64, parallel=64)
+    spec = LaunchSpec(argv_template=("fake-engine",), ctx_size=8192 * 64, parallel=64, can=LLAMA_SERVER)
     child = Child("bench:latest", "bench:latest", spec, app.sup.data)
-    child.state = State.READY
+    child._state = State.READY  # a stand-in that never ran, serving
 
     async def ensure_ready(
         model_name: str, *, embeddings: bool = False, num_ctx: int | None = None, tokens: bool = False

@@ -410,8 +410,9 @@ def test_all_slots_busy_after_bounded_wait(daemon_factory: object) -> None:
     assert r.status_code == 503, r.text
     assert r.json()["error"]["message"].startswith("all_slots_busy: every slot of model 'smollm2:latest'")
     assert "stayed busy for 1s" in r.json()["error"]["message"]
-    # clients back off on it: the one slot has been held at least the 1 s bound, and nobody else waits
-    assert r.headers["retry-after"] == "1"
+    # clients back off on it: about one slot's hold, nobody else waiting (the daemon's earlier answers set the
+    # mean hold, so on a slow machine it is 2 s or more; the formula is tests/test_admission.py's)
+    assert 1 <= int(r.headers["retry-after"]) <= 60
     # Anthropic's API says "overloaded" with 529 (its SDK raises OverloadedError), never 503
     client = anthropic.Anthropic(base_url=d.url, api_key="unused", max_retries=0)
     with the_only_slot_taken(d), pytest.raises(anthropic.APIStatusError) as e:
