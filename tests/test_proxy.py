@@ -231,12 +231,15 @@ def test_the_props_probe_holds_a_lease_on_the_child(monkeypatch: pytest.MonkeyPa
     from blazar.profile import LLAMA_SERVER, LaunchSpec
     from blazar.supervisor.pool import Supervisor
 
-    child = SimpleNamespace(
-        spec=LaunchSpec(("x",), can=LLAMA_SERVER), tool_calls_supported=None, inflight=0, last_used=0.0
-    )
+    class StandIn:  # a child the probe may keep facts about (weakly, as of a real one)
+        spec = LaunchSpec(("x",), can=LLAMA_SERVER)
+        inflight = 0
+        last_used = 0.0
+
+    child = StandIn()
     seen: list[int] = []
 
-    async def get_whole(sup: object, c: SimpleNamespace, path: str) -> tuple[int, bytes, str]:
+    async def get_whole(sup: object, c: StandIn, path: str) -> tuple[int, bytes, str]:
         seen.append(c.inflight)
         return 200, b'{"chat_template_caps": {"supports_tool_calls": true}}', "application/json"
 

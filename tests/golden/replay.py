@@ -7,8 +7,9 @@ Blazar sent), ``engine_reply.bin`` (the engine's bytes, exactly as received), ``
 ``replay`` takes the same steps as the gateway, with the engine's reply read from disk:
 
 1. the body goes through ``Request.json`` (malformed JSON is the envelope's 400) and the dialect parser;
-2. ``render_engine`` must produce ``engine_request.json`` byte for byte (compact JSON, key order included);
-3. a 2xx reply goes through the native translator (``StreamTranslator`` fed in uneven pieces for a stream,
+2. the gateway's own ``plan`` (``gateway/plan.py``), for the recording daemon's engine (``ENGINE``), must produce
+   ``engine_request.json`` byte for byte (compact JSON, key order included);
+3. a 2xx reply goes through the plan's native translator (``StreamTranslator`` fed in uneven pieces for a stream,
    ``translate_whole`` otherwise); an engine error, a parser error or a catalog error becomes the dialect's
    ``render_error`` body for the status and message the gateway produces.
 
@@ -28,28 +29,35 @@ from typing import Any
 import orjson
 
 from blazar import names
-from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects import anthropic, ollama, openai
-from blazar.dialects.canonical import CanonicalRequest, render_engine
+from blazar.dialects.canonical import CanonicalRequest
 from blazar.errors import BlazarError, ModelNotFound
-from blazar.gateway import core
+from blazar.gateway import plan
 from blazar.gateway.app import render_error
 from blazar.gateway.http import Request
 from blazar.gateway.proxy import engine_error
+from blazar.profile import LLAMA_SERVER, LaunchSpec
 
 HERE = Path(__file__).resolve().parent
 DIALECTS = ("openai", "ollama", "anthropic")
 
 Parser = Callable[[Any], CanonicalRequest]
 
-ROUTES: dict[str, tuple[str, Parser, core.Shape]] = {
-    "/v1/chat/completions": ("openai", openai.parse_chat, core.OPENAI),
-    "/v1/completions": ("openai", openai.parse_completion, core.OPENAI),
-    "/api/chat": ("ollama", ollama.parse_chat, core.OLLAMA_CHAT),
-    "/api/generate": ("ollama", ollama.parse_generate, core.OLLAMA_GENERATE),
-    "/v1/messages": ("anthropic", anthropic.parse_messages, core.ANTHROPIC),
+ROUTES: dict[str, tuple[str, Parser, plan.Shape]] = {
+    "/v1/chat/completions": ("openai", openai.parse_chat, plan.OPENAI),
+    "/v1/completions": ("openai", openai.parse_completion, plan.OPENAI),
+    "/api/chat": ("ollama", ollama.parse_chat, plan.OLLAMA_CHAT),
+    "/api/generate": ("ollama", ollama.parse_generate, plan.OLLAMA_GENERATE),
+    "/v1/messages": ("anthropic", anthropic.parse_messages, plan.ANTHROPIC),
 }
 """Client path -> (error dialect, request parser, response shape), as the gateway's handlers pair them."""
+
+SLOTS = 4
+ENGINE = LaunchSpec(
+    argv_template=("llama-server",), ctx_size=1024, parallel=SLOTS, kv_unified=True, can=LLAMA_SERVER
+)
+"""The launch spec of the recording daemon's engine: llama-server on the default ``parallel = "auto"`` (4 slots
+sharing the context) and ``record.py``'s ``CTX_SIZE``."""
 
 VOLATILE_OLLAMA_WHOLE = ["created_at", "total_duration", "load_duration"]
 VOLATILE_OLLAMA_STREAM = [*VOLATILE_OLLAMA_WHOLE, "prompt_eval_duration", "eval_duration"]
@@ -162,7 +170,7 @@ class Outcome:
     actual: bytes
     expected: bytes
     engine_request: bytes | None
-    """The compact JSON ``render_engine`` produced (None when the request never reaches the engine)."""
+    """The compact JSON of the plan's engine request (None when the request never reaches the engine)."""
 
 
 def _compact(value: Any) -> bytes:
@@ -176,10 +184,10 @@ def replay(case: Case) -> Outcome:
     req = Request(case.request.get("method", "POST"), path, "", {}, case.body, "golden")
     try:
         canon = parse(req.json())
+        sent = plan.plan(canon, ENGINE, shape, slots=SLOTS, body_bytes=len(case.body))
     except BlazarError as e:  # HttpError and DialectError: as the gateway's envelope renders them
         return _error(case, dialect, e.status, e.message, e.error_type, None)
-    engine_path, engine_body = render_engine(canon)
-    rendered = _compact({"path": engine_path, "body": engine_body})
+    rendered = _compact({"path": sent.path, "body": sent.body})
     meta_error = case.meta.get("error")
     if case.engine_reply is None:
         # never reached the engine: the catalog refused the model (the only such error in the set)
@@ -195,11 +203,11 @@ def replay(case: Case) -> Outcome:
         err = engine_error(engine_status, case.engine_reply)
         return _error(case, dialect, err.status, err.message, err.error_type, rendered)
     if canon.stream:
-        translator = StreamTranslator(shape.translator, canon.model, include_usage=canon.include_usage)
+        translator = sent.stream(0)
         out = b"".join(translator.feed(p) for p in pieces(case.engine_reply)) + translator.finish()
         content_type = shape.stream_type
     else:
-        out, _summary = translate_whole(shape.translator, canon.model, case.engine_reply)
+        out, _summary = sent.whole(case.engine_reply)
         content_type = "application/json"
     volatile = list(case.meta.get("volatile", []))
     return Outcome(200, content_type, normalise(out, volatile), normalise(case.expected, volatile), rendered)
@@ -219,7 +227,7 @@ def check(case: Case) -> None:
     if got.engine_request is not None or case.engine_request is not None:
         want = _compact(case.engine_request) if case.engine_request is not None else None
         assert got.engine_request == want, (
-            f"{case.name}: render_engine differs from engine_request.json\n"
+            f"{case.name}: the plan's engine request differs from engine_request.json\n"
             f"  rendered: {got.engine_request!r}\n  recorded: {want!r}"
         )
     assert got.status == meta["status"], f"{case.name}: status {got.status}, recorded {meta['status']}"

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from blazar.dialects import anthropic as dialect
-from blazar.gateway import core
+from blazar.gateway import core, plan
 from blazar.gateway.http import JSON_HEADERS, Request
 from blazar.supervisor import Supervisor
 
@@ -19,7 +19,7 @@ Response = tuple[int, list[tuple[str, str]], bytes]
 
 
 async def messages(sup: Supervisor, req: Request, proto: Any) -> Response | None:
-    return await core.serve(sup, req, proto, dialect.parse_messages(req.json()), core.ANTHROPIC)
+    return await core.serve(sup, req, proto, dialect.parse_messages(req.json()), plan.ANTHROPIC)
 
 
 async def count_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:

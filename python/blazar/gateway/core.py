@@ -12,42 +12,25 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
 
 from blazar._native import StreamError, StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
-from blazar.dialects.ollama import WHOLE_CONTEXT
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
-from blazar.gateway import forced_tools, proxy, remote, semcache, tenancy, vectors, watch
+from blazar.gateway import forced_tools, plan, proxy, remote, semcache, tenancy, vectors, watch
 from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import HttpError, Request
 from blazar.gateway.routing import claim_remote, note_ignored
 from blazar.paths import child_key
-from blazar.preflight import check_images_readable, check_request_fits
+from blazar.preflight import check_images_readable
 from blazar.supervisor import Child, Supervisor, adapters
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """How a client dialect wants responses: the translator's dialect and the stream's content type."""
-
-    translator: str
-    stream_type: str
-
-
-OPENAI = Shape("openai", "text/event-stream")
-OLLAMA_CHAT = Shape("ollama_chat", "application/x-ndjson")
-OLLAMA_GENERATE = Shape("ollama_generate", "application/x-ndjson")
-ANTHROPIC = Shape("anthropic", "text/event-stream")
-RESPONSES = Shape("responses", "text/event-stream")
 
 
 def llama_only(child: Child, has: bool, feature: str, endpoint: str) -> None:
@@ -108,7 +91,7 @@ async def ask_engine(
 
 
 async def serve(
-    sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Shape
+    sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: plan.Shape
 ) -> Response | None:
     """Chat and completion requests of any dialect: quotas, admission, the child, the translated response."""
     hit = claim_remote(sup, req, canon)
@@ -161,37 +144,23 @@ def _lane(sup: Supervisor, name: str) -> str:
 
 
 async def _dispatch(
-    ex: Exchange, proto: Any, shape: Shape, probe: semcache.Probe | None, child: Child, load_ns: int
+    ex: Exchange, proto: Any, shape: plan.Shape, probe: semcache.Probe | None, child: Child, load_ns: int
 ) -> Response | None:
     """A chat or completion on its ready engine: checked, rendered for the engine, sent, translated back."""
     sup, req, canon, key, slots = ex.sup, ex.req, ex.canon, ex.key, ex.slots
-    check_request_fits(canon, child.spec.ctx_per_slot, len(req.body))
-    if canon.has_images():
-        check_images_readable(canon, child.spec.reads_images)
-    path, body = render_engine(canon)
-    if child.spec.engine_model is not None:  # sglang, mlx-lm and mistral.rs route by the body's model
-        body["model"] = child.spec.engine_model
-    if body.get("repeat_last_n") == WHOLE_CONTEXT:  # Ollama's -1, which llama-server does not take
-        body["repeat_last_n"] = child.spec.ctx_per_slot or child.ctx_size
-    adapters.apply(child, canon.model, body)  # an engine with LoRA adapters: which one applies, if any
-    can = child.spec.can
-    if canon.stream and shape.translator == "anthropic" and can.progress_reports:
-        # the prompt's size before its first token, for message_start's input_tokens
-        body["return_progress"] = True
-    slot = req.gate.session_slot(req, key, slots) if can.slot_pinning else None
-    if slot is not None:
-        body["id_slot"] = slot
-        body.setdefault("cache_prompt", True)
+    spec = child.spec
+    slot = req.gate.session_slot(req, key, slots) if spec.can.slot_pinning else None
+    p = plan.plan(
+        canon,
+        spec,
+        shape,
+        slots=slots,
+        owner=child.model,
+        body_bytes=len(req.body),
+        slot=slot,
+        lora=adapters.choice(child, canon.model),
+    )
     ex.keep(child)
-    choices = canon.choices()
-    if choices > slots and can.choices_in_slots:
-        raise HttpError(
-            400,
-            f"'n' is {choices}, but model '{child.model}' runs {slots} parallel slot(s) and llama-server"
-            f" generates each choice in a slot of its own; send n <= {slots}, or raise parallel for the model"
-            f' (parallel under [models."{child.model}"] in config.toml)',
-            "invalid_request_error",
-        )
     if forced_tools.asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
         field = forced_tools.think_field(shape.translator, canon)
         note_ignored(req, f"{field} is ignored: the chat template of '{child.model}' has no thinking section")
@@ -203,35 +172,24 @@ async def _dispatch(
             f" (llama-server's /props); {forced_tools.how_to_force(shape.translator)}",
         )
     if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
-        if choices > 1:
+        if p.n > 1:
             raise HttpError(
                 400,
-                f"'n' is {choices}, but model '{child.model}' cannot emit tool calls from its template, so"
+                f"'n' is {p.n}, but model '{child.model}' cannot emit tool calls from its template, so"
                 " Blazar forces the call by constraining one answer; send n=1 with this tool_choice",
                 "invalid_request_error",
             )
-        return await _forced_tool_call(sup, req, canon, shape, child, body, schema, load_ns)
-    engine_body = orjson.dumps(body)
-    # llama-server starts its answer with the assistant message it continues; the client gets what follows
-    prefill = canon.prefill() if can.prefill_echo else None
+        return await _forced_tool_call(sup, req, canon, shape, child, p.body, schema, load_ns)
+    engine_body = orjson.dumps(p.body)
     if canon.stream:
-        translator = StreamTranslator(
-            shape.translator,
-            canon.model,
-            include_usage=canon.include_usage,
-            load_duration_ns=load_ns,
-            prefill=prefill,
-            n=choices,
-            echo=canon.echo,
-            alternatives=canon.alternatives,
-        )
+        translator = p.stream(load_ns)
         req.mark_overhead()
         req.dispatched = True
         try:
             req.client_left = await proxy.forward_stream(
                 sup,
                 child,
-                path,
+                p.path,
                 engine_body,
                 proto,
                 req.extra_headers,
@@ -245,22 +203,12 @@ async def _dispatch(
         watch.observe(sup, req, canon)
         return None
     req.dispatched = True
-    _status, data = await req.waiting(proxy.forward_whole(sup, child, path, engine_body, req.client))
-    out, summary = translate_whole(
-        shape.translator,
-        canon.model,
-        data,
-        load_duration_ns=load_ns,
-        total_duration_ns=int((time.perf_counter() - req.t0) * 1e9),
-        prefill=prefill,
-        n=choices,
-        echo=canon.echo,
-        alternatives=canon.alternatives,
-    )
+    _status, data = await req.waiting(proxy.forward_whole(sup, child, p.path, engine_body, req.client))
+    out, summary = p.whole(data, load_ns, int((time.perf_counter() - req.t0) * 1e9))
     if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
         raise proxy.engine_error(502, data)
-    several = summary["choices"] != 1 and can.choices_in_slots  # n > 1, or a prompt list
-    req.summary = tenancy.each_task_charged(summary, choices) if several else summary
+    several = summary["choices"] != 1 and spec.can.choices_in_slots  # n > 1, or a prompt list
+    req.summary = tenancy.each_task_charged(summary, p.n) if several else summary
     watch.judge_whole(sup, req, canon)
     if probe is not None and req.gate.semcache is not None:
         req.gate.semcache.keep(probe, req, summary, data)
@@ -271,7 +219,7 @@ async def _forced_tool_call(
     sup: Supervisor,
     req: Request,
     canon: CanonicalRequest,
-    shape: Shape,
+    shape: plan.Shape,
     child: Child,
     body: dict[str, Any],
     schema: dict[str, Any],

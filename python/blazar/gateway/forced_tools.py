@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import weakref
 from typing import Any
 
 import orjson
@@ -35,26 +36,31 @@ async def template_thinks(sup: Supervisor, child: Child) -> bool:
     return (await _template_caps(sup, child))[1]
 
 
+_TEMPLATES: weakref.WeakKeyDictionary[Child, tuple[bool, bool]] = weakref.WeakKeyDictionary()
+"""(tool calls, thinking) per running child, as its ``/props`` said; a restarted engine is a new child."""
+
+
 async def _template_caps(sup: Supervisor, child: Child) -> tuple[bool, bool]:
     """(tool calls, thinking) of the child's chat template, from llama-server's ``/props``, asked once per child."""
     if not child.spec.can.template_props:
         return True, True
-    if child.tool_calls_supported is None or child.thinks is None:
-        await _read_props(sup, child)
-    return bool(child.tool_calls_supported), bool(child.thinks)
+    known = _TEMPLATES.get(child)
+    if known is None:
+        known = _TEMPLATES[child] = await _read_props(sup, child)
+    return known
 
 
-async def _read_props(sup: Supervisor, child: Child) -> None:
-    """What llama-server's ``/props`` says of the child's chat template, asked once per child."""
+async def _read_props(sup: Supervisor, child: Child) -> tuple[bool, bool]:
+    """What llama-server's ``/props`` says of the child's chat template: (tool calls, thinking)."""
     with sup.lease(child):  # in flight: a concurrent num_ctx restart waits for it instead of stopping it
         _s, data, _c = await proxy.get_whole(sup, child, "/props")
     props = orjson.loads(data)
     caps = props.get("chat_template_caps") or {}
     template = props.get("chat_template")
-    child.tool_calls_supported = bool(caps.get("supports_tool_calls"))
-    child.thinks = bool(caps.get("supports_reasoning_effort")) or (
+    thinks = bool(caps.get("supports_reasoning_effort")) or (
         isinstance(template, str) and "think" in template.lower()
     )
+    return bool(caps.get("supports_tool_calls")), thinks
 
 
 def asks_to_think(canon: CanonicalRequest) -> bool:

@@ -14,7 +14,7 @@ import orjson
 
 from blazar.dialects import ollama as dialect
 from blazar.dialects.canonical import CanonicalRequest, render_engine
-from blazar.gateway import core, exchange, proxy, routing, watch
+from blazar.gateway import core, exchange, plan, proxy, routing, watch
 from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.supervisor import Child, Supervisor, adapters
@@ -60,7 +60,7 @@ async def chat(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     canon = dialect.parse_chat(req.json())
     if canon.load_only:
         return await _load_reply(sup, req, canon, "message")
-    return await core.serve(sup, req, proto, canon, core.OLLAMA_CHAT)
+    return await core.serve(sup, req, proto, canon, plan.OLLAMA_CHAT)
 
 
 async def generate(sup: Supervisor, req: Request, proto: Any) -> Response | None:
@@ -69,7 +69,7 @@ async def generate(sup: Supervisor, req: Request, proto: Any) -> Response | None
         return await _load_reply(sup, req, canon, "response")
     if canon.suffix is not None:
         return await _infill(sup, req, canon)
-    return await core.serve(sup, req, proto, canon, core.OLLAMA_GENERATE)
+    return await core.serve(sup, req, proto, canon, plan.OLLAMA_GENERATE)
 
 
 async def _infill(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
@@ -84,7 +84,9 @@ async def _infill_on(ex: Exchange, child: Child, load_ns: int) -> Response:
     core.llama_only(child, child.spec.can.infill, "fill-in-the-middle (suffix)", "/infill")
     path, body = render_engine(canon)
     body["stream"] = False
-    adapters.apply(child, canon.model, body)
+    lora = adapters.choice(child, canon.model)
+    if lora is not None:
+        body["lora"] = lora
     ex.keep(child)
     _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
     out = orjson.loads(data)

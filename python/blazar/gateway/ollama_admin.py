@@ -154,7 +154,7 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 "expires_at": expires.isoformat().replace("+00:00", "Z"),
                 "size_vram": 0,
                 # as Ollama's: what one request can use (its num_ctx), not the engine's total over its slots
-                "context_length": child.spec.ctx_per_slot or child.ctx_size,
+                "context_length": child.spec.ctx_per_slot or child.spec.ctx_size,
                 # Blazar's own: the engine freed its model while idle (idle_sleep_secs); the next request
                 # reloads it
                 "asleep": await sleep.asleep(child),

@@ -16,7 +16,7 @@ from blazar import names
 from blazar.catalog import ModelRow
 from blazar.dialects import openai as dialect
 from blazar.dialects import responses as responses_dialect
-from blazar.gateway import core, remote
+from blazar.gateway import core, plan, remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
 from blazar.loras import LoraRow
@@ -64,13 +64,13 @@ async def retrieve_model(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def chat_completions(sup: Supervisor, req: Request, proto: Any) -> Response | None:
-    return await core.serve(sup, req, proto, dialect.parse_chat(req.json()), core.OPENAI)
+    return await core.serve(sup, req, proto, dialect.parse_chat(req.json()), plan.OPENAI)
 
 
 async def responses(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     """``POST /v1/responses``: OpenAI's Responses API, stateless (``dialects.responses``), answered by the native
     Responses translator from the engine's chat completion."""
-    return await core.serve(sup, req, proto, responses_dialect.parse_responses(req.json()), core.RESPONSES)
+    return await core.serve(sup, req, proto, responses_dialect.parse_responses(req.json()), plan.RESPONSES)
 
 
 async def responses_input_tokens(sup: Supervisor, req: Request, proto: Any) -> Response:
@@ -81,7 +81,7 @@ async def responses_input_tokens(sup: Supervisor, req: Request, proto: Any) -> R
 
 
 async def completions(sup: Supervisor, req: Request, proto: Any) -> Response | None:
-    return await core.serve(sup, req, proto, dialect.parse_completion(req.json()), core.OPENAI)
+    return await core.serve(sup, req, proto, dialect.parse_completion(req.json()), plan.OPENAI)
 
 
 async def embeddings(sup: Supervisor, req: Request, proto: Any) -> Response | None:

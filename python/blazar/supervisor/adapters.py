@@ -54,14 +54,15 @@ def serve(child: Child, adapter: LoraRow | None) -> Child:
     return child
 
 
-def apply(child: Child, model: str, body: dict[str, Any]) -> None:
-    """Say in an engine request ``body`` for client model name ``model`` which adapter applies: on an engine
-    that loaded adapters every request names one, its base model's requests with scale 0 (llama-server applies
-    its adapters at their load scale to a request that names none, ``--lora-init-without-apply`` or not)."""
+def choice(child: Child, model: str) -> list[dict[str, Any]] | None:
+    """llama-server's ``lora`` member for an engine request for client model name ``model``: on an engine that
+    loaded adapters every request names one, its base model's requests with scale 0 (llama-server applies its
+    adapters at their load scale to a request that names none, ``--lora-init-without-apply`` or not); None on
+    an engine without adapters."""
     if not child.spec.loras:
-        return
+        return None
     hit = child.adapters.get(names.normalize(model))
-    body["lora"] = [{"id": hit[0], "scale": hit[1]}] if hit is not None else [{"id": 0, "scale": 0.0}]
+    return [{"id": hit[0], "scale": hit[1]}] if hit is not None else [{"id": 0, "scale": 0.0}]
 
 
 _FAILED = re.compile(r"failed to load lora adapter '([^']*)'")

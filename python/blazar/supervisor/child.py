@@ -139,9 +139,6 @@ class Child:
         self.last_used = time.monotonic()
         self.started_at = 0.0
         self.load_seconds = 0.0
-        self.ctx_size = spec.ctx_size
-        self.tool_calls_supported: bool | None = None  # from the engine's /props, asked on first need
-        self.thinks: bool | None = None  # its chat template has a thinking section (/props, on first need)
         self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
         self.base_keep_alive: float | None = None  # what a request without keep_alive puts back (per-model)
         self.unload_when_idle = False  # a keep_alive 0 came while requests ran: unload when the last ends
