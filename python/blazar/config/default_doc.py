@@ -1,9 +1,12 @@
-"""The default config document that ``blazar config init`` writes: every top-level default, commented.
+"""The default config document that ``blazar config init`` writes (every top-level default, commented) and the
+reference page ``docs/config.md`` generated from the same defaults (``scripts/config_reference.py``).
 
-It owns the document's wording; the values come from ``config.model``. It must not do I/O.
+It owns the documents' wording; the values come from ``config.model``. It must not do I/O.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import tomlkit
 
@@ -23,12 +26,14 @@ from blazar.config.model import (
     DEFAULT_HOST,
     DEFAULT_IDLE_SLEEP_SECS,
     DEFAULT_IDLE_TIMEOUT_SECS,
+    DEFAULT_KEY_WEIGHT,
     DEFAULT_LATE_CHUNKING_MAX_TOKENS,
     DEFAULT_LOG_LEVEL,
     DEFAULT_MEMORY_HEADROOM_MIB,
     DEFAULT_PARALLEL,
     DEFAULT_PORT,
     DEFAULT_QUEUE_WAIT_SECS,
+    DEFAULT_REMOTE_PARALLEL,
     DEFAULT_REQUEST_BODY_TIMEOUT_SECS,
     DEFAULT_SEMANTIC_CACHE_THRESHOLD,
     DEFAULT_SEMANTIC_CACHE_TTL_SECS,
@@ -37,7 +42,11 @@ from blazar.config.model import (
     DEFAULT_STOP_GRACE_SECS,
     DEFAULT_THREADS,
     DEFAULT_WHISPER_IDLE_SECS,
+    KeyConfig,
+    ModelOverride,
+    RemoteConfig,
 )
+from blazar.engines import KINDS
 
 _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
     ("host", DEFAULT_HOST, "Address the server listens on (env BLAZAR_HOST). Use 0.0.0.0 to serve the LAN."),
@@ -259,3 +268,106 @@ def render_default_config() -> str:
         tomlkit.comment('ca_file = "ca.pem"                # https: trust this CA instead of the system\'s')
     )
     return tomlkit.dumps(doc)
+
+
+_MODEL_ONLY = {
+    "extra_args": "Arguments added to the engine's command line, after Blazar's own.",
+    "engine": "The engine kind that serves the model, one of "
+    + ", ".join(f'"{k}"' for k in KINDS)
+    + "; unset: chosen from the model's format and the engines installed.",
+    "chat_template": "A llama.cpp built-in template name or inline Jinja, instead of the model's own.",
+    "chat_template_file": "A Jinja template file, instead of the model's own.",
+    "mmproj": "The vision projector GGUF; unset: an mmproj*.gguf next to the model, if any.",
+}
+"""The per-model keys that have no top-level twin; every other ``ModelOverride`` field overrides its top-level
+value."""
+
+_KEY_FIELDS = {
+    "name": ("(required)", "Who the key is, in logs, usage and `blazar keys ls`."),
+    "secret": ("(required)", SECRET_RULE),
+    "models": ("[]", "The models it may use; empty = every model, and it may manage keys."),
+    "weight": (DEFAULT_KEY_WEIGHT, "Its share of contended capacity, against other keys' weights."),
+    "max_concurrent": (0, "Requests in flight at once; 0 = unlimited."),
+    "rpm": (0, "Requests per minute; 0 = unlimited."),
+    "tpm": (0, "Tokens per minute (prompt and completion); 0 = unlimited."),
+    "daily_tokens": (0, "Tokens per UTC day; 0 = unlimited."),
+}
+_REMOTE_FIELDS = {
+    "name": ("(required)", 'Ask for "name:model" to be answered by that server\'s model.'),
+    "url": (
+        "(required)",
+        "Its OpenAI base URL: http://host:port/v1, or https:// (checked against the system's CAs).",
+    ),
+    "api_key": (
+        "(none)",
+        "Sent upstream as a Bearer token, never shown; or api_key_env names a variable holding it.",
+    ),
+    "parallel": (DEFAULT_REMOTE_PARALLEL, "Requests in flight there at once; more wait in Blazar's queue."),
+    "ca_file": ("(none)", "An https remote is checked against this CA instead of the system's."),
+}
+_GENERATED = "python scripts/config_reference.py"
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, str) and value.startswith("("):
+        return value
+    if isinstance(value, list) and not value:
+        return "`[]`"
+    item = tomlkit.item(value)
+    return f"`{item.as_string()}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_reference() -> str:
+    """``docs/config.md``: every config key with its built-in default and what it does, as Markdown."""
+    top = {key: (value, text) for key, value, text in _DOCUMENTED}
+    lines = [
+        "# Configuration reference",
+        "",
+        f"Generated from the built-in defaults by `{_GENERATED}`; a test fails when it is stale.",
+        "",
+        "Blazar reads `config.toml` from `$BLAZAR_CONFIG`, else `$XDG_CONFIG_HOME/blazar/config.toml` (by default",
+        "`~/.config/blazar/config.toml`); with no file every default below applies. `blazar config init` writes",
+        "this page's defaults, commented, and `blazar config path` says which file is read. `BLAZAR_HOST`, `BLAZAR_PORT` and",
+        "`BLAZAR_DATA_DIR` override the file, and `BLAZAR_KEYS=name=secret,...` adds full-access keys.",
+        "",
+        "## Top level",
+        "",
+        "| key | default | what it does |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| `{key}` | {_toml(value)} | {_cell(text)} |" for key, (value, text) in top.items()]
+    lines.insert(lines.index("| `port` | " + _toml(DEFAULT_PORT) + " | " + _cell(top["port"][1]) + " |") + 1,
+                 "| `data_dir` | `~/.local/share/blazar` | Where models, engines, logs and blazar.db live:"
+                 " `$BLAZAR_DATA_DIR`, else `$XDG_DATA_HOME/blazar`; relative paths are read from the config"
+                 " file's directory. |")  # fmt: skip
+    lines += [
+        "",
+        '## Per model: `[models."name:tag"]`',
+        "",
+        'Every key is optional; `"name"` means `"name:latest"`. Unset, a key takes the top-level value.',
+        "",
+        "| key | what it does |",
+        "| --- | --- |",
+    ]
+    for f in dataclasses.fields(ModelOverride):
+        text = _MODEL_ONLY.get(f.name) or f"The top-level `{f.name}`, for this model."
+        lines.append(f"| `{f.name}` | {_cell(text)} |")
+    for title, fields, cls in (
+        ("## API keys: `[[keys]]`", _KEY_FIELDS, KeyConfig),
+        ("## Remotes: `[[remotes]]`", _REMOTE_FIELDS, RemoteConfig),
+    ):
+        lines += ["", title, "", "| key | default | what it does |", "| --- | --- | --- |"]
+        for name in (f.name for f in dataclasses.fields(cls) if f.name in fields):
+            default, text = fields[name]
+            lines.append(f"| `{name}` | {_toml(default)} | {_cell(text)} |")
+    lines += [
+        "",
+        "With no key configured the gateway is open to anyone who can reach it; with any, every request needs one",
+        "(`Authorization: Bearer` or `x-api-key`). Manage keys with `blazar keys add|rm|rotate|ls`.",
+        "",
+    ]
+    return "\n".join(lines)
