@@ -28,7 +28,7 @@ T = TypeVar("T")
 Work = Callable[[Child, int], Awaitable[T]]
 """A handler's part: given the ready engine and its load time in ns (0: it was running), the answer."""
 
-log = logging.getLogger("blazar.proxy")
+log = logging.getLogger("blazar.exchange")
 
 LOAD_REPORT_NS = 100_000_000
 """load_duration is reported when the engine load took over 100 ms."""
