@@ -2,7 +2,7 @@
 
 Each case was recorded from a real `blazar serve` in front of the real llama-server + SmolLM2 (see
 tests/golden/README.md; re-record with ``python tests/golden/record.py``). Replaying parses the recorded client
-request with the dialect's parser, checks ``render_engine`` against the engine request Blazar sent, feeds the
+request with the dialect's parser, checks the gateway's ``plan`` against the engine request Blazar sent, feeds the
 engine's recorded bytes to the native translator (in uneven pieces when streamed) or renders the recorded error,
 and compares the result with the client bytes Blazar answered, byte for byte after volatile fields (clock stamps,
 durations, generated message ids) are normalised: see ``tests/golden/replay.py``.
@@ -35,3 +35,9 @@ def test_normalise_replaces_only_volatile_values() -> None:
     assert out == (
         b'{"id":"<id>","x":{"id":"toolu_1"},"created_at":"<created_at>","total_duration":"<total_duration>"}\n'
     )
+
+
+def test_the_replays_engine_is_the_recording_daemons() -> None:
+    from tests.golden import record
+
+    assert replay.ENGINE.ctx_size == record.CTX_SIZE
