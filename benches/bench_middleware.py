@@ -162,7 +162,7 @@ def stub_engine(app: Any) -> None:
     """Replace the engine I/O of ``app`` (this process only): a ready child (a real ``Child`` object that was
     never spawned), precomputed engine bytes."""
     from blazar.gateway import proxy
-    from blazar.profile import LLAMA_SERVER, LaunchSpec
+    from blazar.launch.spec import LLAMA_SERVER, LaunchSpec
     from blazar.supervisor import Child
     from blazar.supervisor.child import State
 

@@ -19,9 +19,9 @@ from blazar.config import Config
 from blazar.engines.lanes import detect_format, serving_lane
 from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError
+from blazar.launch.compilers import compile_profile
 from blazar.model_dir import dir_digest, pick
 from blazar.paths import DataDir
-from blazar.profile import compile_profile
 from blazar.store import Store
 from tests.fakehub import safetensors_bytes, write_model_dir
 

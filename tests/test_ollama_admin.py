@@ -23,9 +23,9 @@ from blazar.config import Config
 from blazar.dialects.canonical import DialectError
 from blazar.gateway import ollama_admin
 from blazar.gateway.http import HttpError, Request
+from blazar.launch.spec import LaunchSpec
 from blazar.loras import Loras
 from blazar.paths import DataDir
-from blazar.profile import LaunchSpec
 from blazar.store import Store
 from blazar.supervisor import State
 from blazar.supervisor.child import Child

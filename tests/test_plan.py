@@ -10,8 +10,8 @@ import pytest
 from blazar.dialects import anthropic, ollama, openai
 from blazar.gateway import plan
 from blazar.gateway.http import HttpError
+from blazar.launch.spec import LLAMA_SERVER, LaunchSpec
 from blazar.preflight import PromptTooLong
-from blazar.profile import LLAMA_SERVER, LaunchSpec
 
 LLAMA = LaunchSpec(("llama-server",), ctx_size=4096, parallel=4, kv_unified=True, can=LLAMA_SERVER)
 SGLANG = LaunchSpec(("sglang",), ctx_size=4096, parallel=4, kv_unified=True, engine_model="qwen")

@@ -228,7 +228,7 @@ def test_the_props_probe_holds_a_lease_on_the_child(monkeypatch: pytest.MonkeyPa
     """A concurrent num_ctx restart drains a child's requests in flight before stopping it, so the first forced
     tool request's /props probe must count as one."""
     from blazar.gateway import forced_tools, proxy
-    from blazar.profile import LLAMA_SERVER, LaunchSpec
+    from blazar.launch.spec import LLAMA_SERVER, LaunchSpec
     from blazar.supervisor.pool import Supervisor
 
     class StandIn:  # a child the probe may keep facts about (weakly, as of a real one)

@@ -36,7 +36,7 @@ from blazar.gateway import plan
 from blazar.gateway.app import render_error
 from blazar.gateway.http import Request
 from blazar.gateway.proxy import engine_error
-from blazar.profile import LLAMA_SERVER, LaunchSpec
+from blazar.launch.spec import LLAMA_SERVER, LaunchSpec
 
 HERE = Path(__file__).resolve().parent
 DIALECTS = ("openai", "ollama", "anthropic")

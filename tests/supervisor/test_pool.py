@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 
 from blazar.errors import ChildError
+from blazar.launch.spec import LaunchSpec
 from blazar.paths import DataDir
-from blazar.profile import LaunchSpec
 from blazar.supervisor import Child, State
 from blazar.supervisor.pool import idle_victims
 from tests.conftest import until

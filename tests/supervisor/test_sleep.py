@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from blazar.launch.spec import LaunchSpec
 from blazar.paths import DataDir
-from blazar.profile import LaunchSpec
 from blazar.supervisor import sleep
 from blazar.supervisor.child import Child
 

@@ -35,9 +35,9 @@ from blazar.engines.manifest import load_manifest
 from blazar.engines.registry import EngineRow
 from blazar.errors import BlazarError, ConfigError
 from blazar.hardware import Hardware, human_bytes
+from blazar.launch.settings import fit_model, mmproj_for
 from blazar.loras import Loras
 from blazar.paths import DataDir
-from blazar.profile import fit_model, mmproj_for
 from blazar.store import REPAIR_HINT, Store, lost_catalog
 
 REPAIR_FIX = (

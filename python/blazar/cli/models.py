@@ -20,8 +20,10 @@ from blazar.errors import LaneError
 from blazar.fit import ProfileUnfit
 from blazar.gguf_info import GgufSummary, human_params
 from blazar.hardware import human_bytes
-from blazar.profile import LaunchSpec, compile_profile, fit_model, mmproj_for, render_command
-from blazar.profile_lanes import trained_context
+from blazar.launch.compilers import compile_profile
+from blazar.launch.settings import fit_model, mmproj_for
+from blazar.launch.shared import trained_context
+from blazar.launch.spec import LaunchSpec, render_command
 
 
 @handles_errors

@@ -1,7 +1,7 @@
 """The engines' command lines (one builder per lane, the one place that knows which flag carries what) and the
 environment they start with (``engine_environment``).
 
-The launch-profile compilers (``profile.py`` for llama-cpp, ``profile_lanes.py`` for the others) build their argv
+The launch-profile compilers (``launch/llama_cpp.py`` and one module per other lane) build their argv
 here with every setting; the install gate (``gate.py``) builds its own here with the least that starts a server.
 Pure: nothing is read from disk. ``port`` and ``api_key_file`` may be the supervisor's ``{port}`` and
 ``{api_key_file}`` placeholders. Every server binds 127.0.0.1 only, or a unix socket in the data directory:

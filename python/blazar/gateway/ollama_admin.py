@@ -23,10 +23,10 @@ from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
 from blazar.gguf_info import human_params
+from blazar.launch.settings import model_settings
 from blazar.loras import LoraRow
 from blazar.model_dir import chat_template, read_config, small_config
 from blazar.paths import TOKENS_SUFFIX, child_key, child_keys
-from blazar.profile import model_settings
 from blazar.supervisor import State, Supervisor, sleep
 
 _ENGINE_USE = {"": "chat", "@embed": "embeddings", TOKENS_SUFFIX: "late_chunking"}

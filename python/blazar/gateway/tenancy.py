@@ -38,8 +38,8 @@ from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
 from blazar.gateway.usage import UsageWriter
 from blazar.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
+from blazar.launch.settings import model_settings
 from blazar.paths import DataDir
-from blazar.profile import model_settings
 from blazar.quotas import Quotas
 from blazar.store import Store
 
@@ -278,7 +278,7 @@ def quota_reservation(req: Request, canon: CanonicalRequest, slot_ctx: int) -> i
 
 
 def slot_context(cfg: Config, model: str) -> int:
-    """The context one request of ``model`` may use, as configured (``profile.model_settings``): the engine's may
+    """The context one request of ``model`` may use, as configured (``launch.settings.model_settings``): the engine's may
     be smaller once fitted to memory, never larger."""
     return model_settings(cfg, model).ctx_per_slot
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from blazar import names
 from blazar.errors import BlazarError, ChildError, LaneError
+from blazar.launch.spec import LaunchSpec
 from blazar.loras import LoraRow
-from blazar.profile import LaunchSpec
 from blazar.supervisor.child import Child
 
 

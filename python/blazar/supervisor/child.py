@@ -26,8 +26,8 @@ from typing import Any
 import aiohttp
 
 from blazar.errors import ChildError
+from blazar.launch.spec import LaunchSpec, remove_stale_socket, socket_in_use
 from blazar.paths import DataDir
-from blazar.profile import LaunchSpec, remove_stale_socket, socket_in_use
 from blazar.supervisor.hints import CacheHints
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS, Links
 

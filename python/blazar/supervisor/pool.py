@@ -24,10 +24,11 @@ from blazar.engines.lanes import classify_unknown_arch, reroute_once, serving_la
 from blazar.engines.manifest import Manifest, load_manifest
 from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, ChildError, EngineBusy, LaneError, ModelNotFound
+from blazar.launch.compilers import compile_profile
+from blazar.launch.settings import model_settings
 from blazar.loras import LoraRow, Loras
 from blazar.paths import DataDir, child_key
 from blazar.presets import Preset
-from blazar.profile import compile_profile, model_settings
 from blazar.store import Store
 from blazar.supervisor import adapters, bank, hints, sleep
 from blazar.supervisor.breaker import Breakers
@@ -393,9 +394,7 @@ class Supervisor:
         child.lane = engine.kind
         child.num_ctx = num_ctx
         ov = self.cfg.model_override(model.name)
-        if (
-            engine.kind == "whisper"
-        ):  # whisper_idle_secs, not idle_timeout_secs; 0: kept until the daemon stops
+        if spec.can.transcription:  # whisper_idle_secs, not idle_timeout_secs; 0: kept until the daemon stops
             secs = self.cfg.whisper_idle_secs
             child.keep_alive = child.base_keep_alive = float(secs) if secs else -1.0
         if ov.idle_timeout_secs is not None:  # 0: never evicted, as the top-level key's 0 is

@@ -22,17 +22,9 @@ from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
 from blazar.fit import ProfileUnfit
 from blazar.hardware import Gpu, Hardware
-from blazar.profile import (
-    LLAMA_SERVER,
-    LaunchSpec,
-    compile_profile,
-    embed_slots,
-    find_mmproj,
-    prepare,
-    render_command,
-    shard_paths,
-    socket_in_use,
-)
+from blazar.launch.compilers import compile_profile
+from blazar.launch.settings import embed_slots, find_mmproj, shard_paths
+from blazar.launch.spec import LLAMA_SERVER, LaunchSpec, prepare, render_command, socket_in_use
 from tests.conftest import Assets, free_port
 
 GIB = 1 << 30

@@ -15,8 +15,9 @@ from blazar.engines.manifest import VenvSpec
 from blazar.engines.registry import EngineRow
 from blazar.engines.venv import KEY_FILE_FLAG, launcher_text
 from blazar.errors import LaneError
-from blazar.profile import OPENAI_COMPATIBLE, WHISPER_SERVER, compile_profile, render_command
-from tests.test_profile import ROOMY, cfg_from
+from blazar.launch.compilers import compile_profile
+from blazar.launch.spec import OPENAI_COMPATIBLE, WHISPER_SERVER, render_command
+from tests.launch.test_llama_cpp import ROOMY, cfg_from
 
 
 def engine(kind: str, path: Path) -> EngineRow:
