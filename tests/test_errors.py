@@ -9,11 +9,11 @@ import re
 
 import blazar
 from blazar import errors
-from blazar.admission import AllSlotsBusy
 from blazar.dialects.canonical import DialectError
 from blazar.errors import BlazarError, LaneError
 from blazar.gateway.http import HttpError
 from blazar.supervisor.signals import EngineStopped, EngineWedged
+from blazar.tenancy.admission import AllSlotsBusy
 
 
 def _every_module() -> None:

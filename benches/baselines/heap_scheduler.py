@@ -3,7 +3,7 @@
 It implements the same rules as ``blazar_sched.Scheduler`` (bands by priority and class rank, the RawLong ceiling,
 fair share by key credit with lift and rebase, strict EDF for explicit deadlines) with the same API, the way one
 would write it in Python: tuples in ``heapq`` heaps, cancelled tickets and outdated key entries dropped lazily when
-they reach a heap's top. ``tests/test_sched.py`` also uses it as an oracle: both must admit the same tickets in the
+they reach a heap's top. ``tests/tenancy/test_sched.py`` also uses it as an oracle: both must admit the same tickets in the
 same order. It is never imported by blazar itself.
 """
 

@@ -54,9 +54,9 @@ def test_a_file_the_index_does_not_have_is_unreachable_with_pips_words(index: Pa
 
 
 def test_the_starter_and_the_llama_cpp_source_add_their_next_step(index: Path) -> None:
-    from blazar import starter
     from blazar.engines import source
     from blazar.errors import EngineError
+    from blazar.hub import starter
 
     said: list[str] = []
     with pytest.raises(

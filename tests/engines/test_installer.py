@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.engines import registry
 from blazar.engines.gate import GateFailed
 from blazar.engines.installer import gate_model, install

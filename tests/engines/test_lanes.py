@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.config import Config, ModelOverride
 from blazar.engines.lanes import (
     UnservedArchitecture,

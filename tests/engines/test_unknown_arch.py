@@ -8,7 +8,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.engines.lanes import UnservedArchitecture, classify_unknown_arch, reroute_once
 from blazar.engines.registry import EngineRow
 from tests.conftest import Assets

@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from blazar import keys
 from blazar.config import Config, load_config_text
 from blazar.config.write import ConfigWriteError, backups, write_config
 from blazar.errors import ConfigError
+from blazar.tenancy import keys
 from tests.conftest import Daemon, blazar_cmd, make_daemon
 
 SECRET = "sk-faults-config-0123456789abcdef"

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from blazar import names
+from blazar.catalog import names
 from blazar.dialects import anthropic, ollama, openai
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.errors import BlazarError, ModelNotFound

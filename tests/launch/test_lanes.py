@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.engines.manifest import VenvSpec
 from blazar.engines.registry import EngineRow
 from blazar.engines.venv import KEY_FILE_FLAG, launcher_text

@@ -15,14 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.config import Config, load_config_text
 from blazar.engines import argv as lane_argv
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
-from blazar.fit import ProfileUnfit
-from blazar.hardware import Gpu, Hardware
 from blazar.launch.compilers import compile_profile
+from blazar.launch.fit import ProfileUnfit
+from blazar.launch.hardware import Gpu, Hardware
 from blazar.launch.settings import embed_slots, find_mmproj, shard_paths
 from blazar.launch.spec import LLAMA_SERVER, LaunchSpec, prepare, render_command, socket_in_use
 from tests.conftest import Assets, free_port

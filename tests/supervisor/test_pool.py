@@ -65,7 +65,7 @@ def test_wants_restart_only_for_more_context() -> None:
 def test_an_engine_at_its_trained_context_is_not_restarted_for_more() -> None:
     import dataclasses
 
-    from blazar.fit import KvSettings, MemoryEstimate
+    from blazar.launch.fit import KvSettings, MemoryEstimate
     from blazar.supervisor.pool import wants_restart
 
     est = MemoryEstimate(

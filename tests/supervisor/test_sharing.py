@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from blazar.catalog import Catalog
+from blazar.catalog.loras import Loras
+from blazar.catalog.models import Catalog
 from blazar.config import Config
 from blazar.config.model import ModelOverride
-from blazar.loras import Loras
 from blazar.store import Store
 from blazar.supervisor.sharing import Sharing
 from tests.fakehub import lora_gguf

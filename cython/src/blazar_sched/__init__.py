@@ -2,7 +2,7 @@
 
 It holds the seed's admission rules (priority parsing, SLO tiers, work classes, the RawLong ceiling) and
 ``Scheduler``, one model's queue: priority and class bands, strict EDF deadlines, fair share across keys.
-``blazar.admission`` wraps it for asyncio; this package never touches an event loop, a clock or I/O.
+``blazar.tenancy.admission`` wraps it for asyncio; this package never touches an event loop, a clock or I/O.
 """
 
 from blazar_sched._scheduler import (

@@ -20,7 +20,7 @@ class Ticket:
         """Raises TypeError: tickets come from ``Scheduler.ticket``."""
 
     waiter: object
-    """Opaque slot for the caller (``blazar.admission`` keeps the waiter's future here); never read."""
+    """Opaque slot for the caller (``blazar.tenancy.admission`` keeps the waiter's future here); never read."""
 
     @property
     def key(self) -> str: ...

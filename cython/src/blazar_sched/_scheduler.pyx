@@ -5,7 +5,7 @@
 Owns: priority classes and their SLO tiers, work classes and their rank, the RawLong slot ceiling, and
 ``Scheduler``, which decides which waiting request of one model may start when a slot is free. It is synchronous
 and knows no event loop, clock, socket or log: callers pass ``now`` in monotonic seconds and act on the tickets
-it hands back (``blazar.admission`` wraps it for asyncio).
+it hands back (``blazar.tenancy.admission`` wraps it for asyncio).
 
 Order of admission, for one model with N slots. A ticket takes ``slots`` of them (an OpenAI request for n
 choices: llama-server runs each in a slot of its own), at most N; the next ticket in order waits until that many

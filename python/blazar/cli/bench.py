@@ -20,8 +20,8 @@ import httpx
 import orjson
 import typer
 
-from blazar import names
-from blazar.catalog import Catalog
+from blazar.catalog import names
+from blazar.catalog.models import Catalog
 from blazar.cli.common import console, handles_errors, opened
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
 from blazar.dialects.canonical import MAX_TOKENS

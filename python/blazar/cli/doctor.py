@@ -24,8 +24,8 @@ import httpx
 import orjson
 import typer
 
-from blazar import hardware
-from blazar.catalog import Catalog, ModelRow
+from blazar.catalog.loras import Loras
+from blazar.catalog.models import Catalog, ModelRow
 from blazar.cli.common import console, fail
 from blazar.config import Config, default_config_path, default_data_dir, load_config, load_config_text
 from blazar.engines import registry
@@ -34,9 +34,9 @@ from blazar.engines.lanes import INSTALL_HINT, serving_lane
 from blazar.engines.manifest import load_manifest
 from blazar.engines.registry import EngineRow
 from blazar.errors import BlazarError, ConfigError
-from blazar.hardware import Hardware, human_bytes
+from blazar.launch import hardware
+from blazar.launch.hardware import Hardware, human_bytes
 from blazar.launch.settings import fit_model, mmproj_for
-from blazar.loras import Loras
 from blazar.paths import DataDir
 from blazar.store import REPAIR_HINT, Store, lost_catalog
 

@@ -22,7 +22,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from blazar.catalog import Catalog
+from blazar.catalog.models import Catalog
 from blazar.cli.common import console, handles_errors, is_tty, opened, warn
 from blazar.engines import argv, build, check, gate, installer, registry, removal, source
 from blazar.engines.download import Progress as DownloadProgress

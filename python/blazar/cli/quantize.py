@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from blazar import quantize
-from blazar.catalog import Catalog
+from blazar.catalog import quantize
+from blazar.catalog.models import Catalog
 from blazar.cli.common import console, handles_errors, is_tty, opened
 
 

@@ -25,7 +25,7 @@ import typer
 from rich.markup import escape
 from rich.prompt import Confirm
 
-from blazar import names
+from blazar.catalog import names
 from blazar.cli import background
 from blazar.cli.common import config, err_console, handles_errors, steps_on
 from blazar.cli.daemon import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable

@@ -14,7 +14,7 @@ from blazar.config.checks import is_host_text
 app = typer.Typer()
 
 STARTER = "smollm2"
-"""The model ``--starter`` pulls (``blazar.starter``): SmolLM2-135M-Instruct, the README's curl asks it."""
+"""The model ``--starter`` pulls (``blazar.hub.starter``): SmolLM2-135M-Instruct, the README's curl asks it."""
 
 
 @handles_errors

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from blazar import names
+from blazar.catalog import names
 from blazar.config.checks import Ctx, a_type, env_value, integer, quote_key, strings
 from blazar.config.model import (
     DEFAULT_KEY_WEIGHT,

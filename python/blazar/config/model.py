@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from blazar import names
+from blazar.catalog import names
 from blazar.errors import CatalogError
 
 DEFAULT_HOST = "127.0.0.1"

@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import orjson
 
+from blazar.dialects.schema_subset import contradiction
 from blazar.errors import BlazarError
-from blazar.schema_subset import contradiction
 
 Kind = Literal["chat", "completion", "embedding", "audio"]
 

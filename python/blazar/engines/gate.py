@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from blazar.catalog import split_set
+from blazar.catalog.models import split_set
 from blazar.engines import argv
 from blazar.errors import EngineError
 

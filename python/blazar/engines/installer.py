@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.engines import archive, gate, registry, releases, venv
 from blazar.engines.download import Progress, fetch
 from blazar.engines.lanes import kinds_for_format

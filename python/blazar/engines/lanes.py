@@ -20,7 +20,7 @@ import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.config import Config
 from blazar.engines import KINDS
 from blazar.engines.manifest import Manifest

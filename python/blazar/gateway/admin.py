@@ -17,12 +17,13 @@ from typing import Any, TypeVar
 
 import orjson
 
-from blazar import keys, names
+from blazar.catalog import names
 from blazar.engines.check import read_check
 from blazar.errors import BlazarError
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import visible
 from blazar.supervisor import Supervisor
+from blazar.tenancy import keys
 
 T = TypeVar("T")
 

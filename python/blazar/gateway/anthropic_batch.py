@@ -21,7 +21,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from blazar.batches import MAX_LINES, BatchError, FileRow, new_batch
+from blazar.batches.store import MAX_LINES, BatchError, FileRow, new_batch
 from blazar.gateway.batch import BatchRunner, key_name, runner_of, sees_unowned
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.supervisor import Supervisor

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from blazar import ggml_whisper
+from blazar.catalog import ggml_whisper
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.engines.argv import WHISPER_PATH
 from blazar.gateway import proxy, routing

@@ -12,7 +12,7 @@ Retry-After) is retried after a pause. Answers with a 2xx status go to the outpu
 got no answer) to the error file. A batch whose key is gone, or that was made while auth was off and meets keys
 now, fails saying so. A batch left unfinished by a restart runs again from its start; cancelling stops sending its
 requests, and what was answered is kept; a batch still queued is cancelled at once. Uploads and inputs are read
-off the event loop. Storage is ``blazar.batches``.
+off the event loop. Storage is ``blazar.batches.store``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import aiohttp
 import orjson
 
 from blazar import tasks
-from blazar.batches import (
+from blazar.batches.store import (
     ACTIVE,
     COMPLETION_WINDOW,
     ENDPOINTS,
@@ -42,9 +42,9 @@ from blazar.batches import (
     read_input,
 )
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request, parse_multipart
-from blazar.keys import KeyRegistry
 from blazar.store import Store
 from blazar.supervisor import Supervisor
+from blazar.tenancy.keys import KeyRegistry
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 

@@ -25,8 +25,8 @@ from blazar.gateway import forced_tools, plan, proxy, remote, semcache, tenancy,
 from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import HttpError, Request
 from blazar.gateway.routing import claim_remote, note_ignored
+from blazar.launch.preflight import check_images_readable
 from blazar.paths import child_key
-from blazar.preflight import check_images_readable
 from blazar.supervisor import Child, Supervisor, adapters
 
 Response = tuple[int, list[tuple[str, str]], bytes]

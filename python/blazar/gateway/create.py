@@ -8,13 +8,13 @@ new name), ``from``, ``files``, ``adapters``, ``quantize`` (a type for ``llama-q
 quantized already (Ollama refuses those). A model made from another keeps its source's preset, each field given
 replacing that field (parameters one by one). Options that are set when an engine starts (``num_gpu``,
 ``num_thread``, ...) cannot be a preset's: they are left out and named in ``x-blazar-ignored``. Older clients'
-``modelfile`` (the Modelfile's text) is read into those fields (``blazar.modelfile``). Go templates
+``modelfile`` (the Modelfile's text) is read into those fields (``blazar.catalog.modelfile``). Go templates
 (``template``, ``TEMPLATE``) and a Modelfile on the server's disk (``path``) are refused with a 400 that says
 what to do instead: nothing is silently dropped. A name that exists is made again, as Ollama overwrites it (``_made``; a quantized one is
 replaced once its new weights are made). The stream is Ollama's: ``quantizing F16 model to Q4_K_M`` (with
 ``total``/``completed`` tensors), ``writing manifest``, ``success``; a failure after it started is a last
 ``{"error": ...}`` line, and a client that leaves stops the tool and leaves nothing. The work is
-``blazar.quantize``'s, the catalog's and ``gateway.blobs``'; this module only speaks HTTP.
+``blazar.catalog.quantize``'s, the catalog's and ``gateway.blobs``'; this module only speaks HTTP.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from typing import Any
 
 import orjson
 
-from blazar import ggml_whisper, modelfile, names, presets, quantize
-from blazar.catalog import ModelRow, read_header
+from blazar.catalog import ggml_whisper, modelfile, names, presets, quantize
+from blazar.catalog.models import ModelRow, read_header
 from blazar.errors import BlazarError
 from blazar.gateway import blobs, ollama_admin, proxy, routing
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.ollama_admin import full_access
 from blazar.gateway.pull import stream_events
-from blazar.pull import Event
+from blazar.hub.pull import Event
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]

@@ -19,8 +19,8 @@ import orjson
 
 from blazar.dialects.canonical import json_object
 from blazar.errors import BlazarError
-from blazar.keys import KeyCtx
-from blazar.quotas import Lease as QuotaLease
+from blazar.tenancy.keys import KeyCtx
+from blazar.tenancy.quotas import Lease as QuotaLease
 
 T = TypeVar("T")
 

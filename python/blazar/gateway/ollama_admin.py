@@ -16,16 +16,17 @@ from typing import Any
 
 import orjson
 
-from blazar import __version__, ggml_whisper, names, presets
-from blazar.catalog import ModelRow, read_header
+from blazar import __version__
+from blazar.catalog import ggml_whisper, names, presets
+from blazar.catalog.gguf_info import human_params
+from blazar.catalog.loras import LoraRow
+from blazar.catalog.model_dir import chat_template, read_config, small_config
+from blazar.catalog.models import ModelRow, read_header
 from blazar.dialects.canonical import shown
 from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
-from blazar.gguf_info import human_params
 from blazar.launch.settings import model_settings
-from blazar.loras import LoraRow
-from blazar.model_dir import chat_template, read_config, small_config
 from blazar.paths import TOKENS_SUFFIX, child_key, child_keys
 from blazar.supervisor import State, Supervisor, sleep
 

@@ -12,14 +12,14 @@ from urllib.parse import unquote
 
 import orjson
 
-from blazar import names
-from blazar.catalog import ModelRow
+from blazar.catalog import names
+from blazar.catalog.loras import LoraRow
+from blazar.catalog.models import ModelRow
 from blazar.dialects import openai as dialect
 from blazar.dialects import responses as responses_dialect
 from blazar.gateway import core, plan, remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
-from blazar.loras import LoraRow
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]

@@ -15,8 +15,8 @@ from blazar._native import StreamTranslator, translate_whole
 from blazar.dialects.canonical import CanonicalRequest, render_engine
 from blazar.dialects.ollama import WHOLE_CONTEXT
 from blazar.gateway.http import HttpError
+from blazar.launch.preflight import check_images_readable, check_request_fits
 from blazar.launch.spec import LaunchSpec
-from blazar.preflight import check_images_readable, check_request_fits
 
 
 @dataclass(frozen=True, slots=True)

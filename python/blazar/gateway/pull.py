@@ -4,7 +4,7 @@ Streams Ollama's progress objects as NDJSON (``pulling manifest``, ``pulling <di
 ``completed``, ``verifying sha256 digest``, ``writing manifest``, ``success``); with ``"stream": false`` it
 answers one final object. A bad name is an HTTP error before the stream starts; a failure after it started
 is a final ``{"error": "..."}`` line. A client that goes away cancels the download (the next pull resumes it).
-The work itself is ``blazar.pull``; this module only speaks HTTP.
+The work itself is ``blazar.hub.pull``; this module only speaks HTTP.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from blazar import pull as pulling
 from blazar.errors import BlazarError
 from blazar.gateway import proxy
 from blazar.gateway.http import JSON_HEADERS, ClientGone, HttpError, Request
+from blazar.hub import pull as pulling
 from blazar.paths import DataDir
 from blazar.supervisor import Supervisor
 

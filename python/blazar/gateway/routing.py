@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 
-from blazar import names, presets
+from blazar.catalog import names, presets
+from blazar.catalog.presets import Preset
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway import remote, tenancy
 from blazar.gateway.http import HttpError, Request
 from blazar.launch.settings import model_settings
 from blazar.paths import EMBED_SUFFIXES, child_key, safe_component
-from blazar.presets import Preset
 from blazar.supervisor import Supervisor
 from blazar.supervisor.remotes import Remote
 

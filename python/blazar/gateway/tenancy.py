@@ -20,8 +20,6 @@ from typing import Any
 from blazar_sched import INTERACTIVE, RAWLONG, TOOL, parse_priority
 
 from blazar import tasks
-from blazar.admission import Admission, parse_deadline_ms
-from blazar.admission import Lease as SlotLease
 from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
@@ -37,11 +35,13 @@ from blazar.gateway.otlp import Exporter
 from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
 from blazar.gateway.usage import UsageWriter
-from blazar.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
 from blazar.launch.settings import model_settings
 from blazar.paths import DataDir
-from blazar.quotas import Quotas
 from blazar.store import Store
+from blazar.tenancy.admission import Admission, parse_deadline_ms
+from blazar.tenancy.admission import Lease as SlotLease
+from blazar.tenancy.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
+from blazar.tenancy.quotas import Quotas
 
 log = logging.getLogger("blazar.tenancy")
 

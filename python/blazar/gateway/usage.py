@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 
 from blazar.errors import BlazarError
-from blazar.quotas import Quotas
 from blazar.store import Store
+from blazar.tenancy.quotas import Quotas
 
 log = logging.getLogger("blazar.usage")
 

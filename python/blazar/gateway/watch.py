@@ -1,7 +1,7 @@
 """The sentinel's place in a request: judging the answer just given, logging what it found, and for a whole
 answer naming it in ``x-blazar-sentinel`` or, with ``sentinel_enforce``, answering 422 instead.
 
-The judgement is ``blazar.sentinel``'s. Whatever goes wrong in it is logged and judges nothing: the sentinel
+The judgement is ``blazar.sentinel.judge``'s. Whatever goes wrong in it is logged and judges nothing: the sentinel
 never fails an answer it was only meant to watch. ``sentinel = false`` turns it off; a request for several
 choices (``n`` > 1) is not judged, since the summary holds only the first.
 """
@@ -12,9 +12,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from blazar import sentinel
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.http import HttpError, Request
+from blazar.sentinel import judge as sentinel
 from blazar.supervisor import Supervisor
 
 log = logging.getLogger("blazar.sentinel")

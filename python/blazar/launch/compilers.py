@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.config import Config
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
-from blazar.hardware import Hardware
 from blazar.launch import llama_cpp, mistralrs, mlx, sglang, whisper
+from blazar.launch.hardware import Hardware
 from blazar.launch.spec import LaunchSpec
 
 

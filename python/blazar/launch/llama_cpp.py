@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.config import Config
 from blazar.engines import argv as lane_argv
 from blazar.engines.registry import EngineRow
-from blazar.hardware import Hardware
+from blazar.launch.hardware import Hardware
 from blazar.launch.settings import fit_model, flag_int, late_chunk_batch, mmproj_for, model_settings
 from blazar.launch.spec import LLAMA_SERVER, LaunchSpec
 from blazar.paths import DataDir, child_key, safe_component

@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.config import Config
 from blazar.engines import argv
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
-from blazar.fit import KvSettings
-from blazar.hardware import Hardware
+from blazar.launch.fit import KvSettings
+from blazar.launch.hardware import Hardware
 from blazar.launch.settings import find_mmproj, fit_model, model_settings, shard_paths
 from blazar.launch.shared import (
     checked_template_file,

@@ -5,12 +5,12 @@ API key and serves no embeddings.
 
 from __future__ import annotations
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.config import Config
 from blazar.engines import argv
 from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
-from blazar.hardware import Hardware
+from blazar.launch.hardware import Hardware
 from blazar.launch.settings import model_settings
 from blazar.launch.shared import (
     checked_template_file,

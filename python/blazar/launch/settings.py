@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blazar._native import GgufError, read_gguf_metadata
-from blazar.catalog import ModelRow, read_header
+from blazar.catalog.models import ModelRow, read_header
 from blazar.config import Config
 from blazar.config.model import AUTO_SLOTS, PARALLEL_AUTO
 from blazar.errors import CatalogError, LaneError
-from blazar.fit import MIB, N_UBATCH, Fit, FitRequest, KvSettings, fit, kv_shape
-from blazar.hardware import Hardware, probe
+from blazar.launch.fit import MIB, N_UBATCH, Fit, FitRequest, KvSettings, fit, kv_shape
+from blazar.launch.hardware import Hardware, probe
 
 log = logging.getLogger("blazar.profile")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from blazar.catalog import ModelRow
+from blazar.catalog.models import ModelRow
 from blazar.config import Config, ModelOverride
 from blazar.errors import LaneError
 from blazar.launch.settings import model_settings

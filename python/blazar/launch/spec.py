@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from blazar.engines.argv import HOST
-from blazar.fit import MemoryEstimate
+from blazar.launch.fit import MemoryEstimate
 
 log = logging.getLogger("blazar.profile")
 

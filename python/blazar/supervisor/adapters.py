@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from blazar import names
+from blazar.catalog import names
+from blazar.catalog.loras import LoraRow
 from blazar.errors import BlazarError, ChildError, LaneError
 from blazar.launch.spec import LaunchSpec
-from blazar.loras import LoraRow
 from blazar.supervisor.child import Child
 
 

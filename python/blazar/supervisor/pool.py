@@ -15,8 +15,11 @@ from pathlib import Path
 
 import aiohttp
 
-from blazar import names, tasks
-from blazar.catalog import Catalog, ModelRow
+from blazar import tasks
+from blazar.catalog import names
+from blazar.catalog.loras import LoraRow, Loras
+from blazar.catalog.models import Catalog, ModelRow
+from blazar.catalog.presets import Preset
 from blazar.config import Config
 from blazar.engines import registry
 from blazar.engines.argv import engine_environment
@@ -26,9 +29,7 @@ from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, ChildError, EngineBusy, LaneError, ModelNotFound
 from blazar.launch.compilers import compile_profile
 from blazar.launch.settings import model_settings
-from blazar.loras import LoraRow, Loras
 from blazar.paths import DataDir, child_key
-from blazar.presets import Preset
 from blazar.store import Store
 from blazar.supervisor import adapters, bank, hints, sleep
 from blazar.supervisor.breaker import Breakers

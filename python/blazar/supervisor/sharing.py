@@ -18,7 +18,7 @@ import os
 import stat
 from collections import defaultdict
 
-from blazar.catalog import Catalog, ModelRow
+from blazar.catalog.models import Catalog, ModelRow
 from blazar.config import Config
 
 
