@@ -43,7 +43,7 @@ BlazarError                 base; ``str(e)`` is one teaching line (what happened
 │   └── QuantizeFailed      llama-quantize failed
 ├── BatchError              (batches.py) a batch file or job refused
 ├── StarterError            (starter.py) the starter model could not be fetched
-├── DaemonError             (cli/daemon.py) the CLI could not talk to the daemon
+├── DaemonError             (cli/client.py) the CLI could not talk to the daemon
 ├── BackgroundError         (cli/background.py) the daemon `blazar run` starts did not come up
 └── NotProvisioned          (cli/provision.py) a part is missing and the user did not agree to install it
 

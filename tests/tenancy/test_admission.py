@@ -24,7 +24,7 @@ from blazar.tenancy.admission import (
     Admission,
     AllSlotsBusy,
     InvalidDeadline,
-    Lease,
+    SlotLease,
     classify_work,
     human_wait,
     parse_deadline_ms,
@@ -74,7 +74,7 @@ def _admit(
     body_len: int = 0,
     max_wait_s: float = 60.0,
     holds: int = 1,
-) -> Coroutine[Any, Any, Lease]:
+) -> Coroutine[Any, Any, SlotLease]:
     return adm.admit(
         model,
         slots,
@@ -337,7 +337,7 @@ def test_release_is_idempotent_and_wakes_once(run: Run) -> None:
 def test_lease_released_when_the_handler_raises(run: Run) -> None:
     async def main() -> None:
         adm = Admission()
-        waiter: asyncio.Task[Lease] | None = None
+        waiter: asyncio.Task[SlotLease] | None = None
         with pytest.raises(RuntimeError, match="engine went away"):
             async with await _admit(adm):
                 waiter = asyncio.create_task(_admit(adm))

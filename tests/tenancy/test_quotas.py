@@ -21,8 +21,8 @@ from blazar.store import Store
 from blazar.tenancy.keys import KeyCtx
 from blazar.tenancy.quotas import (
     DayUsage,
-    Lease,
     QuotaError,
+    QuotaLease,
     Quotas,
     UsageBook,
     seconds_until_utc_midnight,
@@ -96,11 +96,11 @@ def test_a_lease_is_released_exactly_once(quotas: Quotas) -> None:
     lease = quotas.acquire(ctx)
     other = quotas.acquire(key("other"))
     assert not lease.released
-    assert repr(lease) == "Lease('team', held)"
+    assert repr(lease) == "QuotaLease('team', held)"
     assert lease.release() is True
     assert lease.release() is False
     assert lease.release() is False
-    assert lease.released and repr(lease) == "Lease('team', released)"
+    assert lease.released and repr(lease) == "QuotaLease('team', released)"
     assert quotas.in_flight("team") == 0  # never negative
     assert quotas.in_flight("other") == 1
     again = quotas.acquire(ctx)
@@ -133,7 +133,7 @@ def test_a_lease_released_from_many_threads_frees_one_slot(quotas: Quotas) -> No
 
 def test_a_lease_as_a_context_manager(quotas: Quotas) -> None:
     with quotas.acquire(key(max_concurrent=1)) as lease:
-        assert isinstance(lease, Lease)
+        assert isinstance(lease, QuotaLease)
         assert quotas.in_flight("team") == 1
     assert lease.released and quotas.in_flight("team") == 0
 

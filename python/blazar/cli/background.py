@@ -4,7 +4,7 @@ Owns the background daemon's two files in the data directory, ``serve.pid`` (its
 and ``logs/serve.log`` (what it prints), starting it in a session of its own (a Ctrl-C in the terminal that started
 it does not reach it), waiting until its ``/healthz`` answers, and stopping it with SIGTERM as a terminal's Ctrl-C
 would. A daemon started by hand (``blazar serve`` in a terminal, a service manager) is never touched: it wrote no
-pid file. Must not: talk to a daemon beyond ``/healthz`` (``cli.daemon`` does), or start one for an address that is
+pid file. Must not: talk to a daemon beyond ``/healthz`` (``cli.client`` does), or start one for an address that is
 not this machine's.
 """
 

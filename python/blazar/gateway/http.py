@@ -20,7 +20,7 @@ import orjson
 from blazar.dialects.canonical import json_object
 from blazar.errors import BlazarError
 from blazar.tenancy.keys import KeyCtx
-from blazar.tenancy.quotas import Lease as QuotaLease
+from blazar.tenancy.quotas import QuotaLease
 
 T = TypeVar("T")
 

@@ -38,8 +38,7 @@ from blazar.gateway.usage import UsageWriter
 from blazar.launch.settings import model_settings
 from blazar.paths import DataDir
 from blazar.store import Store
-from blazar.tenancy.admission import Admission, parse_deadline_ms
-from blazar.tenancy.admission import Lease as SlotLease
+from blazar.tenancy.admission import Admission, SlotLease, parse_deadline_ms
 from blazar.tenancy.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
 from blazar.tenancy.quotas import Quotas
 

@@ -35,8 +35,8 @@ __all__ = [
     "Admission",
     "AllSlotsBusy",
     "InvalidDeadline",
-    "Lease",
     "QueueStats",
+    "SlotLease",
     "classify_work",
     "human_wait",
     "parse_deadline_ms",
@@ -136,7 +136,7 @@ class _Flow:
         self.held_s: float | None = None
 
 
-class Lease:
+class SlotLease:
     """A started request's slot; ``release()`` (idempotent, or leaving the ``with`` block) frees it."""
 
     __slots__ = ("_admission", "_flow", "_released", "_sched", "model_key", "started", "ticket", "waited_s")
@@ -177,7 +177,7 @@ class Lease:
         flow.freed_at = now
         self._admission._wake(self._sched.admit_ready())
 
-    def __enter__(self) -> Lease:
+    def __enter__(self) -> SlotLease:
         return self
 
     def __exit__(
@@ -185,7 +185,7 @@ class Lease:
     ) -> None:
         self.release()
 
-    async def __aenter__(self) -> Lease:
+    async def __aenter__(self) -> SlotLease:
         return self
 
     async def __aexit__(
@@ -195,11 +195,11 @@ class Lease:
 
     def __repr__(self) -> str:
         state = "released" if self._released else "held"
-        return f"Lease(model={self.model_key!r}, key={self.ticket.key!r}, {state})"
+        return f"SlotLease(model={self.model_key!r}, key={self.ticket.key!r}, {state})"
 
 
 class Admission:
-    """Per-model admission queues on one event loop; ``admit`` waits for a slot and returns its ``Lease``."""
+    """Per-model admission queues on one event loop; ``admit`` waits for a slot and returns its ``SlotLease``."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -237,7 +237,7 @@ class Admission:
         max_wait_s: float,
         holds: int = 1,
         on_wait: Callable[[], None] | None = None,
-    ) -> Lease:
+    ) -> SlotLease:
         """Queue a request for ``model_key`` and wait until it may start. It takes ``holds`` of the model's
         ``slots`` (an OpenAI request for n choices takes n, at most all of them).
 
@@ -254,7 +254,7 @@ class Admission:
         sched.enqueue(t)
         self._wake(sched.admit_ready())
         if t.admitted:
-            return Lease(self, sched, t, model_key, 0.0, start, flow)
+            return SlotLease(self, sched, t, model_key, 0.0, start, flow)
         if max_wait_s <= 0:
             sched.cancel(t)
             self._wake(sched.admit_ready())
@@ -280,7 +280,7 @@ class Admission:
         timer[0].cancel()
         t.waiter = None
         now = self._clock()
-        return Lease(self, sched, t, model_key, now - start, now, flow)
+        return SlotLease(self, sched, t, model_key, now - start, now, flow)
 
     def _expire(
         self,

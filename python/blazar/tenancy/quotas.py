@@ -1,7 +1,7 @@
 """Per-key quotas: concurrency leases, scope, requests and tokens per minute, tokens per UTC day, and usage.
 
 It owns the seed's order of checks (``max_concurrent`` at auth, then scope, ``rpm``, ``tpm``,
-``daily_tokens``), the ``Lease`` that holds a concurrency slot until released exactly once, the sliding 60 s
+``daily_tokens``), the ``QuotaLease`` that holds a concurrency slot until released exactly once, the sliding 60 s
 windows, and ``UsageBook``: whole-day usage per key kept in memory and written to ``key_usage`` as absolute
 values, one transaction per flush. It must not authenticate (``keys.py``), speak HTTP, sleep, or read the
 clock except through the injected ``Clock``. Messages name the key and the limit, never a secret.
@@ -30,8 +30,8 @@ __all__ = [
     "WINDOW_SECS",
     "Clock",
     "DayUsage",
-    "Lease",
     "QuotaError",
+    "QuotaLease",
     "Quotas",
     "SystemClock",
     "UsageBook",
@@ -236,13 +236,13 @@ class UsageBook:
 # Leases and the checks
 
 
-class Lease:
+class QuotaLease:
     """One in-flight request's concurrency slot. ``release()`` frees it the first time and is a no-op after,
     so the body-drained path and the client-dropped path may both call it."""
 
     __slots__ = ("_release", "_released", "key_name")
 
-    def __init__(self, key_name: str, release: Callable[[Lease], bool]) -> None:
+    def __init__(self, key_name: str, release: Callable[[QuotaLease], bool]) -> None:
         self.key_name = key_name
         self._release = release
         self._released = False
@@ -255,7 +255,7 @@ class Lease:
         """Free the slot; ``True`` the first time, ``False`` on every later call."""
         return self._release(self)
 
-    def __enter__(self) -> Lease:
+    def __enter__(self) -> QuotaLease:
         return self
 
     def __exit__(
@@ -264,7 +264,7 @@ class Lease:
         self.release()
 
     def __repr__(self) -> str:
-        return f"Lease({self.key_name!r}, {'released' if self._released else 'held'})"
+        return f"QuotaLease({self.key_name!r}, {'released' if self._released else 'held'})"
 
 
 @dataclass(slots=True)
@@ -298,7 +298,7 @@ class Quotas:
 
     # -- max_concurrent -----------------------------------------------------------------------------------
 
-    def acquire(self, ctx: KeyCtx) -> Lease:
+    def acquire(self, ctx: KeyCtx) -> QuotaLease:
         """Take a concurrency slot for ``ctx``; 429 ``QuotaError`` when ``max_concurrent`` are in flight."""
         limit = ctx.limits.max_concurrent
         with self._lock:
@@ -312,9 +312,9 @@ class Quotas:
                     retry_after=1,
                 )
             state.in_flight += 1
-        return Lease(ctx.name, self._release)
+        return QuotaLease(ctx.name, self._release)
 
-    def _release(self, lease: Lease) -> bool:
+    def _release(self, lease: QuotaLease) -> bool:
         with self._lock:
             if lease._released:
                 return False
@@ -386,7 +386,7 @@ class Quotas:
             self.usage.add(ctx.name, day, requests=1)
         return held_now
 
-    def admit(self, ctx: KeyCtx, model: str | None) -> Lease:
+    def admit(self, ctx: KeyCtx, model: str | None) -> QuotaLease:
         """``acquire`` then ``check``; the lease is released again if a check refuses."""
         lease = self.acquire(ctx)
         try:
