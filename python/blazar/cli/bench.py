@@ -22,8 +22,8 @@ import typer
 
 from blazar.catalog import names
 from blazar.catalog.models import Catalog
-from blazar.cli.common import console, handles_errors, opened
 from blazar.cli.client import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
+from blazar.cli.common import console, handles_errors, opened
 from blazar.dialects.canonical import MAX_TOKENS
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane

@@ -19,8 +19,8 @@ import typer
 
 from blazar.catalog import names
 from blazar.cli import background
-from blazar.cli.common import config, console, handles_errors
 from blazar.cli.client import ApiKey, DaemonError, Host, Port, address, call, client, json_object
+from blazar.cli.common import config, console, handles_errors
 from blazar.launch.hardware import human_bytes
 
 FOREVER_AFTER_SECS = 5 * 365 * 86400

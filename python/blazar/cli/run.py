@@ -27,8 +27,8 @@ from rich.prompt import Confirm
 
 from blazar.catalog import names
 from blazar.cli import background
-from blazar.cli.common import config, err_console, handles_errors, steps_on
 from blazar.cli.client import ApiKey, DaemonError, Host, Port, address, client, error_text, unreachable
+from blazar.cli.common import config, err_console, handles_errors, steps_on
 from blazar.cli.provision import provision
 from blazar.dialects.canonical import MAX_TOKENS
 

@@ -26,7 +26,6 @@ from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import HttpError, Request
 from blazar.gateway.routing import claim_remote, note_ignored
 from blazar.launch.preflight import check_images_readable
-from blazar.paths import child_key
 from blazar.supervisor import Child, Supervisor, adapters
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -137,7 +136,8 @@ async def _cache_probe(
 
 def _lane(sup: Supervisor, name: str) -> str:
     """The engine kind that serves ``name``: the running child's, else the one routing would pick."""
-    child = sup.children.get(child_key(sup.sharing.owner(name), False))
+    placed = sup.placements.place(name)
+    child = sup.children.get(placed.key)
     if child is not None:
         return child.lane
     return serving_lane(sup.cfg, sup.catalog.get(name), registry.list_all(sup.store)).kind

@@ -70,7 +70,6 @@ UNLEASED_PREFIXES = ("/v1/files", "/v1/batches", "/v1/messages/batches", "/api/k
 class Gate:
     def __init__(self, cfg: Config, store: Store, data: DataDir, config_path: Path) -> None:
         self.cfg = cfg
-        self._slot_ctx: dict[str, int] = {}
         self.config_path = config_path
         self.store = store
         self.keys = KeyRegistry(cfg)
@@ -142,30 +141,29 @@ class Gate:
 
     # -- handler side --------------------------------------------------------------------------------------
 
-    def check_model(self, req: Request, model: str, canon: CanonicalRequest | None = None) -> None:
+    def check_model(
+        self, req: Request, model: str, canon: CanonicalRequest | None = None, slot_ctx: int | None = None
+    ) -> None:
         """Scope, rpm, tpm and daily tokens for the model this request names; what ``canon`` may charge
-        (``quota_reservation``) is held against tpm and daily_tokens until it finishes."""
+        (``quota_reservation``, within ``slot_ctx``: the context one request of the model may use, from its
+        placement; by default the config's) is held against tpm and daily_tokens until it finishes."""
         req.model = model
         check_session_header(req.headers.get("x-blazar-session"))  # before a queue or an engine start
         key = req.key
         if key is not None:
             counted = key.limits.tpm or key.limits.daily_tokens  # a key without them holds nothing
             reserve = (
-                quota_reservation(req, canon, self._slot_context(model, canon)) if canon and counted else 0
+                quota_reservation(req, canon, self._slot_context(model, canon, slot_ctx))
+                if canon and counted
+                else 0
             )
             req.reserved += self.quotas.check(key, model, reserve)
 
-    def _slot_context(self, model: str, canon: CanonicalRequest) -> int:
-        """Ollama's ``num_ctx`` when the request asks for one, else ``slot_context``, memoised per model (the
-        config does not change while the daemon runs)."""
+    def _slot_context(self, model: str, canon: CanonicalRequest, slot_ctx: int | None) -> int:
+        """Ollama's ``num_ctx`` when the request asks for one, else ``slot_ctx``, else ``slot_context``."""
         if canon.options_ctx:
             return canon.options_ctx
-        ctx = self._slot_ctx.get(model)
-        if ctx is None:
-            if len(self._slot_ctx) >= 1024:
-                self._slot_ctx.clear()
-            ctx = self._slot_ctx[model] = slot_context(self.cfg, model)
-        return ctx
+        return slot_context(self.cfg, model) if slot_ctx is None else slot_ctx
 
     async def admit(self, req: Request, model_key: str, slots: int, canon: CanonicalRequest) -> SlotLease:
         h = req.headers

@@ -19,7 +19,6 @@ from blazar import tasks
 from blazar.catalog import names
 from blazar.catalog.loras import LoraRow, Loras
 from blazar.catalog.models import Catalog, ModelRow
-from blazar.catalog.presets import Preset
 from blazar.config import Config
 from blazar.engines import registry
 from blazar.engines.argv import engine_environment
@@ -35,6 +34,7 @@ from blazar.supervisor import adapters, bank, hints, sleep
 from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
+from blazar.supervisor.placement import Placements, keep_alive_of
 from blazar.supervisor.remotes import Remote, Remotes
 from blazar.supervisor.sharing import Sharing
 
@@ -45,7 +45,6 @@ WEDGED_WAKING = "it answered neither a wake-up from its idle sleep nor its healt
 CATALOG_RECHECK_SECS = 1.0
 """A ready child answers requests without a catalog query for this long after the catalog last confirmed its
 model, so a model removed by another process (``blazar rm``) is refused within about a second."""
-_HOT_MAX = 1024
 DRAIN_POLL_SECS = 0.025
 RETIRE_POLL_SECS = 0.25
 RETIRE_WAIT_SECS = 600.0
@@ -111,16 +110,11 @@ class Supervisor:
         self._http: aiohttp.ClientSession | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._hinter: asyncio.Task[None] | None = None
-        # (client-given name, use) -> its ready child, and the catalog generation it was found in (a row changed
-        # since may have moved the name to another engine: ``sharing``)
-        self._hot: dict[tuple[str, bool, bool], tuple[Child, int]] = {}
-        # gateway.routing.route_target's memo: (name, embedding, late chunking) -> (target, preset, until, catalog
-        # generation)
-        self.routes: dict[tuple[str, bool, bool], tuple[tuple[str, str, int], Preset | None, float, int]] = {}
         self.stopping = False  # stop_all has begun: an engine stopped under a request is not replaced for it
         self.breakers = Breakers()
         self.remotes = Remotes(cfg.remotes)
         self.sharing = Sharing(cfg, self.catalog)  # names over one weights file share an engine
+        self.placements = Placements(cfg, self.catalog, self.loras, self.sharing)  # where a name is served
         # out of service, stopped once their requests in flight finish (``retire_when_idle``)
         self.retiring: dict[Child, asyncio.Task[None]] = {}
 
@@ -165,15 +159,15 @@ class Supervisor:
         engine (per-token embeddings), not its pooled one."""
         if num_ctx is not None and num_ctx <= 0:
             num_ctx = None
-        hot, seen = self._hot.get((model_name, embeddings, tokens), (None, -1))
+        placed = self.placements.place(model_name, embedding=embeddings, tokens=tokens)
+        hot = self.children.get(placed.key)
         now = time.monotonic()
         if (
             hot is not None
-            and seen == self.catalog.generation
             and hot.state is State.READY
             and not wants_restart(hot, num_ctx)
             and now - hot.catalog_checked < CATALOG_RECHECK_SECS
-            and self.children.get(hot.key) is hot
+            and not adapters.lacks(hot, placed.adapter)
             and hot.alive()
         ):
             if not sleep.needs_wake(hot, now):
@@ -184,9 +178,6 @@ class Supervisor:
         if sleep.needs_wake(child, time.monotonic()) and not await self._woken(child):
             child = await self._ensure_ready(model_name, embeddings, num_ctx, tokens)
         child.catalog_checked = time.monotonic()
-        if len(self._hot) >= _HOT_MAX:
-            self._hot.clear()
-        self._hot[(model_name, embeddings, tokens)] = child, self.catalog.generation
         return child
 
     async def _woken(self, child: Child) -> bool:
@@ -208,31 +199,24 @@ class Supervisor:
         base model's engine restarts to load the new one when it is next asked for)."""
         for child in self.children.values():
             child.adapters.pop(name, None)
-        self._hot = {k: v for k, v in self._hot.items() if names.normalize(k[0]) != name}
-        self.routes = {k: v for k, v in self.routes.items() if v[0][0] != name}
+        self.placements.forget(name)
 
     def _resolve(self, model_name: str, embeddings: bool) -> tuple[ModelRow, LoraRow | None]:
-        """The catalog model whose engine serves ``model_name``: the model itself (or the one it shares an engine
-        with), or a LoRA adapter's base model and the adapter (one namespace: an adapter is served by its own
-        name)."""
-        try:
-            return self._engine_row(self.catalog.get(model_name)), None
-        except ModelNotFound:
-            adapter = self.loras.find(model_name)
-            if adapter is None:
-                raise
-        if embeddings:
+        """The catalog model whose engine serves ``model_name`` (its placement, read afresh): the model itself
+        (or the one it shares an engine with), or a LoRA adapter's base model and the adapter (one namespace: an
+        adapter is served by its own name)."""
+        placed = self.placements.place(model_name, embedding=embeddings, fresh=True)
+        adapter = placed.adapter
+        if adapter is not None and embeddings:
             raise CatalogError(
                 f"'{adapter.name}' is a LoRA adapter, which changes what a model generates; embed with its base model"
                 f" '{adapter.base}'"
             )
-        return self._engine_row(self.catalog.get(adapter.base)), adapter
-
-    def _engine_row(self, row: ModelRow) -> ModelRow:
-        """The catalog model whose engine serves ``row`` (``sharing``: itself, or the model whose weights file
-        and settings it shares)."""
-        owner = self.sharing.owner(row.name)
-        return row if owner == row.name else self.catalog.find(owner) or row
+        if (
+            placed.engine_row is None
+        ):  # not in the catalog, or an adapter whose base left it: the catalog's 404
+            return self.catalog.get(adapter.base if adapter is not None else model_name), adapter
+        return placed.engine_row, adapter
 
     async def _ensure_ready(
         self, model_name: str, embeddings: bool, num_ctx: int | None, tokens: bool = False
@@ -394,14 +378,7 @@ class Supervisor:
         child.weights = weights_id(model.path)
         child.lane = engine.kind
         child.num_ctx = num_ctx
-        ov = self.cfg.model_override(model.name)
-        if spec.can.transcription:  # whisper_idle_secs, not idle_timeout_secs; 0: kept until the daemon stops
-            secs = self.cfg.whisper_idle_secs
-            child.keep_alive = child.base_keep_alive = float(secs) if secs else -1.0
-        if ov.idle_timeout_secs is not None:  # 0: never evicted, as the top-level key's 0 is
-            child.keep_alive = child.base_keep_alive = (
-                float(ov.idle_timeout_secs) if ov.idle_timeout_secs else -1.0
-            )
+        child.keep_alive = child.base_keep_alive = keep_alive_of(self.cfg, model.name, spec.can.transcription)
         self.children[key] = child
         try:
             await child.start(self.http, float(self.cfg.child_start_timeout_secs))
