@@ -31,6 +31,10 @@ weight = 3.0
 BODY = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 TOTAL = 320
 CLIENTS_PER_KEY = 16
+HANG = 3600
+"""A bound on a hang only, never on the machine's speed: on a 2-core machine under a CPU-heavy job the 320 answers
+took over 300 s (about one a second), which the old 300 s join cut short, so the ratio was measured on part of a
+run and the daemon stopped under clients still sending."""
 
 
 def test_weights_1_and_3_get_service_within_10_percent_of_1_to_3(daemon_factory: object) -> None:
@@ -47,8 +51,8 @@ def test_weights_1_and_3_get_service_within_10_percent_of_1_to_3(daemon_factory:
     start = threading.Barrier(CLIENTS_PER_KEY * 2)
 
     def client(key: str, n: int) -> None:
-        with httpx.Client(timeout=300) as c:
-            start.wait(60)
+        with httpx.Client(timeout=HANG) as c:
+            start.wait(HANG)
             while not stop.is_set():
                 r = c.post(d.url + "/v1/chat/completions", json=BODY, headers=headers[key])
                 assert r.status_code == 200, r.text
@@ -62,7 +66,9 @@ def test_weights_1_and_3_get_service_within_10_percent_of_1_to_3(daemon_factory:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(300)
+        t.join(HANG)
+    # every client ended (the answers it waits on came): the measure is over the whole run, however slow it was
+    assert not any(t.is_alive() for t in threads), f"clients still waiting after {HANG}s: a hang"
     # Measure only while the slot is saturated by both keys: from the moment every client has had an answer (so
     # each is in its loop, sending again as soon as it is answered) until the first client stops sending.
     first = max(order.index(c) for c in clients)
