@@ -1,13 +1,12 @@
 """Where a model name is served, worked out once: the catalog model asked for, the model whose engine serves it
 (itself, the model whose weights it shares, or a LoRA adapter's base), that engine's child key, its slots and
-context per slot, the model's preset and its engine's keep-alive default.
+context per slot and the model's preset; ``keep_alive_of``, its engine's keep-alive default.
 
 ``Placements.place`` is the one memo of it, per (client name, embedding, late chunking): kept while this process
 has not changed a model row (``Catalog.generation``) and for at most ``PLACE_MEMO_SECS``, so a change another
 process made (``blazar rm`` and an import of that name) is seen within that. Adapters, whisper models and unknown
 names are looked up each time, as they may change at run time. Routing (the admission key and slots), the
-supervisor (which engine to start), tenancy (a request's context for its quota estimate) and the engine's
-keep-alive all read it. No I/O beyond the catalog's SQLite reads.
+supervisor (which engine to start) and tenancy (a request's context for its quota estimate) read it. No I/O beyond the catalog's SQLite reads.
 """
 
 from __future__ import annotations
@@ -49,9 +48,6 @@ class Placement:
     ctx_per_slot: int
     """The context one request may use, as configured (the engine's may be smaller once fitted, never larger)."""
     preset: Preset | None
-    keep_alive: float | None
-    """The engine's idle seconds before it is stopped, when the model has its own (-1: never); None: the
-    config's ``idle_timeout_secs``."""
 
     @property
     def whisper(self) -> bool:
@@ -110,7 +106,6 @@ class Placements:
             slots=1 if whisper else st.slots(embeddings=embedding or tokens),
             ctx_per_slot=st.ctx_per_slot,
             preset=presets.compile(row.preset) if row is not None else None,
-            keep_alive=keep_alive_of(self._cfg, owner, whisper),
         )
         if row is not None and not whisper:
             if len(self._memo) >= _MEMO_MAX:
