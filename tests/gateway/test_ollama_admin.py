@@ -168,7 +168,7 @@ def test_ps_survives_a_keep_alive_past_the_calendar(
         cat.import_file(model_file, "smollm2", sha256="0" * 64)
         child = Child("smollm2:latest", "smollm2:latest", LaunchSpec(("x",), ctx_size=4096), data)
         child._state = State.READY  # a child that never ran, shown as serving
-        child.keep_alive = keep_alive
+        child.keep.secs = keep_alive
         sup = _sup(cat)
         sup.children[child.key] = child
         status, entry = _ps_running(sup, child)

@@ -10,9 +10,8 @@ import pytest
 from blazar.catalog.loras import Loras
 from blazar.catalog.models import Catalog
 from blazar.config import Config
-from blazar.config.model import ModelOverride
 from blazar.supervisor import placement
-from blazar.supervisor.placement import Placements, keep_alive_of
+from blazar.supervisor.placement import Placements
 from blazar.supervisor.sharing import Sharing
 from tests.fakehub import lora_gguf
 
@@ -66,11 +65,3 @@ def test_adapters_and_unknown_names_are_read_each_time(
     assert places.place("pirate") is not p
     ghost = places.place("ghost")
     assert ghost.row is None and ghost.engine_row is None and places.place("ghost") is not ghost
-
-
-def test_keep_alive_defaults_come_from_the_model_or_the_whisper_setting() -> None:
-    cfg = Config(whisper_idle_secs=900, models={"m:latest": ModelOverride(idle_timeout_secs=0)})
-    assert keep_alive_of(cfg, "other:latest", False) is None  # the config's idle_timeout_secs
-    assert keep_alive_of(cfg, "other:latest", True) == 900.0
-    assert keep_alive_of(cfg, "m:latest", False) == -1.0  # 0: never
-    assert keep_alive_of(Config(whisper_idle_secs=0), "w:latest", True) == -1.0

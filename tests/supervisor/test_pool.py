@@ -24,7 +24,7 @@ def child(key: str, last_used: float, inflight: int = 0, keep_alive: float | Non
     c._state = State.READY  # a child that never ran, in the state under test
     c.last_used = last_used
     c.inflight = inflight
-    c.keep_alive = keep_alive
+    c.keep.secs = keep_alive
     return c
 
 

@@ -32,10 +32,10 @@ def test_only_a_requests_keep_alive_past_the_sleep_keeps_it_awake() -> None:
     c = child(300, last_used=0.0)
     assert not sleep.wants_awake(c)  # no keep_alive: the default, which sleeps
     for kept, awake in ((-1.0, True), (600.0, True), (300.0, False), (60.0, False), (0.0, False)):
-        c.keep_alive = kept
+        c.keep.secs = kept
         assert sleep.wants_awake(c) is awake, kept
-    c.keep_alive = c.base_keep_alive = 3600.0  # the model's own idle_timeout_secs is no request's keep_alive
+    c.keep.secs = c.keep.base = 3600.0  # the model's own idle_timeout_secs is no request's keep_alive
     assert not sleep.wants_awake(c)
     never = child(0, last_used=0.0)
-    never.keep_alive = -1.0
+    never.keep.secs = -1.0
     assert not sleep.wants_awake(never)

@@ -117,18 +117,9 @@ async def once_more_if_wedged(attempt: Callable[[], Awaitable[T]]) -> T:
 
 
 def keep(child: Child, canon: CanonicalRequest, req: Request) -> None:
-    """Apply the request's keep_alive as it starts; the latest request's wins, as in Ollama: latest by arrival, so
-    one that waited (for its engine to start or wake, for a slot) never undoes what a later one asked. 0 unloads
-    the model once its requests in flight have finished (``after``); a value sets its idle limit (negative:
-    forever); none puts back the model's own (its ``idle_timeout_secs``, else the daemon's)."""
-    if req.t0 < child.keep_since:
-        return
-    child.keep_since = req.t0
-    if canon.keep_alive == 0:
-        child.unload_when_idle = True
-        return
-    child.unload_when_idle = False
-    child.keep_alive = child.base_keep_alive if canon.keep_alive is None else canon.keep_alive
+    """Apply the request's keep_alive as it starts (``KeepAlive.ask``: the latest by arrival wins; 0 unloads the
+    model once its requests in flight have finished, in ``after``)."""
+    child.keep.ask(canon.keep_alive, req.t0)
 
 
 def after(sup: Supervisor, child: Child, req: Request) -> None:
@@ -136,12 +127,12 @@ def after(sup: Supervisor, child: Child, req: Request) -> None:
     none waits for it (that one's keep_alive is the latest), in the background (the answer does not wait for the
     engine to stop), checked again under the key's lock. For a chat engine, the model's embedding engines, when
     idle, go too: an unloaded model is unloaded whole, as in Ollama."""
-    if not child.unload_when_idle:  # every request but a keep_alive 0 one stops here
+    if not child.keep.unload_when_idle:  # every request but a keep_alive 0 one stops here
         return
     admission = req.gate.admission
 
     def unloadable(c: Child) -> bool:
-        return c.unload_when_idle and c.inflight == 0 and admission.waiting(c.key) == 0
+        return c.keep.unload_when_idle and c.inflight == 0 and admission.waiting(c.key) == 0
 
     if not unloadable(child):
         return
@@ -151,7 +142,7 @@ def after(sup: Supervisor, child: Child, req: Request) -> None:
     if child.key == child.model:
         for sibling in (sup.children.get(child_key(child.model, True, tokens)) for tokens in (False, True)):
             if sibling is not None:
-                sibling.unload_when_idle = True
+                sibling.keep.unload_when_idle = True
                 targets.append(sibling)
     for c in targets:
         task = asyncio.get_running_loop().create_task(

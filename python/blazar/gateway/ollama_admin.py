@@ -134,13 +134,13 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
             continue
         shown = m if names[0] == m.name else (sup.catalog.find(names[0]) or m)
         digest = await sup.catalog.digest(m)
-        limit = float(sup.cfg.idle_timeout_secs) if child.keep_alive is None else child.keep_alive
-        remaining = limit if child.inflight > 0 else max(0.0, limit - (now_mono - child.last_used))
-        forever = limit < 0 or (limit == 0 and child.keep_alive is None)
-        # A keep_alive past the horizon (1e308 seconds is a valid JSON number) would overflow the calendar.
-        expires = datetime.fromtimestamp(
-            now_wall + (_FOREVER_SECS if forever else min(remaining, _FOREVER_SECS)), UTC
-        )
+        limit = child.keep.limit(float(sup.cfg.idle_timeout_secs))
+        if limit is None:
+            remaining = float(_FOREVER_SECS)
+        else:  # a keep_alive past the horizon (1e308 seconds is a valid JSON number) would overflow the calendar
+            left = limit if child.inflight > 0 else max(0.0, limit - (now_mono - child.last_used))
+            remaining = min(left, _FOREVER_SECS)
+        expires = datetime.fromtimestamp(now_wall + remaining, UTC)
         queue = queues.get(child.key)
         out.append(
             {

@@ -29,6 +29,7 @@ from blazar.errors import ChildError
 from blazar.launch.spec import LaunchSpec, remove_stale_socket, socket_in_use
 from blazar.paths import DataDir
 from blazar.supervisor.hints import CacheHints
+from blazar.supervisor.keepalive import KeepAlive
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS, Links
 
 logger = logging.getLogger("blazar.supervisor")
@@ -139,12 +140,7 @@ class Child:
         self.last_used = time.monotonic()
         self.started_at = 0.0
         self.load_seconds = 0.0
-        self.keep_alive: float | None = None  # seconds; None = the config's idle timeout; < 0 = forever
-        self.base_keep_alive: float | None = None  # what a request without keep_alive puts back (per-model)
-        self.unload_when_idle = False  # a keep_alive 0 came while requests ran: unload when the last ends
-        self.keep_since = (
-            0.0  # arrival (perf_counter) of the request whose keep_alive applies (gateway.core.keep)
-        )
+        self.keep = KeepAlive()  # how long it stays loaded idle (keepalive.py; the pool sets it at spawn)
         self.kept_awake = 0.0  # when a wake-up or keep-awake ping last reset its idle sleep clock (sleep.py)
         self.waking: asyncio.Task[bool] | None = None  # the wake-up requests to it share (sleep.py)
         self.env: dict[str, str] | None = None

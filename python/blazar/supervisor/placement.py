@@ -1,6 +1,6 @@
 """Where a model name is served, worked out once: the catalog model asked for, the model whose engine serves it
 (itself, the model whose weights it shares, or a LoRA adapter's base), that engine's child key, its slots and
-context per slot and the model's preset; ``keep_alive_of``, its engine's keep-alive default.
+context per slot and the model's preset (its keep-alive default is ``keepalive.KeepAlive.default_for``).
 
 ``Placements.place`` is the one memo of it, per (client name, embedding, late chunking): kept while this process
 has not changed a model row (``Catalog.generation``) and for at most ``PLACE_MEMO_SECS``, so a change another
@@ -52,18 +52,6 @@ class Placement:
     @property
     def whisper(self) -> bool:
         return self.row is not None and self.row.format == "whisper"
-
-
-def keep_alive_of(cfg: Config, model: str, transcribes: bool) -> float | None:
-    """The idle seconds after which ``model``'s engine is stopped, when not the config's ``idle_timeout_secs``:
-    a whisper engine's ``whisper_idle_secs``, a model's own ``idle_timeout_secs`` (0: never, as -1)."""
-    keep: float | None = None
-    if transcribes:  # 0: kept until the daemon stops
-        keep = float(cfg.whisper_idle_secs) if cfg.whisper_idle_secs else -1.0
-    own = cfg.model_override(model).idle_timeout_secs
-    if own is not None:  # 0: never evicted, as the top-level key's 0 is
-        keep = float(own) if own else -1.0
-    return keep
 
 
 class Placements:

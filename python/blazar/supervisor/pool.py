@@ -33,8 +33,9 @@ from blazar.store import Store
 from blazar.supervisor import adapters, bank, hints, sleep
 from blazar.supervisor.breaker import Breakers
 from blazar.supervisor.child import Child, State, log_tail, weights_id
+from blazar.supervisor.keepalive import KeepAlive
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
-from blazar.supervisor.placement import Placements, keep_alive_of
+from blazar.supervisor.placement import Placements
 from blazar.supervisor.remotes import Remote, Remotes
 from blazar.supervisor.sharing import Sharing
 
@@ -83,10 +84,8 @@ def idle_victims(children: Iterable[Child], now: float, default_timeout: float) 
     for c in children:
         if c.state is not State.READY or c.inflight > 0:
             continue
-        limit = default_timeout if c.keep_alive is None else c.keep_alive
-        if limit < 0 or (limit == 0 and c.keep_alive is None):
-            continue  # negative keep_alive: forever; idle_timeout_secs = 0: never evict
-        if now - c.last_used >= limit:
+        limit = c.keep.limit(default_timeout)
+        if limit is not None and now - c.last_used >= limit:
             out.append(c)
     return out
 
@@ -378,7 +377,7 @@ class Supervisor:
         child.weights = weights_id(model.path)
         child.lane = engine.kind
         child.num_ctx = num_ctx
-        child.keep_alive = child.base_keep_alive = keep_alive_of(self.cfg, model.name, spec.can.transcription)
+        child.keep = KeepAlive.default_for(self.cfg, model.name, spec.can.transcription)
         self.children[key] = child
         try:
             await child.start(self.http, float(self.cfg.child_start_timeout_secs))

@@ -119,8 +119,8 @@ def wants_awake(child: Child) -> bool:
     """Whether a request asked for ``child`` to stay loaded past its sleep: an Ollama ``keep_alive`` (not the
     model's own default) that is negative (forever) or longer than ``idle_sleep_secs``."""
     secs = child.spec.sleep_secs
-    kept = child.keep_alive
-    if secs <= 0 or kept is None or kept == child.base_keep_alive or _no_slots(child):
+    kept = child.keep.asked()
+    if secs <= 0 or kept is None or _no_slots(child):
         return False
     return kept < 0 or kept > secs
 
