@@ -1,6 +1,7 @@
 """Which compiler launches which lane, behind one protocol: ``compile_profile`` gives the ``LaunchSpec`` for a
 model on an engine, from the compiler its engine kind names (``llama_cpp``, ``mistralrs``, ``sglang``, ``mlx``,
-``whisper``). Compiling has no side effects; ``spec.prepare`` does the few a start needs, and spawning is the
+``whisper``); only llama-server gives per-token embeddings (late chunking), so only ``llama_cpp.compile`` takes
+``tokens``. Compiling has no side effects; ``spec.prepare`` does the few a start needs, and spawning is the
 supervisor's. A lane with no compiler (sd: images, which the gateway has no routes for) is a teaching
 ``LaneError``.
 """
@@ -15,12 +16,13 @@ from blazar.engines.registry import EngineRow
 from blazar.errors import LaneError
 from blazar.launch import llama_cpp, mistralrs, mlx, sglang, whisper
 from blazar.launch.hardware import Hardware
+from blazar.launch.shared import no_tokens
 from blazar.launch.spec import LaunchSpec
 
 
 class Compiler(Protocol):
     """A lane's compiler: the launch spec for ``model`` on ``engine``. ``embeddings``: its pooled embedding
-    engine; ``tokens``: its late-chunking one (per-token embeddings); ``hardware`` defaults to probing the
+    engine; ``hardware`` defaults to probing the
     machine now; ``ctx_size`` (e.g. Ollama's ``num_ctx``) replaces the configured context. A lane refuses what
     its engine cannot do with a ``LaneError`` naming the fix; a model that cannot fit is ``ProfileUnfit``."""
 
@@ -33,7 +35,6 @@ class Compiler(Protocol):
         embeddings: bool = False,
         hardware: Hardware | None = None,
         ctx_size: int | None = None,
-        tokens: bool = False,
     ) -> LaunchSpec: ...
 
 
@@ -59,12 +60,17 @@ def compile_profile(
     ctx_size: int | None = None,
     tokens: bool = False,
 ) -> LaunchSpec:
-    """The launch spec for ``model`` on ``engine`` (see ``Compiler``)."""
-    compiler = COMPILERS.get(engine.kind)
-    if compiler is not None:
-        return compiler(
+    """The launch spec for ``model`` on ``engine`` (see ``Compiler``); ``tokens``: its late-chunking engine
+    (per-token embeddings), which only the llama-cpp lane has."""
+    if engine.kind == "llama-cpp":
+        return llama_cpp.compile(
             cfg, model, engine, embeddings=embeddings, hardware=hardware, ctx_size=ctx_size, tokens=tokens
         )
+    compiler = COMPILERS.get(engine.kind)
+    if compiler is not None:
+        if tokens:
+            raise no_tokens(engine.kind, model)
+        return compiler(cfg, model, engine, embeddings=embeddings, hardware=hardware, ctx_size=ctx_size)
     serves = MEDIA_LANES.get(engine.kind)
     if serves is not None:
         raise LaneError(

@@ -21,7 +21,6 @@ from blazar.launch.shared import (
     checked_template_file,
     lane_context,
     no_embeddings,
-    no_tokens,
     override_table,
 )
 from blazar.launch.spec import LaunchSpec
@@ -37,10 +36,7 @@ def compile(
     embeddings: bool = False,
     hardware: Hardware | None = None,
     ctx_size: int | None = None,
-    tokens: bool = False,
 ) -> LaunchSpec:
-    if tokens:
-        raise no_tokens("mistralrs", model)
     if embeddings:
         raise no_embeddings("mistralrs", model)
     ov = cfg.model_override(model.name)

@@ -18,7 +18,6 @@ from blazar.launch.shared import (
     lane_context,
     model_dir,
     no_embeddings,
-    no_tokens,
     override_table,
 )
 from blazar.launch.spec import LaunchSpec
@@ -32,10 +31,7 @@ def compile(
     embeddings: bool = False,
     hardware: Hardware | None = None,
     ctx_size: int | None = None,
-    tokens: bool = False,
 ) -> LaunchSpec:
-    if tokens:
-        raise no_tokens("mlx", model)
     if embeddings:
         raise no_embeddings("mlx", model)
     ov = cfg.model_override(model.name)

@@ -21,7 +21,6 @@ from blazar.launch.shared import (
     is_jinja,
     lane_context,
     model_dir,
-    no_tokens,
     override_table,
 )
 from blazar.launch.spec import LaunchSpec
@@ -38,10 +37,7 @@ def compile(
     embeddings: bool = False,
     hardware: Hardware | None = None,
     ctx_size: int | None = None,
-    tokens: bool = False,
 ) -> LaunchSpec:
-    if tokens:
-        raise no_tokens("sglang", model)
     ov = cfg.model_override(model.name)
     template_file = checked_template_file(model, ov)
     if ov.chat_template is not None and is_jinja(ov.chat_template):

@@ -12,7 +12,6 @@ from blazar.errors import LaneError
 from blazar.launch.hardware import Hardware
 from blazar.launch.settings import model_settings
 from blazar.launch.shared import (
-    no_tokens,
     override_table,
 )
 from blazar.launch.spec import WHISPER_SERVER, LaunchSpec
@@ -26,11 +25,8 @@ def compile(
     embeddings: bool = False,
     hardware: Hardware | None = None,
     ctx_size: int | None = None,
-    tokens: bool = False,
 ) -> LaunchSpec:
     """whisper-server for a whisper.cpp model: one transcription at a time, ``threads`` as configured."""
-    if tokens:
-        raise no_tokens("whisper", model)
     if model.format != "whisper":
         raise LaneError(
             f"the whisper lane serves whisper.cpp models (ggml .bin), and '{model.name}' is {model.format}; remove"
