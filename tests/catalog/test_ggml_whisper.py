@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from blazar.catalog import ggml_whisper
+from blazar.catalog.formats import detect_format
 from blazar.catalog.models import Catalog
-from blazar.engines.lanes import detect_format
 from blazar.errors import CatalogError
 from tests.conftest import WhisperAssets
 

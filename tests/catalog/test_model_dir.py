@@ -14,10 +14,11 @@ import pytest
 
 from blazar.catalog import files as catalog_files
 from blazar.catalog import models as catalog_mod
+from blazar.catalog.formats import detect_format
 from blazar.catalog.model_dir import dir_digest, pick
 from blazar.catalog.models import Catalog, model_digest
 from blazar.config import Config
-from blazar.engines.lanes import detect_format, serving_lane
+from blazar.engines.lanes import serving_lane
 from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError
 from blazar.launch.compilers import compile_profile

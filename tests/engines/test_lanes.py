@@ -1,9 +1,8 @@
-"""The routing matrix (pure over config, model and engine rows), format detection and unknown-architecture re-routing."""
+"""The routing matrix (pure over config, model and engine rows) and unknown-architecture re-routing."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,12 @@ from blazar.config import Config, ModelOverride
 from blazar.engines.lanes import (
     UnservedArchitecture,
     classify_unknown_arch,
-    detect_format,
-    quant_method,
     reroute_once,
     serving_lane,
 )
 from blazar.engines.manifest import parse_manifest
 from blazar.engines.registry import EngineRow
-from blazar.errors import EngineError, LaneError
+from blazar.errors import LaneError
 
 MODEL = ModelRow(
     "m:latest", Path("/m.gguf"), "gguf", 1, "llama", 1, 2048, "Q4_1", True, "2026-01-01T00:00:00"
@@ -149,38 +146,6 @@ def test_pins_by_kind_tag_and_kind_tag() -> None:
 
 
 # --- formats ---------------------------------------------------------------------------------------------------
-
-
-def hf_dir(root: Path, config: dict[str, object] | None, weights: str = "model.safetensors") -> Path:
-    root.mkdir(parents=True)
-    (root / weights).write_bytes(b"{}")
-    if config is not None:
-        (root / "config.json").write_text(json.dumps(config))
-    return root
-
-
-def test_detect_format(tmp_path: Path) -> None:
-    gguf = tmp_path / "m.bin"
-    gguf.write_bytes(b"GGUF\x03\x00\x00\x00")
-    assert detect_format(gguf) == "gguf"
-    assert detect_format(hf_dir(tmp_path / "g", None, "m-00001-of-00002.gguf")) == "gguf"
-    plain = hf_dir(tmp_path / "plain", {"architectures": ["LlamaForCausalLM"]})
-    assert detect_format(plain) == "safetensors"
-    assert detect_format(plain / "model.safetensors") == "safetensors"
-    for method in ("awq", "gptq", "fp8"):
-        d = hf_dir(tmp_path / method, {"quantization_config": {"quant_method": method, "bits": 4}})
-        assert detect_format(d) == "safetensors-quantized"
-        assert quant_method(d) == method
-    mlx = hf_dir(
-        tmp_path / "mlx", {"quantization": {"group_size": 64, "bits": 4}, "quantization_config": {"bits": 4}}
-    )
-    assert detect_format(mlx) == "mlx", "the MLX axis is checked first so SGLang never shadows it"
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(EngineError, match=r"holds no \.gguf or \.safetensors files"):
-        detect_format(tmp_path / "empty")
-    (tmp_path / "x.onnx").write_bytes(b"onnx")
-    with pytest.raises(EngineError, match=r"neither GGUF nor \.safetensors"):
-        detect_format(tmp_path / "x.onnx")
 
 
 # --- unknown architectures -------------------------------------------------------------------------------------

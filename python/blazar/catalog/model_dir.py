@@ -17,7 +17,7 @@ the files ``SERVER_FILES`` names are taken (import and pull use the same list):
 Left out: READMEs, licences, images, ``*.bin`` / ``*.pt`` / ``*.pth`` weights, ``original/`` and other folders,
 and ``*.py`` (remote code, which Blazar never runs).
 
-The format is ``engines.lanes.detect_format``'s answer, so the catalog row and the routing matrix agree.
+The format is ``formats.detect_format``'s answer, as for a single weights file.
 
 Digest of a directory (``dir_digest``): the sha256 of one line per file, sorted by relative path (code point
 order, which is byte order in UTF-8), each ``<file sha256 hex>  <relative path>\\n``. That is ``sha256sum``'s
@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from blazar.catalog.formats import detect_format
 from blazar.errors import CatalogError
 
 SERVER_FILES: tuple[str, ...] = (
@@ -178,8 +179,6 @@ def _expected(directory: Path) -> str:
 def inspect_dir(directory: Path, only: Iterable[str] | None = None) -> DirSummary:
     """Check that ``directory`` is a whole model directory and summarise it; ``only`` names exactly the files
     to take (a pull's downloads), else ``pick`` chooses from the directory's listing."""
-    from blazar.engines.lanes import detect_format  # lanes imports the catalog, which imports this module
-
     if not directory.is_dir():
         raise CatalogError(f"{directory} does not exist or is not a directory")
     present = {p.name for p in directory.iterdir() if p.is_file()}

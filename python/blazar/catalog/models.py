@@ -7,7 +7,7 @@ shard, which is what engines load. A model directory (safetensors, quantized saf
 ``model_dir`` for which files one takes) is linked file by file into ``models/<name>/<tag>/``, built under
 ``models/.importing/`` and renamed into place whole, so no half-imported folder ever carries a name (an aside
 folder a killed import left is removed by the next import); the row points at the folder and its format is
-``engines.lanes.detect_format``'s. ``rm`` renames a folder aside before deleting it. The on-disk side (layout,
+``formats.detect_format``'s. ``rm`` renames a folder aside before deleting it. The on-disk side (layout,
 linking, staging, the name claim) is ``catalog_files``. It never starts engines or talks HTTP.
 
 Digests: the ``sha256`` column holds the hex sha256 of the model's weights, which the Ollama API serves as

@@ -1,4 +1,5 @@
-"""The routing matrix (``serving_lane``), weight-format detection and unknown-architecture re-routing.
+"""The routing matrix (``serving_lane``) and unknown-architecture re-routing (the weights' format is
+``catalog.formats.detect_format``'s).
 
 ``serving_lane`` picks the installed engine for a model: the per-model override pin first; in manual mode the
 engine you activated last among those that load the format; in auto mode the format matrix (MLX dirs → mlx only,
@@ -6,26 +7,24 @@ quantized safetensors → sglang only and never a silent fallback, GGUF → llam
 safetensors → the policy order), mainstream lanes before fork lanes. ``classify_unknown_arch`` reads an engine's
 stderr; ``reroute_once`` decides the single re-route after an unknown-architecture death.
 
-Everything here except ``detect_format`` is pure over its inputs. The LaneError strings are the same bytes in
+Everything here is pure over its inputs. The LaneError strings are the same bytes in
 the CLI and in API bodies; changing their wording is a breaking change.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import sys
 import unicodedata
 from collections.abc import Sequence
-from pathlib import Path
 
 from blazar.catalog.models import ModelRow
 from blazar.config import Config
 from blazar.engines import KINDS
 from blazar.engines.manifest import Manifest
 from blazar.engines.registry import EngineRow
-from blazar.errors import EngineError, LaneError
+from blazar.errors import LaneError
 
 FORMATS: tuple[str, ...] = ("gguf", "safetensors", "safetensors-quantized", "mlx")
 
@@ -158,63 +157,6 @@ def serving_lane(
 
 
 # -- formats -----------------------------------------------------------------------------------------------------
-
-
-def _config_json(directory: Path) -> dict[str, object]:
-    path = directory / "config.json"
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _safetensors_kind(config: dict[str, object]) -> str:
-    mlx_quant = config.get("quantization")
-    if isinstance(mlx_quant, dict) and "bits" in mlx_quant and "group_size" in mlx_quant:
-        return "mlx"
-    if isinstance(config.get("quantization_config"), dict):
-        return "safetensors-quantized"
-    return "safetensors"
-
-
-def quant_method(path: Path) -> str | None:
-    """``awq``, ``gptq``, ``fp8``... from ``config.json``'s ``quantization_config`` (``None`` when absent)."""
-    directory = path if path.is_dir() else path.parent
-    q = _config_json(directory).get("quantization_config")
-    method = q.get("quant_method") if isinstance(q, dict) else None
-    return str(method) if method is not None else None
-
-
-def detect_format(path: Path) -> str:
-    """``gguf``, ``whisper``, ``safetensors``, ``safetensors-quantized`` or ``mlx`` for a weights file or model
-    directory.
-
-    MLX is recognised by mlx-lm's ``quantization`` table (``bits``, ``group_size``) and checked first, so SGLang
-    never shadows an MLX directory; any ``quantization_config`` (AWQ, GPTQ, FP8...) makes safetensors quantized.
-    """
-    path = Path(path)
-    if path.is_file():
-        if path.suffix.lower() == ".gguf":
-            return "gguf"
-        with path.open("rb") as f:
-            magic = f.read(4)
-        if magic == b"GGUF":
-            return "gguf"
-        if magic == b"lmgg":  # whisper.cpp's ggml magic, little-endian
-            return "whisper"
-        if path.suffix.lower() == ".safetensors":
-            return _safetensors_kind(_config_json(path.parent))
-        raise EngineError(f"cannot tell the weight format of {path}: it is neither GGUF nor .safetensors")
-    if path.is_dir():
-        if any(path.glob("*.safetensors")):
-            return _safetensors_kind(_config_json(path))
-        if any(path.glob("*.gguf")):
-            return "gguf"
-        raise EngineError(f"cannot tell the weight format of {path}: it holds no .gguf or .safetensors files")
-    raise EngineError(f"{path} does not exist")
 
 
 # -- unknown architectures ---------------------------------------------------------------------------------------
