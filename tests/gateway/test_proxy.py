@@ -287,24 +287,6 @@ def test_a_get_to_a_stopped_unix_socket_child_is_a_502_without_the_data_director
     asyncio.run(main())
 
 
-def test_embed_token_limit_is_the_physical_batch_and_the_slot() -> None:
-    from blazar.gateway.core import EMBED_UBATCH, embed_token_limit
-
-    def child(argv: tuple[str, ...], per_slot: int) -> Any:
-        return SimpleNamespace(spec=SimpleNamespace(argv_template=argv, ctx_per_slot=per_slot))
-
-    assert embed_token_limit(child(("llama-server", "-m", "x"), 4096)) == EMBED_UBATCH == 512
-    # the last one wins, as in llama-server (a late-chunking engine's own comes after a model's extra_args)
-    assert embed_token_limit(child(("llama-server", "-ub", "64", "--ubatch-size", "300"), 4096)) == 300
-    assert embed_token_limit(child(("llama-server", "--ubatch-size", "300", "-ub", "64"), 4096)) == 64
-    assert embed_token_limit(child(("llama-server", "-ub", "2048"), 4096)) == 2048
-    assert (
-        embed_token_limit(child(("llama-server", "--ubatch-size", "8192"), 4096)) == 4096
-    )  # the slot caps it
-    assert embed_token_limit(child(("llama-server", "-ub", "many"), 0)) == 512  # unreadable: the default
-    assert embed_token_limit(child(("llama-server", "-ub"), 100)) == 100  # a flag with no value is ignored
-
-
 def test_a_request_whose_engine_was_stopped_before_it_answered_runs_once_more() -> None:
     from blazar.gateway.exchange import once_more_if_wedged
     from blazar.supervisor.signals import EngineStopped, EngineWedged

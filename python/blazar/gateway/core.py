@@ -9,7 +9,6 @@ engine themselves.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -21,7 +20,7 @@ from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, rend
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
-from blazar.gateway import forced_tools, plan, proxy, remote, semcache, tenancy, vectors, watch
+from blazar.gateway import forced_tools, late_chunking, plan, proxy, remote, semcache, tenancy, vectors, watch
 from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import HttpError, Request
 from blazar.gateway.routing import claim_remote, note_ignored
@@ -43,50 +42,23 @@ def llama_only(child: Child, has: bool, feature: str, endpoint: str) -> None:
         )
 
 
-EMBED_UBATCH = 512
-"""llama-server's default physical batch (``--ubatch-size``): a pooled embedding must fit one batch."""
 _SPECIAL_MARGIN = 8
 """Tokens left for the specials the engine adds (BOS/EOS, a BERT's CLS/SEP) and for a re-tokenisation of the
 cut text that merges differently."""
 
 
-def embed_token_limit(child: Child) -> int:
-    """The most tokens one input may have to be embedded by ``child``: its physical batch (``-ub`` in its argv,
-    else llama-server's 512) and its context per slot."""
-    argv = child.spec.argv_template
-    ubatch = EMBED_UBATCH
-    for at, flag in enumerate(argv[:-1]):  # the last one wins, as in llama-server's own parsing
-        if flag in ("-ub", "--ubatch-size"):
-            with contextlib.suppress(ValueError):
-                ubatch = int(argv[at + 1])
-    per_slot = child.spec.ctx_per_slot
-    return min(ubatch, per_slot) if per_slot > 0 else ubatch
-
-
 async def _fit_input(sup: Supervisor, req: Request, child: Child, text: Any) -> Any:
     """``text`` cut to what ``child`` embeds in one batch (Ollama's ``truncate``). A text of fewer UTF-8 bytes
     than the limit cannot hold more tokens and is sent as it is, untokenized."""
-    limit = max(1, embed_token_limit(child) - _SPECIAL_MARGIN)
+    limit = max(1, child.spec.input_tokens - _SPECIAL_MARGIN)
     if not isinstance(text, str) or len(text.encode()) <= limit:
         return text
-    tokens = await ask_engine(
+    tokens = await proxy.ask(
         sup, req, child, "/tokenize", {"content": text, "add_special": False}, "tokens", list
     )
     if len(tokens) <= limit:
         return text
-    return await ask_engine(sup, req, child, "/detokenize", {"tokens": tokens[:limit]}, "content", str)
-
-
-async def ask_engine(
-    sup: Supervisor, req: Request, child: Child, path: str, body: dict[str, Any], field: str, kind: type
-) -> Any:
-    """POST ``body`` to one of llama-server's utility endpoints (``/tokenize``, ``/detokenize``,
-    ``/apply-template``) and return the answer's ``field``; 502 when it is missing or not a ``kind``."""
-    _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
-    value = orjson.loads(data).get(field)
-    if not isinstance(value, kind):
-        raise HttpError(502, f"engine did not return '{field}' from {path}", "engine_error")
-    return value
+    return await proxy.ask(sup, req, child, "/detokenize", {"tokens": tokens[:limit]}, "content", str)
 
 
 async def serve(
@@ -269,9 +241,9 @@ async def count_input_tokens(sup: Supervisor, req: Request, canon: CanonicalRequ
         check_images_readable(canon, child.spec.reads_images)  # as the request itself would refuse them
         _path, chat = render_engine(canon)
         template_req: dict[str, Any] = {k: chat[k] for k in ("messages", "tools", "tool_choice") if k in chat}
-        prompt = await ask_engine(sup, req, child, "/apply-template", template_req, "prompt", str)
+        prompt = await proxy.ask(sup, req, child, "/apply-template", template_req, "prompt", str)
         body = {"content": prompt, "add_special": True}
-        return len(await ask_engine(sup, req, child, "/tokenize", body, "tokens", list))
+        return len(await proxy.ask(sup, req, child, "/tokenize", body, "tokens", list))
 
     # not admitted (it takes no slot); a wedged engine is stopped and the count asked once more of a fresh one
     return await ex.unadmitted(count)
@@ -312,8 +284,6 @@ async def _embed(ex: Exchange, child: Child) -> dict[str, Any]:
     sup, req, canon = ex.sup, ex.req, ex.canon
     ex.keep(child)
     if canon.late_chunking:
-        from blazar.gateway import late_chunking  # it builds on this module
-
         return await req.waiting(late_chunking.embed(sup, req, child, canon))
     can = child.spec.can
     if canon.truncate and can.token_counting and isinstance(canon.input, list):

@@ -21,7 +21,6 @@ import orjson
 from blazar._native import pool_token_spans
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway import proxy, vectors
-from blazar.gateway.core import ask_engine, embed_token_limit
 from blazar.gateway.http import HttpError, Request
 from blazar.supervisor import Child, Supervisor
 
@@ -45,7 +44,7 @@ def _too_long(what: str, limit: int, cfg_limit: int) -> HttpError:
 
 
 async def _tokenize(sup: Supervisor, req: Request, child: Child, text: str, special: bool) -> list[int]:
-    tokens: list[int] = await ask_engine(
+    tokens: list[int] = await proxy.ask(
         sup, req, child, "/tokenize", {"content": text, "add_special": special}, "tokens", list
     )
     return tokens
@@ -68,7 +67,7 @@ async def embed(sup: Supervisor, req: Request, child: Child, canon: CanonicalReq
     model's ``@tokens`` engine."""
     chunks: list[str] = canon.input  # type: ignore[assignment]  # the parser made it a list of strings
     cfg_limit = sup.cfg.late_chunking_max_tokens
-    limit = embed_token_limit(child)
+    limit = child.spec.input_tokens
     size = sum(len(c.encode()) for c in chunks)
     if size > limit * BYTES_PER_TOKEN_BOUND:
         raise _too_long(f"{size} bytes", limit, cfg_limit)

@@ -14,11 +14,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
+import orjson
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar._native import LinkError, StreamError
 from blazar.errors import BlazarError
-from blazar.gateway.http import ClientWatch, HttpError
+from blazar.gateway.http import ClientWatch, HttpError, Request
 from blazar.gateway.watch import Stall
 from blazar.paths import EMBED_SUFFIXES
 from blazar.supervisor import Child, Supervisor
@@ -211,6 +212,18 @@ async def forward_whole(
     if status >= 400:
         raise engine_error(status, data)
     return status, data
+
+
+async def ask(
+    sup: Supervisor, req: Request, child: Child, path: str, body: dict[str, Any], field: str, kind: type
+) -> Any:
+    """POST ``body`` to one of llama-server's utility endpoints (``/tokenize``, ``/detokenize``,
+    ``/apply-template``) and return the answer's ``field``; 502 when it is missing or not a ``kind``."""
+    _s, data = await forward_whole(sup, child, path, orjson.dumps(body), req.client)
+    value = orjson.loads(data).get(field)
+    if not isinstance(value, kind):
+        raise HttpError(502, f"engine did not return '{field}' from {path}", "engine_error")
+    return value
 
 
 async def _read_whole(sup: Supervisor, child: Child, path: str, body: bytes) -> tuple[int, bytes]:

@@ -6,6 +6,7 @@ No compiler lives here: each lane's is a module of its own (``launch.compilers``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import socket
@@ -21,6 +22,8 @@ log = logging.getLogger("blazar.profile")
 PLACEHOLDERS = ("{port}", "{api_key_file}")
 
 
+DEFAULT_UBATCH = 512
+"""llama-server's physical batch when its argv sets none."""
 _VISION_FLAGS = frozenset({"--mmproj", "-mm", "--mmproj-url", "-mmu", "-hf", "-hfr", "--hf-repo"})
 
 
@@ -105,6 +108,18 @@ class LaunchSpec:
     @property
     def ctx_per_slot(self) -> int:
         return self.ctx_size if self.kv_unified else self.ctx_size // max(self.parallel, 1)
+
+    @property
+    def input_tokens(self) -> int:
+        """The most tokens one input may have on this embedding engine: its physical batch (the last ``-ub`` in
+        its argv, as llama-server parses them, else llama-server's 512) within one slot's context."""
+        ubatch = DEFAULT_UBATCH
+        for at, flag in enumerate(self.argv_template[:-1]):
+            if flag in ("-ub", "--ubatch-size"):
+                with contextlib.suppress(ValueError):
+                    ubatch = int(self.argv_template[at + 1])
+        per_slot = self.ctx_per_slot
+        return min(ubatch, per_slot) if per_slot > 0 else ubatch
 
     @property
     def reads_images(self) -> bool:
