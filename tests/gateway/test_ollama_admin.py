@@ -28,6 +28,7 @@ from blazar.paths import DataDir
 from blazar.store import Store
 from blazar.supervisor import State
 from blazar.supervisor.child import Child
+from blazar.supervisor.placement import Placements
 from blazar.supervisor.remotes import Remotes
 from blazar.supervisor.sharing import Sharing
 from blazar.tenancy.admission import Admission
@@ -37,11 +38,13 @@ from tests.conftest import until
 
 def _sup(cat: Catalog, cfg: Config | None = None) -> Any:
     cfg = cfg or Config()
+    loras, sharing = Loras(cat), Sharing(cfg, cat)
     return SimpleNamespace(
         catalog=cat,
-        loras=Loras(cat),
+        loras=loras,
         cfg=cfg,
-        sharing=Sharing(cfg, cat),
+        sharing=sharing,
+        placements=Placements(cfg, cat, loras, sharing),
         children={},
         remotes=Remotes(()),
         remote_for=lambda _m: None,

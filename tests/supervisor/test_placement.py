@@ -10,6 +10,7 @@ import pytest
 from blazar.catalog.loras import Loras
 from blazar.catalog.models import Catalog
 from blazar.config import Config
+from blazar.config.model import ModelOverride
 from blazar.supervisor import placement
 from blazar.supervisor.placement import Placements
 from blazar.supervisor.sharing import Sharing
@@ -33,6 +34,18 @@ def test_a_copy_is_placed_on_its_owners_engine_with_its_own_preset(
     assert p.preset is not None and p.preset.system == "Be brief."
     embed = placements(Config(), catalog).place("persona", embedding=True)
     assert embed.key == "base:latest@embed" and embed.slots == 4
+
+
+def test_context_0_places_the_models_trained_context_over_its_kv_streams(
+    catalog: Catalog, model_file: Path
+) -> None:
+    row = catalog.import_file(model_file, "m")
+    assert row.context_length
+    shared = placements(Config(ctx_size=0), catalog).place("m")  # "auto": 4 slots sharing one context
+    assert shared.ctx_per_slot == row.context_length
+    split = placements(Config(ctx_size=0, models={"m:latest": ModelOverride(parallel=2)}), catalog).place("m")
+    assert split.ctx_per_slot == row.context_length // 2
+    assert placements(Config(ctx_size=0), catalog).place("ghost").ctx_per_slot == 0
 
 
 def test_the_memo_holds_until_the_catalog_changes_or_its_time_is_up(

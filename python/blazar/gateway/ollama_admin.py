@@ -26,8 +26,7 @@ from blazar.dialects.canonical import shown
 from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
-from blazar.launch.settings import model_settings
-from blazar.paths import TOKENS_SUFFIX, child_key, child_keys
+from blazar.paths import TOKENS_SUFFIX, child_keys
 from blazar.supervisor import State, Supervisor, sleep
 
 _ENGINE_USE = {"": "chat", "@embed": "embeddings", TOKENS_SUFFIX: "late_chunking"}
@@ -273,13 +272,13 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 def _request_ctx(sup: Supervisor, m: ModelRow) -> int:
-    """The context one request to ``m`` gets (Ollama's ``num_ctx``): its running engine's per slot, else the
-    config's ``ctx_size`` (or the model's trained context) over its slots."""
-    child = sup.children.get(child_key(sup.sharing.owner(m.name), False))
+    """The context one request to ``m`` gets (Ollama's ``num_ctx``): its running engine's per slot, else its
+    placement's (the config's ``ctx_size``, or the model's trained context, over its KV streams)."""
+    placed = sup.placements.place(m.name)
+    child = sup.children.get(placed.key)
     if child is not None and child.spec.ctx_per_slot > 0:
         return child.spec.ctx_per_slot
-    st = model_settings(sup.cfg, m.name)
-    return max((st.ctx_size or m.context_length or 0) // st.streams, 1)
+    return max(placed.ctx_per_slot, 1)
 
 
 def full_access(req: Request, what: str) -> None:

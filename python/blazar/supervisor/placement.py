@@ -46,12 +46,18 @@ class Placement:
     slots: int
     """Admission's slot count: the model's ``parallel`` (its embedding engines': a power of two); 1 for whisper."""
     ctx_per_slot: int
-    """The context one request may use, as configured (the engine's may be smaller once fitted, never larger)."""
+    """The context one request may use, as configured (``ctx_size = 0``: the model's trained context) over its
+    KV streams; the engine's may be smaller once fitted, never larger. 0: not known (an unknown name)."""
     preset: Preset | None
 
     @property
     def whisper(self) -> bool:
         return self.row is not None and self.row.format == "whisper"
+
+
+def _trained_per_slot(row: ModelRow | None, streams: int) -> int:
+    trained = row.context_length if row is not None else None
+    return max(trained // streams, 1) if trained else 0
 
 
 class Placements:
@@ -92,7 +98,7 @@ class Placements:
             engine_row=engine_row,
             key=child_key(owner, embedding, tokens),
             slots=1 if whisper else st.slots(embeddings=embedding or tokens),
-            ctx_per_slot=st.ctx_per_slot,
+            ctx_per_slot=st.ctx_per_slot or _trained_per_slot(engine_row, st.streams),
             preset=presets.compile(row.preset) if row is not None else None,
         )
         if row is not None and not whisper:
