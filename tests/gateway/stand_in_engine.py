@@ -12,6 +12,8 @@ does is said by the last message's text:
 - ``hold``: stream a chunk every 20 ms until ``STATE_DIR/release`` exists, then end; a client that left first
   is recorded in ``STATE_DIR/left``;
 - anything else: the answer ``Hello from the stand-in.``, whole or streamed word by word, with usage.
+
+``/infill`` (recorded the same way) answers that text whole, as llama-server's native endpoint does.
 """
 
 from __future__ import annotations
@@ -102,10 +104,20 @@ def app(state: Path, key: str) -> web.Application:
         await resp.write_eof()
         return resp
 
+    async def infill(r: web.Request) -> web.Response:
+        if r.headers.get("authorization") != f"Bearer {key}":
+            return web.json_response({"error": {"message": "Invalid API Key", "code": 401}}, status=401)
+        body = await r.json()
+        with (state / "requests.jsonl").open("a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "body": body}) + "\n")
+        timings = {"prompt_n": 5, "prompt_ms": 1.5, "predicted_n": 4, "predicted_ms": 2.5}
+        return web.json_response({"content": ANSWER, "stop_type": "eos", "timings": timings})
+
     application = web.Application()
     application.router.add_get("/health", health)
     application.router.add_get("/props", props)
     application.router.add_post("/v1/chat/completions", chat)
+    application.router.add_post("/infill", infill)
     return application
 
 

@@ -106,6 +106,27 @@ def test_a_whole_and_a_streamed_answer_come_back_in_the_callers_dialect(serve: C
     assert s.requests()[1]["body"]["return_progress"] is True  # the plan for llama-server, as sent
 
 
+def test_fill_in_the_middle_is_planned_like_a_generation_and_shaped_once(
+    serve: Callable[..., Served],
+) -> None:
+    """Ollama's ``suffix`` runs on llama-server's /infill, asked whole: the plan converts what llama-server does
+    not take (Ollama's repeat_last_n -1: the whole context), and a stream is the answer then the done line."""
+    s = serve()
+    ask = {"model": "m", "prompt": "def f(", "suffix": ")", "options": {"repeat_last_n": -1}}
+    whole = httpx.post(s.d.url + "/api/generate", json={**ask, "stream": False}, timeout=120)
+    assert whole.status_code == 200, whole.text
+    done = whole.json()
+    assert done["response"] == ANSWER and done["done_reason"] == "stop" and done["eval_count"] == 4
+    sent = s.requests()[0]["body"]
+    assert sent["input_prefix"] == "def f(" and sent["input_suffix"] == ")" and sent["stream"] is False
+    assert sent["repeat_last_n"] == 4096  # a slot's whole context: the default ctx_size, shared by the slots
+    streamed = httpx.post(s.d.url + "/api/generate", json=ask, timeout=120)
+    lines = [json.loads(line) for line in streamed.text.splitlines()]
+    assert streamed.headers["content-type"] == "application/x-ndjson"
+    assert [x["done"] for x in lines] == [False, True] and lines[0]["response"] == ANSWER
+    assert s.requests()[1]["body"]["stream"] is False
+
+
 def test_an_engine_that_dies_before_its_head_is_a_502_and_the_next_request_gets_a_fresh_one(
     serve: Callable[..., Served],
 ) -> None:

@@ -215,7 +215,7 @@ def _render_infill(req: CanonicalRequest) -> dict[str, Any]:
         "input_prefix": req.prompt if isinstance(req.prompt, str) else "",
         "input_suffix": req.suffix,
         "prompt": "",
-        "stream": req.stream,
+        "stream": False,  # asked whole, streamed or not: the gateway shapes the answer once (gateway.ollama)
     }
     if req.response_format is not None:
         body["json_schema"] = schema_of(req.response_format)

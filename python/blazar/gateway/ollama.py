@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from blazar.dialects import ollama as dialect
-from blazar.dialects.canonical import CanonicalRequest, render_engine
+from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway import core, exchange, plan, proxy, routing, watch
 from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
@@ -74,7 +74,7 @@ async def generate(sup: Supervisor, req: Request, proto: Any) -> Response | None
 
 async def _infill(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Response:
     """Fill-in-the-middle (``suffix``) runs on llama-server's native /infill, whole, and is shaped here once;
-    it is claimed and admitted like any generation."""
+    it is claimed and admitted like any generation, and its engine request is ``plan``'s like theirs."""
     ex = Exchange.claim(sup, req, canon, remote_checked=False)
     return await ex.run(lambda child, load_ns: _infill_on(ex, child, load_ns))
 
@@ -82,13 +82,17 @@ async def _infill(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Res
 async def _infill_on(ex: Exchange, child: Child, load_ns: int) -> Response:
     sup, req, canon = ex.sup, ex.req, ex.canon
     core.llama_only(child, child.spec.can.infill, "fill-in-the-middle (suffix)", "/infill")
-    path, body = render_engine(canon)
-    body["stream"] = False
-    lora = adapters.choice(child, canon.model)
-    if lora is not None:
-        body["lora"] = lora
+    p = plan.plan(
+        canon,
+        child.spec,
+        plan.OLLAMA_GENERATE,
+        slots=ex.slots,
+        owner=child.model,
+        body_bytes=len(req.body),
+        lora=adapters.choice(child, canon.model),
+    )
     ex.keep(child)
-    _s, data = await proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client)
+    _s, data = await proxy.forward_whole(sup, child, p.path, orjson.dumps(p.body), req.client)
     out = orjson.loads(data)
     if not isinstance(out, dict):
         raise HttpError(502, "engine sent a malformed /infill body", "engine_error")
