@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from blazar.cli.ps import until
-from tests.conftest import Daemon, blazar_cmd, free_port, make_daemon, pid_alive, wait_for
+from tests.conftest import HANG, Daemon, blazar_cmd, free_port, make_daemon, pid_alive, wait_for
 from tests.engines.conftest import PLATFORM
 
 pytestmark = pytest.mark.e2e
@@ -74,7 +74,7 @@ def test_ps_lists_the_running_engine_and_stop_unloads_it(daemon_factory: object)
 
     r = blazar(d.env, "stop", "smollm2")
     assert (r.returncode, r.stdout) == (0, "stopped smollm2:latest\n"), r.stderr
-    wait_for(lambda: not pid_alive(pid), 10, "the engine to stop")
+    wait_for(lambda: not pid_alive(pid), HANG, "the engine to stop")
     assert d.child_pids() == []
     assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []
 
@@ -105,7 +105,7 @@ def test_stop_takes_a_name_that_shares_a_running_engine(daemon_factory: object) 
     assert entry["name"] == "smollm2:latest" and entry["names"] == ["smollm2:latest", "twin:latest"], entry
     r = blazar(d.env, "stop", "twin")
     assert (r.returncode, r.stdout) == (0, "stopped twin:latest\n"), r.stderr
-    wait_for(lambda: not pid_alive(pid), 10, "the shared engine to stop")
+    wait_for(lambda: not pid_alive(pid), HANG, "the shared engine to stop")
 
 
 def test_with_keys_they_need_one_and_say_so(daemon_factory: object) -> None:
@@ -166,7 +166,7 @@ def test_another_server_at_the_address_is_named(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: _answers(port), 20, "the other server")
+        wait_for(lambda: _answers(port), HANG, "the other server")
         (tmp_path / "api").mkdir()
         (tmp_path / "api" / "ps").write_text("[1, 2]")  # a JSON answer, but no object
         for args in (["ps"], ["stop", "smollm2"]):

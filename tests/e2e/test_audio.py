@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai.types.audio import TranscriptionVerbose
 
-from tests.conftest import Daemon, WhisperAssets, closing, wait_for
+from tests.conftest import HANG, Daemon, WhisperAssets, closing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -105,7 +105,9 @@ def test_transcriptions_in_every_format(d: Daemon, whisper_assets: WhisperAssets
         return {m["name"] for m in httpx.get(d.url + "/api/ps").json()["models"]}
 
     wait_for(
-        lambda: "whisper-tiny:latest" not in loaded(), 30, "whisper_idle_secs to stop the idle whisper-server"
+        lambda: "whisper-tiny:latest" not in loaded(),
+        HANG,
+        "whisper_idle_secs to stop the idle whisper-server",
     )
 
 

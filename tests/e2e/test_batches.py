@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Daemon, closing, wait_for
+from tests.conftest import HANG, Daemon, closing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +48,7 @@ def jsonl(lines: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
 
 
-def finished(c: openai.OpenAI, batch_id: str, timeout: float = 120) -> Any:
+def finished(c: openai.OpenAI, batch_id: str, timeout: float = HANG) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         b = c.batches.retrieve(batch_id)
@@ -79,7 +79,7 @@ def wait_for_the_second_request(d: Daemon, answered_before: int) -> None:
     """A batch of one request at a time: its first request answered, and its second now holds the slot."""
     wait_for(
         lambda: batch_answers(d) > answered_before and busy_slots(d) == 1,
-        120,
+        HANG,
         "the batch's first request to be answered and its second to run",
     )
 
@@ -247,11 +247,11 @@ def test_a_cancel_keeps_what_was_answered_and_a_restart_runs_a_batch_again(daemo
         chunks = s.iter_bytes()  # keep a reference: a dropped generator closes the stream
         assert next(chunks).startswith(b"data: ")
         b2 = c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
-        wait_for(lambda: c.batches.retrieve(b2.id).status == "in_progress", 60, "the batch to start")
+        wait_for(lambda: c.batches.retrieve(b2.id).status == "in_progress", HANG, "the batch to start")
         assert d.stop() == 0  # the stream is cut off after stop_grace_secs
     d.start()
     c = client(d, SEQ)
-    b2 = finished(c, b2.id, timeout=300)
+    b2 = finished(c, b2.id)
     assert b2.status == "completed" and b2.request_counts.completed == 12, b2
     assert sorted(records(c, b2.output_file_id)) == sorted(line["custom_id"] for line in lines)
 

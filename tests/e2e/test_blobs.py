@@ -17,7 +17,7 @@ import httpx
 import ollama
 import pytest
 
-from tests.conftest import Assets, Daemon, closing, wait_for
+from tests.conftest import HANG, Assets, Daemon, closing, wait_for
 from tests.fakehub import lora_gguf
 
 pytestmark = pytest.mark.e2e
@@ -151,21 +151,23 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
     host, port = d.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as held:
         held.sendall(first + b"x" * 10)
-        wait_for(lambda: list((d.data_dir / "blobs").glob(".partial-*")), 60, "the first upload to start")
+        wait_for(lambda: list((d.data_dir / "blobs").glob(".partial-*")), HANG, "the first upload to start")
         second = raw(d, first.replace(never.encode(), other.encode()))
         assert (
             second.startswith(b"HTTP/1.1 507") and b"beside the" in second and b"uploads in flight" in second
         )
     # a body of no declared length (chunked) is held to the same reserve as it arrives
     blobs = d.data_dir / "blobs"
-    wait_for(lambda: not list(blobs.glob(".partial-*")), 60, "the uploads above to be cleaned up")
+    wait_for(lambda: not list(blobs.glob(".partial-*")), HANG, "the uploads above to be cleaned up")
     room = shutil.disk_usage(d.data_dir).free - (512 << 20)
     third = "sha256:" + "c" * 64
     almost = f"POST /api/blobs/{third} HTTP/1.1\r\nHost: x\r\nContent-Length: {room - (2 << 20)}\r\n\r\n"
     with socket.create_connection((host, int(port)), timeout=10) as held:
         held.sendall(almost.encode() + b"x" * 10)
         wait_for(
-            lambda: list(blobs.glob(f".partial-*-{'c' * 16}-*")), 60, "the nearly disk-sized upload to start"
+            lambda: list(blobs.glob(f".partial-*-{'c' * 16}-*")),
+            HANG,
+            "the nearly disk-sized upload to start",
         )
         step = 8 << 20
         chunked = (
@@ -182,7 +184,7 @@ def test_what_blobs_and_creates_from_them_refuse(daemon_factory: Any) -> None:
     cut = f"POST /api/blobs/{never} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n".encode() + b"x" * 10
     raw(d, cut, close_early=True)
     wait_for(
-        lambda: not list((d.data_dir / "blobs").glob(".partial-*")), 60, "the partial upload to be removed"
+        lambda: not list((d.data_dir / "blobs").glob(".partial-*")), HANG, "the partial upload to be removed"
     )
     assert head(d, never) == 404
     # one that sends half and half-closes still reads why nothing was kept

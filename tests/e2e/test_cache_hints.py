@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, wait_for
+from tests.conftest import HANG, Daemon, wait_for
 from tests.e2e.test_session_bank import ASK
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +34,7 @@ def test_the_prompt_cache_hit_rate_is_measured_and_shown(daemon_factory: object)
     # Half of all prompt tokens came from the cache: 0.5 when one scrape saw both requests; 0.3 x the second's
     # share when a scrape fell between them (its sample, the first request's, was 0); 0.7 x that when a scrape
     # also fell between the second's cached and evaluated counts, which llama-server adds at different moments
-    wait_for(lambda: (running(d)["cache_hint"] or 0) > 0.15, 60, "a scrape after the second request")
+    wait_for(lambda: (running(d)["cache_hint"] or 0) > 0.15, HANG, "a scrape after the second request")
 
     def shown() -> tuple[float, str, float]:
         before = running(d)["cache_hint"]

@@ -10,7 +10,7 @@ import orjson
 import psutil
 import pytest
 
-from tests.conftest import Daemon, closing, wait_for
+from tests.conftest import HANG, Daemon, closing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -156,9 +156,9 @@ def test_a_client_that_leaves_stops_the_tool_and_leaves_nothing(daemon: Daemon) 
     ) as resp:
         lines = resp.iter_lines()
         assert orjson.loads(next(lines)) == {"status": "quantizing Q4_1 model to Q6_K"}
-    wait_for(lambda: not _quantizers(daemon), 60, "llama-quantize to be stopped")
+    wait_for(lambda: not _quantizers(daemon), HANG, "llama-quantize to be stopped")
     staged = daemon.data_dir / "models" / ".importing"
-    wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), 60, "the partial file to be removed")
+    wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), HANG, "the partial file to be removed")
     names = {m["name"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
     assert "smol-gone:latest" not in names
 
@@ -175,11 +175,15 @@ def test_a_client_that_leaves_after_the_last_progress_line_gets_nothing_made(dae
             line = orjson.loads(raw)
             if "total" in line and line["completed"] == line["total"]:
                 break  # the last progress line: the client leaves
-    wait_for(lambda: not _quantizers(daemon), 60, "llama-quantize to end")
+    wait_for(lambda: not _quantizers(daemon), HANG, "llama-quantize to end")
     # the daemon's word that it saw the client go, which stops the hash and import; then its output goes
-    wait_for(lambda: daemon.log.read_text().count(left) > seen, 60, "the create to stop for the client gone")
+    wait_for(
+        lambda: daemon.log.read_text().count(left) > seen, HANG, "the create to stop for the client gone"
+    )
     staged = daemon.data_dir / "models" / ".importing"
-    wait_for(lambda: not any(p.is_file() for p in staged.rglob("*")), 60, "the quantized file to be removed")
+    wait_for(
+        lambda: not any(p.is_file() for p in staged.rglob("*")), HANG, "the quantized file to be removed"
+    )
     after = {m["name"]: m["digest"] for m in httpx.get(daemon.url + "/api/tags").json()["models"]}
     assert after == before
     shown = httpx.post(daemon.url + "/api/show", json={"model": "smollm2"}, timeout=30).json()

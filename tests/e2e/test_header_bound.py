@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, pid_alive, wait_for
+from tests.conftest import HANG, Daemon, pid_alive, wait_for
 from tests.e2e.test_supervision import CHAT, engine_busy
 
 pytestmark = pytest.mark.e2e
@@ -70,7 +70,7 @@ def test_a_token_count_on_a_wedged_engine_is_asked_again_of_a_fresh_one(daemon_f
     body = {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}]}
     r = httpx.post(d.url + "/v1/messages/count_tokens", json=body, timeout=90)
     assert r.status_code == 200 and r.json()["input_tokens"] > 0, r.text
-    wait_for(lambda: not pid_alive(pid), 60, "the wedged engine to be gone")
+    wait_for(lambda: not pid_alive(pid), HANG, "the wedged engine to be gone")
 
 
 def test_a_wedged_engine_is_stopped_and_the_request_retried_on_a_fresh_one(daemon_factory: object) -> None:
@@ -80,7 +80,7 @@ def test_a_wedged_engine_is_stopped_and_the_request_retried_on_a_fresh_one(daemo
     r = chat(d, QUICK)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"]
-    wait_for(lambda: not pid_alive(pid), 60, "the wedged engine to be gone")
+    wait_for(lambda: not pid_alive(pid), HANG, "the wedged engine to be gone")
     [fresh] = d.child_pids()
     assert fresh != pid
     log = d.log.read_text()
@@ -98,7 +98,7 @@ def test_a_wedged_engine_is_stopped_and_the_request_retried_on_a_fresh_one(daemo
         text = s.read().decode()
     assert text.count("data: [DONE]") == 1 and text.rstrip().endswith("data: [DONE]"), text[-300:]
     assert '"content"' in text
-    wait_for(lambda: not pid_alive(fresh), 60, "the second wedged engine to be gone")
+    wait_for(lambda: not pid_alive(fresh), HANG, "the second wedged engine to be gone")
 
 
 def test_a_request_that_was_waiting_on_the_wedged_engine_is_retried_too(daemon_factory: object) -> None:
@@ -112,15 +112,15 @@ def test_a_request_that_was_waiting_on_the_wedged_engine_is_retried_too(daemon_f
     results: dict[str, httpx.Response] = {}
     first = threading.Thread(target=lambda: results.setdefault("a", chat(d, QUICK)))
     first.start()
-    wait_for(lambda: busy_slots(d) == 1, 60, "A to go out to the wedged engine")
+    wait_for(lambda: busy_slots(d) == 1, HANG, "A to go out to the wedged engine")
     second = threading.Thread(target=lambda: results.setdefault("b", chat(d, QUICK)))
     second.start()
-    wait_for(lambda: busy_slots(d) == 2, 60, "B to go out to it too")  # long before A's 8 s bound
+    wait_for(lambda: busy_slots(d) == 2, HANG, "B to go out to it too")  # long before A's 8 s bound
     first.join(90)
     second.join(90)
     assert results["a"].status_code == 200, results["a"].text
     assert results["b"].status_code == 200, results["b"].text
-    wait_for(lambda: not pid_alive(pid), 60, "the wedged engine to be gone")
+    wait_for(lambda: not pid_alive(pid), HANG, "the wedged engine to be gone")
     assert len(d.child_pids()) == 1
     # both were on the wedged engine, and each was retried once on the fresh one
     assert d.log.read_text().count("retrying the request once on a restarted engine") == 2, d.log.read_text()
@@ -134,7 +134,7 @@ def test_a_client_that_leaves_during_the_check_still_gets_the_wedged_engine_stop
     pid = wedge(d)
     with pytest.raises(httpx.ReadTimeout):
         chat(d, QUICK, timeout=11)  # gone after the 10 s bound, while the health check (2 s) runs
-    wait_for(lambda: not pid_alive(pid), 60, "the wedged engine to be stopped all the same")
+    wait_for(lambda: not pid_alive(pid), HANG, "the wedged engine to be stopped all the same")
     assert chat(d, QUICK).status_code == 200
 
 
@@ -153,7 +153,7 @@ def test_an_engine_that_wedges_again_on_the_retry_is_a_504(daemon_factory: objec
         except (AssertionError, httpx.HTTPError, OSError, ValueError):  # still loading, or files in flux
             return None
 
-    wait_for(fresh_engine_generating, 60, "the restarted engine to be generating the retried request")
+    wait_for(fresh_engine_generating, HANG, "the restarted engine to be generating the retried request")
     second = fresh_engine_generating()
     assert second is not None
     os.kill(second, signal.SIGSTOP)  # wedged too, before its 10 s bound runs out
@@ -166,7 +166,7 @@ def test_an_engine_that_wedges_again_on_the_retry_is_a_504(daemon_factory: objec
         " when the request was retried once on a restarted engine; both were stopped and the next request"
         " starts it again"
     )
-    wait_for(lambda: not pid_alive(first) and not pid_alive(second), 60, "both wedged engines to be gone")
+    wait_for(lambda: not pid_alive(first) and not pid_alive(second), HANG, "both wedged engines to be gone")
     assert chat(d, QUICK).status_code == 200  # a third engine
 
 
@@ -183,7 +183,7 @@ def test_a_long_whole_answer_ends_only_itself_and_the_engine_keeps_running(daemo
         " (child_header_timeout_secs): a whole (non-streamed) answer comes only when it is complete;"
     ), message
     assert d.child_pids() == [pid] and pid_alive(pid)  # not stopped, not retried
-    wait_for(lambda: cancelled(d) > before, 60, "the engine to drop the abandoned generation")
+    wait_for(lambda: cancelled(d) > before, HANG, "the engine to drop the abandoned generation")
     assert chat(d, QUICK).status_code == 200
     assert d.child_pids() == [pid]
     assert "retrying the request" not in d.log.read_text()
@@ -208,9 +208,9 @@ def test_a_stream_whose_engine_wedges_midway_ends_with_the_error_event(daemon_fa
     assert time.monotonic() - stopped < 60, "the stream should end soon after the bound"
     assert "was stopped while serving the request (nothing sent mid-stream" in rest, rest[-500:]
     assert rest.rstrip().endswith("data: [DONE]")
-    wait_for(lambda: not pid_alive(pid), 60, "the wedged engine to be gone")
+    wait_for(lambda: not pid_alive(pid), HANG, "the wedged engine to be gone")
     # logged once the eviction returns, which may be after the stream it ended reached the client
     said = "sent nothing mid-stream for 10s and failed its health check"
-    wait_for(lambda: said in d.log.read_text(), 60, "the wedge to be logged")
+    wait_for(lambda: said in d.log.read_text(), HANG, "the wedge to be logged")
     assert chat(d, QUICK).status_code == 200  # a fresh engine
     assert time.monotonic() - t0 < 120

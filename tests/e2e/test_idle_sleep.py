@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, wait_for
+from tests.conftest import HANG, Daemon, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -60,7 +60,7 @@ def test_an_idle_engine_frees_its_model_and_the_next_request_wakes_it(daemon_fac
     [pid] = d.child_pids()
     awake = rss_kib(pid)
     assert running(d)["asleep"] is False
-    wait_for(lambda: running(d)["asleep"] is True, 60, "the engine to fall asleep")
+    wait_for(lambda: running(d)["asleep"] is True, HANG, "the engine to fall asleep")
     assert rss_kib(pid) < awake - 40_000, (awake, rss_kib(pid))  # the weights and KV cache went
     assert running(d)["asleep"] is True  # asking does not wake it
     assert "(asleep: its model reloads on the next request)" in d.cli("ps").stdout
@@ -72,10 +72,10 @@ def test_an_idle_engine_frees_its_model_and_the_next_request_wakes_it(daemon_fac
     assert "smollm2:latest woke from its idle sleep" in d.log.read_text()
 
     # stopped while asleep: no wake-up to save a bank, and nothing banked (its KV cache went with the sleep)
-    wait_for(lambda: running(d)["asleep"] is True, 60, "the engine to fall asleep again")
+    wait_for(lambda: running(d)["asleep"] is True, HANG, "the engine to fall asleep again")
     r = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=60)
     assert r.status_code == 200, r.text
-    wait_for(lambda: not d.child_pids(), 60, "the engine to stop")
+    wait_for(lambda: not d.child_pids(), HANG, "the engine to stop")
     assert not list((d.data_dir / "sessions").glob("*/_auto-*.bin"))
     assert d.log.read_text().count("woke from its idle sleep") == 1
 
@@ -93,19 +93,19 @@ def test_a_keep_alive_longer_than_the_sleep_keeps_the_model_loaded(daemon_factor
     assert running(d)["asleep"] is False and fell_asleep(d) == 0
     # a request without keep_alive puts the default back, and the engine sleeps again
     generate(d)
-    wait_for(lambda: running(d)["asleep"] is True, 60, "the engine to fall asleep")
+    wait_for(lambda: running(d)["asleep"] is True, HANG, "the engine to fall asleep")
 
     # an unload asked for while an earlier request wakes the engine is kept: the latest to arrive wins
     assert len(d.child_pids()) == 1
     waking = threading.Thread(target=generate, args=(d,), kwargs={"options": {"num_predict": 200}})
     waking.start()
     # it holds the engine (so ps takes it for awake) while it wakes it and runs its 200 tokens
-    wait_for(lambda: running(d)["asleep"] is False, 60, "the request to be waking the engine")
+    wait_for(lambda: running(d)["asleep"] is False, HANG, "the request to be waking the engine")
     r = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=60)
     assert r.status_code == 200 and r.json()["done_reason"] == "unload", r.text
     assert len(d.child_pids()) == 1  # not before the waking request ended
     waking.join(300)
-    wait_for(lambda: not d.child_pids(), 60, "the engine to stop once the waking request ended")
+    wait_for(lambda: not d.child_pids(), HANG, "the engine to stop once the waking request ended")
     assert "smollm2:latest woke from its idle sleep" in d.log.read_text()
 
 
@@ -123,7 +123,7 @@ def test_an_asleep_engine_that_answers_nothing_is_replaced_within_seconds(daemon
     d: Daemon = daemon_factory(SLEEPY)
     generate(d)
     [pid] = d.child_pids()
-    wait_for(lambda: running(d)["asleep"] is True, 60, "the engine to fall asleep")
+    wait_for(lambda: running(d)["asleep"] is True, HANG, "the engine to fall asleep")
     os.kill(pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()

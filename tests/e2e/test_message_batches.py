@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Daemon, closing, wait_for
+from tests.conftest import HANG, Daemon, closing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +43,7 @@ def request(custom_id: str, content: str, model: str = "smollm2", max_tokens: in
     return {"custom_id": custom_id, "params": params}
 
 
-def ended(c: anthropic.Anthropic, batch_id: str, timeout: float = 120) -> Any:
+def ended(c: anthropic.Anthropic, batch_id: str, timeout: float = HANG) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         b = c.messages.batches.retrieve(batch_id)
@@ -154,7 +154,7 @@ def test_a_cancel_keeps_what_was_answered(daemon_factory: object) -> None:
         r = httpx.get(d.url + "/api/ps", headers={"x-api-key": FULL}, timeout=30)
         return sum(m["busy_slots"] for m in r.json()["models"])
 
-    wait_for(lambda: answered() >= 1 and busy_slots() == 1, 120, "the first answer, and the second running")
+    wait_for(lambda: answered() >= 1 and busy_slots() == 1, HANG, "the first answer, and the second running")
     canceling = c.messages.batches.cancel(made.id)
     assert canceling.processing_status == "canceling" and canceling.cancel_initiated_at is not None
     done = ended(c, made.id)

@@ -17,7 +17,7 @@ import ollama
 import pytest
 
 import blazar
-from tests.conftest import Daemon, pid_alive, wait_for
+from tests.conftest import HANG, Daemon, pid_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -237,7 +237,7 @@ def test_keep_alive_zero_unloads(daemon_factory: object, client: Make) -> None:
     c.generate(model="smollm2", prompt="hi", options={"num_predict": 2})
     [pid] = d.child_pids()
     c.generate(model="smollm2", prompt="hi", options={"num_predict": 2}, keep_alive=0)
-    wait_for(lambda: not pid_alive(pid), 60, "keep_alive 0 to unload the engine")
+    wait_for(lambda: not pid_alive(pid), HANG, "keep_alive 0 to unload the engine")
     assert c.ps().models == []
 
 
@@ -261,7 +261,7 @@ def test_an_unload_waits_for_the_requests_in_flight_and_the_latest_keep_alive_wi
         assert engine(d)["busy_slots"] == 1 and pid_alive(pid)
         last = json.loads(list(lines)[-1])
     assert last["done"] is True and last["done_reason"] == "length" and last["eval_count"] == 300, last
-    wait_for(lambda: not pid_alive(pid), 60, "the engine to unload after the stream")
+    wait_for(lambda: not pid_alive(pid), HANG, "the engine to unload after the stream")
 
     forever = {"model": "smollm2", "keep_alive": -1}
     assert httpx.post(d.url + "/api/generate", json=forever, timeout=60).status_code == 200
@@ -317,7 +317,7 @@ def test_a_request_waiting_when_an_unload_is_due_keeps_the_model(daemon_factory:
             target=lambda: got.append(httpx.post(d.url + "/api/chat", json=later, timeout=300))
         )
         waiter.start()
-        wait_for(lambda: engine(d)["queued"] == 1, 60, "the later request to queue behind the stream")
+        wait_for(lambda: engine(d)["queued"] == 1, HANG, "the later request to queue behind the stream")
         last = json.loads(list(lines)[-1])
     assert last["done_reason"] == "length" and last["eval_count"] == 300, last  # it ran to its end
     waiter.join(300)
@@ -355,13 +355,13 @@ def test_ps_names_every_engine_so_that_it_can_be_unloaded_by_that_name(daemon_fa
     # an embedding engine's own keep_alive 0 unloads only that engine
     gone = {"model": "smollm2", "input": "hi", "keep_alive": 0}
     assert httpx.post(d.url + "/api/embed", json=gone, timeout=60).status_code == 200
-    wait_for(lambda: len(d.child_pids()) == 2, 60, "the embedding engine to unload")
+    wait_for(lambda: len(d.child_pids()) == 2, HANG, "the embedding engine to unload")
     engines = sorted(m["engine"] for m in httpx.get(d.url + "/api/ps").json()["models"])
     assert engines == ["chat", "late_chunking"]
     # the model's unload stops all of its engines
     r = httpx.post(d.url + "/api/generate", json={"model": name, "keep_alive": 0}, timeout=60)
     assert r.status_code == 200 and r.json()["done_reason"] == "unload"
-    wait_for(lambda: not d.child_pids(), 60, "every engine to unload")
+    wait_for(lambda: not d.child_pids(), HANG, "every engine to unload")
 
 
 def test_copy_and_delete(daemon_factory: object, client: Make) -> None:
@@ -416,7 +416,7 @@ def test_a_chunked_body_cut_off_is_never_acted_on(daemon_factory: object) -> Non
             + body
             + b"\r\n"
         )
-        wait_for(lambda: unread_by_the_daemon(s) == 0, 60, "the daemon to read the chunk")
+        wait_for(lambda: unread_by_the_daemon(s) == 0, HANG, "the daemon to read the chunk")
 
     def ended() -> bool:  # refused as cut off (400), or dropped as a client gone before its body arrived
         log = d.log.read_text()
@@ -424,7 +424,7 @@ def test_a_chunked_body_cut_off_is_never_acted_on(daemon_factory: object) -> Non
             "DELETE /api/delete 400 " in log or "DELETE /api/delete: the client closed the connection" in log
         )
 
-    wait_for(ended, 60, "the daemon to be done with the cut-off request")
+    wait_for(ended, HANG, "the daemon to be done with the cut-off request")
     assert "victim:latest" in {m["name"] for m in httpx.get(d.url + "/api/tags").json()["models"]}
     whole = httpx.request(
         "DELETE", d.url + "/api/delete", content=iter([body])

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import Daemon, closing, pid_alive, wait_for
+from tests.conftest import HANG, Daemon, closing, pid_alive, wait_for
 from tests.e2e.test_supervision import engine_busy, engine_metric
 
 pytestmark = pytest.mark.e2e
@@ -261,7 +261,7 @@ def test_a_client_that_leaves_mid_body_is_logged_not_a_traceback(daemon: Daemon)
                 head.encode() + b'{"model": "smol'
             )  # 15 of the 1000 bytes it declared, then it hangs up
         said = f"POST {path}: the client closed the connection before its body arrived (trace gone-{i})"
-        wait_for(lambda said=said: said in daemon.log.read_text(), 60, "the daemon to note the client left")
+        wait_for(lambda said=said: said in daemon.log.read_text(), HANG, "the daemon to note the client left")
         assert f"(trace gone-{i})\nTraceback" not in daemon.log.read_text()
     assert httpx.get(daemon.url + "/healthz").status_code == 200
 
@@ -281,13 +281,13 @@ def test_a_client_that_leaves_before_a_whole_answer_frees_the_engine(daemon: Dae
     decoded = engine_metric(daemon, pid, "n_decode_total")
     with socket.create_connection(("127.0.0.1", daemon.port)) as s:
         s.sendall(head.encode() + body)
-        wait_for(lambda: engine_busy(daemon, pid), 60, "the engine to be working on the answer")
+        wait_for(lambda: engine_busy(daemon, pid), HANG, "the engine to be working on the answer")
     said = "POST /v1/chat/completions: the client closed the connection before its answer was ready"
-    wait_for(lambda: said in daemon.log.read_text(), 60, "the daemon to stop the engine's work for nobody")
+    wait_for(lambda: said in daemon.log.read_text(), HANG, "the daemon to stop the engine's work for nobody")
     # the engine's own word that it cancelled the task (asking its /metrics meanwhile would delay that: while
     # those answers come, llama-server does not look at a whole answer's connection)
     wait_for(
-        lambda: engine_log.read_text().count("stop: cancel task") > cancelled, 60, "the engine to cancel it"
+        lambda: engine_log.read_text().count("stop: cancel task") > cancelled, HANG, "the engine to cancel it"
     )
     # far short of the 3000 tokens (the engine decodes once a token)
     assert engine_metric(daemon, pid, "n_decode_total") - decoded < 2000
@@ -386,7 +386,7 @@ def test_shutdown_leaves_no_child(daemon_factory: object) -> None:
     pids = d.child_pids()
     assert len(pids) == 1 and pid_alive(pids[0])
     assert d.stop() == 0
-    wait_for(lambda: not pid_alive(pids[0]), 30, "the engine child to be gone after shutdown")
+    wait_for(lambda: not pid_alive(pids[0]), HANG, "the engine child to be gone after shutdown")
     assert d.child_pids() == []
 
 

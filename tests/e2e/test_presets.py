@@ -12,7 +12,7 @@ import ollama
 import openai
 import pytest
 
-from tests.conftest import Daemon, closing, wait_for
+from tests.conftest import HANG, Daemon, closing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -185,7 +185,7 @@ def test_models_over_one_weights_file_share_one_engine(daemon_factory: Any) -> N
     assert d.child_pids() == pids and [m.model for m in client.ps().models] == ["smollm2:latest"]
     # keep_alive 0 for the persona unloads the engine it runs on
     assert client.chat(model="persona", messages=[], keep_alive=0).done_reason == "unload"
-    wait_for(lambda: not client.ps().models, 60, "the shared engine to unload")
+    wait_for(lambda: not client.ps().models, HANG, "the shared engine to unload")
     # with the model it shared removed, the persona keeps its weights and starts an engine of its own
     client.delete("smollm2")
     assert chat(client, "persona", [USER]).eval_count == 3

@@ -12,7 +12,7 @@ import ollama
 import orjson
 import pytest
 
-from tests.conftest import Assets, Daemon, cleanup, closing, make_daemon, provision, wait_for
+from tests.conftest import HANG, Assets, Daemon, cleanup, closing, make_daemon, provision, wait_for
 from tests.fakehub import FakeHub, running, split_gguf, tiny_gguf
 
 pytestmark = pytest.mark.e2e
@@ -117,7 +117,7 @@ def test_a_client_that_leaves_cancels_and_the_next_pull_resumes(
             if (orjson.loads(line).get("completed") or 0) > 0:
                 break
     folder = daemon_with_hub.data_dir / "models" / ".downloads" / "org--slow-GGUF"
-    wait_for(lambda: not (folder / "slow-Q4_K_M.gguf.lock").exists(), 60, "the abandoned download to stop")
+    wait_for(lambda: not (folder / "slow-Q4_K_M.gguf.lock").exists(), HANG, "the abandoned download to stop")
     kept = (folder / "slow-Q4_K_M.gguf.part").stat().st_size
     assert 0 < kept < model_file.stat().st_size
     hub.slow.clear()

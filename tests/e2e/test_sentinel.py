@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import Daemon, wait_for
+from tests.conftest import HANG, Daemon, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +44,7 @@ def test_findings_are_logged_and_named_but_the_answer_is_untouched(daemon: Daemo
         trace = s.headers["x-blazar-trace-id"]
     assert text.rstrip().endswith("data: [DONE]")
     line = f"sentinel: smollm2 answered a stream (trace {trace}): {TRUNCATED}"
-    wait_for(lambda: line in daemon.log.read_text(), 60, "the sentinel's line (written as the stream ends)")
+    wait_for(lambda: line in daemon.log.read_text(), HANG, "the sentinel's line (written as the stream ends)")
 
 
 def test_enforce_answers_a_faulty_whole_answer_with_422(daemon_factory: object) -> None:
@@ -121,4 +121,4 @@ def test_a_stalled_stream_is_reported_while_the_client_waits_and_kept_alive(daem
             head in ln and "[stalled] the stream paused" in ln for ln in d.log.read_text().splitlines()
         )
 
-    wait_for(judged, 60, "the judgement (written as the stream ends)")
+    wait_for(judged, HANG, "the judgement (written as the stream ends)")

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Daemon, wait_for
+from tests.conftest import HANG, Daemon, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +34,7 @@ def cached(d: Daemon) -> tuple[int, int]:
 def unload(d: Daemon) -> None:
     r = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=60)
     assert r.status_code == 200, r.text
-    wait_for(lambda: not d.child_pids(), 60, "the engine to stop")
+    wait_for(lambda: not d.child_pids(), HANG, "the engine to stop")
 
 
 def banks(d: Daemon) -> list[Path]:

@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import Daemon, free_port, pid_alive, wait_for
+from tests.conftest import HANG, Daemon, free_port, pid_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +68,7 @@ def test_child_killed_mid_request_gives_502_then_recovers(daemon_factory: object
 
     t = threading.Thread(target=slow)
     t.start()
-    wait_for(lambda: engine_busy(d, pid), 60, "the engine to be generating")
+    wait_for(lambda: engine_busy(d, pid), HANG, "the engine to be generating")
     # its time, which the overhead header must not count: 3 s of it would be 3000 ms; Blazar's own, even on a
     # loaded machine, stays far below the bound
     time.sleep(3)
@@ -197,7 +197,7 @@ def test_deleting_a_model_whose_engine_others_share_never_cuts_their_answers(dae
     text = (first + rest).decode()
     assert '"error"' not in text and text.rstrip().endswith("data: [DONE]"), text[-400:]
     assert text.count('"finish_reason":"length"') == 1
-    wait_for(lambda: not pid_alive(pid), 60, "the retired engine to stop once its answer finished")
+    wait_for(lambda: not pid_alive(pid), HANG, "the retired engine to stop once its answer finished")
     again = httpx.post(d.url + "/v1/chat/completions", json={**CHAT, "model": "cc"}, timeout=60)
     assert again.status_code == 200, again.text
     assert "retiring smollm2:latest once its requests finish (model deleted)" in d.log.read_text()
@@ -221,7 +221,9 @@ def test_a_stop_signal_during_a_stream_ends_it_within_the_grace(
         d.proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
         if second_signal:  # once the first has been taken: a second signal, not two at once
-            wait_for(lambda: "stopping: the listener is closed" in d.log.read_text(), 60, "the first signal")
+            wait_for(
+                lambda: "stopping: the listener is closed" in d.log.read_text(), HANG, "the first signal"
+            )
             d.proc.send_signal(signal.SIGINT)
         rest = b"".join(chunks)
     took = time.monotonic() - t0
@@ -243,7 +245,7 @@ def test_dead_child_is_respawned_on_next_request(daemon_factory: object) -> None
     sock = d.data_dir / "run" / "smollm2--latest.sock"
     assert stat.S_ISSOCK(sock.lstat().st_mode)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not pid_alive(pid), 30, "the child to die")
+    wait_for(lambda: not pid_alive(pid), HANG, "the child to die")
     # the dead engine leaves its socket behind; the respawn clears it before llama-server binds (unless the idle
     # loop forgot the dead engine first, which removes it too)
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
@@ -260,7 +262,7 @@ def test_an_engine_stops_when_its_daemon_is_killed(daemon_factory: object) -> No
     assert d.proc is not None
     d.proc.kill()
     d.proc.wait()
-    wait_for(lambda: not pid_alive(pid), 60, "the engine of the killed daemon to exit")
+    wait_for(lambda: not pid_alive(pid), HANG, "the engine of the killed daemon to exit")
 
 
 def test_an_engine_a_killed_daemon_left_running_is_stopped_by_the_next(daemon_factory: object) -> None:
@@ -277,7 +279,7 @@ def test_an_engine_a_killed_daemon_left_running_is_stopped_by_the_next(daemon_fa
     d.proc.wait()
     assert pid_alive(pid)  # orphaned
     d.start()
-    wait_for(lambda: not pid_alive(pid), 60, "the orphaned engine to be stopped")
+    wait_for(lambda: not pid_alive(pid), HANG, "the orphaned engine to be stopped")
     assert "stopped 1 engine(s) an earlier daemon left running" in d.log.read_text()
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [new] = d.child_pids()
@@ -294,9 +296,9 @@ def test_an_idle_engine_that_dies_leaves_ps_at_once_and_is_forgotten(daemon_fact
         "smollm2:latest"
     ]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not pid_alive(pid), 30, "the child to die")
+    wait_for(lambda: not pid_alive(pid), HANG, "the child to die")
     assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []  # not shown as loaded
-    wait_for(lambda: not d.child_pids(), 60, "the idle loop to forget the dead engine")
+    wait_for(lambda: not d.child_pids(), HANG, "the idle loop to forget the dead engine")
     assert "exited with code -9 while idle" in d.log.read_text()
     assert not (d.data_dir / "run" / "smollm2--latest.sock").exists()
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
@@ -318,10 +320,10 @@ def test_the_engine_listens_on_its_unix_socket_and_no_tcp_port(daemon_factory: o
     assert stat.S_ISSOCK(sock.lstat().st_mode)
     assert [c for c in engine.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
     assert any(c.laddr == str(sock) for c in engine.net_connections(kind="unix"))
-    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], 60, "idle eviction of the engine child")
+    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], HANG, "idle eviction of the engine child")
     # The stop removes the socket in the step that removes the pid files; a CI run on an overloaded machine once
     # saw the socket a moment after them. A socket left behind for good still fails here.
-    wait_for(lambda: not sock.exists(), 60, "the engine's socket to go with it")
+    wait_for(lambda: not sock.exists(), HANG, "the engine's socket to go with it")
 
 
 def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:
@@ -329,7 +331,7 @@ def test_idle_child_is_evicted_and_comes_back(daemon_factory: object) -> None:
     d: Daemon = daemon_factory("idle_timeout_secs = 1\n")
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [pid] = d.child_pids()
-    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], 60, "idle eviction of the engine child")
+    wait_for(lambda: not pid_alive(pid) and d.child_pids() == [], HANG, "idle eviction of the engine child")
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 200
     assert len(d.child_pids()) == 1
@@ -358,14 +360,14 @@ def test_an_unload_still_happens_when_the_request_it_waited_for_fails_before_it_
             except (AssertionError, httpx.HTTPError, OSError, StopIteration):  # still loading
                 return False
 
-        wait_for(busy_now, 60, "the engine busy")
+        wait_for(busy_now, HANG, "the engine busy")
         queued = pool.submit(httpx.post, d.url + "/api/chat", json=too_long, timeout=300)
-        wait_for(lambda: engine(d)["queued"] == 1, 60, "it to wait for the only slot")
+        wait_for(lambda: engine(d)["queued"] == 1, HANG, "it to wait for the only slot")
         stop = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=120)
         assert stop.status_code == 200 and stop.json()["done_reason"] == "unload", stop.text
         assert running.result().status_code == 200
         assert queued.result().status_code == 400
-    wait_for(lambda: d.child_pids() == [], 60, "the model unloaded once nothing runs on it")
+    wait_for(lambda: d.child_pids() == [], HANG, "the model unloaded once nothing runs on it")
     assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []
 
 
@@ -384,7 +386,7 @@ def test_a_models_own_idle_timeout_of_zero_never_evicts_it(daemon_factory: objec
     other = {**CHAT, "model": "other"}  # used after smollm2's: its 1 s runs out later than smollm2's would
     assert httpx.post(d.url + "/v1/chat/completions", json=other, timeout=60).status_code == 200
     [other_pid] = [p for p in d.child_pids() if p != pid]
-    wait_for(lambda: not pid_alive(other_pid), 60, "the idle loop to evict the other model's engine")
+    wait_for(lambda: not pid_alive(other_pid), HANG, "the idle loop to evict the other model's engine")
     assert pid_alive(pid) and d.child_pids() == [pid]
     [model] = httpx.get(d.url + "/api/ps", timeout=10).json()["models"]
     assert model["expires_at"] > "2030", model  # shown as kept forever
@@ -448,7 +450,7 @@ def test_a_model_removed_by_the_cli_is_refused_within_the_recheck(daemon_factory
     r = httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60)
     assert r.status_code == 404, r.text
     assert "model 'smollm2:latest' not found" in r.json()["error"]["message"]
-    wait_for(lambda: d.child_pids() == [], 60, "the removed model's engine to stop")
+    wait_for(lambda: d.child_pids() == [], HANG, "the removed model's engine to stop")
     assert "evicting smollm2:latest (model removed from the catalog)" in d.log.read_text()
 
 
@@ -460,7 +462,7 @@ def test_a_model_removed_by_the_cli_stops_its_idle_engine(daemon_factory: object
     assert httpx.post(d.url + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
     [pid] = d.child_pids()
     d.cli("rm", "smollm2")
-    wait_for(lambda: not pid_alive(pid), 60, "the removed model's engine to stop")
+    wait_for(lambda: not pid_alive(pid), HANG, "the removed model's engine to stop")
     assert "evicting smollm2:latest (model removed from the catalog)" in d.log.read_text()
 
 

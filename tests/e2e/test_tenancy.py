@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import Daemon, wait_for
+from tests.conftest import HANG, Daemon, wait_for
 from tests.e2e.test_supervision import engine_metric
 
 pytestmark = pytest.mark.e2e
@@ -225,7 +225,9 @@ def test_concurrency_lease_freed_when_client_drops_stream(daemon_factory: object
     # engine has decoded (once a token) far less than its 4000 tokens; a model that does not exist is refused once
     # the lease is taken: 404, not 429
     nosuch = {**CHAT, "model": "nosuch"}
-    wait_for(lambda: post(d, "/v1/chat/completions", nosuch, bearer(ONE)).status_code == 404, 60, "the lease")
+    wait_for(
+        lambda: post(d, "/v1/chat/completions", nosuch, bearer(ONE)).status_code == 404, HANG, "the lease"
+    )
     assert engine_metric(d, pid, "n_decode_total") < 3000
     assert post(d, "/v1/chat/completions", CHAT, bearer(ONE)).status_code == 200
     # and the audit lane records that the client left (499), as it does for a whole answer
@@ -444,7 +446,7 @@ def test_the_default_parallel_runs_four_answers_at_once_over_one_context(daemon_
             )
             assert s.status_code == 200  # admitted at once: its headers came
         fifth = pool.submit(post, d, "/v1/chat/completions", CHAT)
-        wait_for(lambda: engine(d)["queued"] == 1, 60, "the fifth request to wait for a slot")
+        wait_for(lambda: engine(d)["queued"] == 1, HANG, "the fifth request to wait for a slot")
         entry = engine(d)
         assert (entry["busy_slots"], entry["slots"], entry["shared_context"]) == (4, 4, True), entry
         assert entry["context_length"] == 12288  # what one request may use: the whole context
@@ -467,12 +469,12 @@ def test_a_client_that_leaves_while_queued_is_never_run(daemon_factory: object) 
         gone = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
         for s in gone:
             s.sendall(head + body)
-        wait_for(lambda: engine(d)["queued"] == 4, 60, "the four requests to queue behind the long one")
+        wait_for(lambda: engine(d)["queued"] == 4, HANG, "the four requests to queue behind the long one")
         for s in gone:
             s.close()
         wait_for(
             lambda: d.log.read_text().count("while it waited for a slot; it was never run") == 4,
-            60,
+            HANG,
             "them to leave",
         )
         assert engine(d)["queued"] == 0  # out of the queue while the long one still runs
@@ -491,7 +493,7 @@ def the_only_slot_taken(d: Daemon) -> Iterator[None]:
         assert next(chunks).startswith(b"data: ")  # admitted: it holds the slot
         assert engine(d)["busy_slots"] == 1
         yield
-    wait_for(lambda: engine(d)["busy_slots"] == 0, 60, "the slot of the stream cut off to be free")
+    wait_for(lambda: engine(d)["busy_slots"] == 0, HANG, "the slot of the stream cut off to be free")
 
 
 def engine(d: Daemon) -> dict[str, Any]:
@@ -527,7 +529,7 @@ def test_session_pins_child_and_slot(daemon_factory: object) -> None:
     assert httpx.request("DELETE", d.url + "/api/delete", json={"model": "tmp"}).status_code == 200
     assert [s["session"] for s in httpx.get(d.url + "/api/session").json()["sessions"]] == ["conv-2"]
     assert post(d, "/api/generate", {"model": "smollm2", "keep_alive": 0}).json()["done_reason"] == "unload"
-    wait_for(lambda: d.child_pids() == [], 60, "the model unloaded")
+    wait_for(lambda: d.child_pids() == [], HANG, "the model unloaded")
     for bad in ("x" * 129, "two words"):
         r = post(d, "/v1/chat/completions", CHAT, {"x-blazar-session": bad})
         assert r.status_code == 400 and "x-blazar-session must be 1-128 printable ASCII" in r.text, r.text

@@ -16,7 +16,7 @@ import apsw
 import httpx
 import pytest
 
-from tests.conftest import Assets, Daemon, cleanup, make_daemon, provision, wait_for
+from tests.conftest import HANG, Assets, Daemon, cleanup, make_daemon, provision, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -190,7 +190,7 @@ def test_usage_is_committed_when_each_request_ends_and_survives_kill_9(
             lines = audit.read_bytes().splitlines() if audit.is_file() else []
             return sum(b'"path":"/v1/chat/completions"' in line for line in lines)
 
-        wait_for(lambda: answered() >= 3, 60, "the 3 chat requests' audit lines")
+        wait_for(lambda: answered() >= 3, HANG, "the 3 chat requests' audit lines")
     finally:
         assert d.proc is not None
         d.proc.send_signal(signal.SIGKILL)

@@ -21,7 +21,7 @@ from blazar.hub.client import Hub, HubError, HubFile, RepoInfo, check_repo_id
 from blazar.hub.pull import Event, PullError, choose, parse_ref, pull, pull_events, quant_of
 from blazar.paths import DataDir
 from blazar.store import Store
-from tests.conftest import make_daemon, wait_for
+from tests.conftest import HANG, make_daemon, wait_for
 from tests.fakehub import FakeHub, running, split_gguf, tiny_gguf
 
 SMOL_REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
@@ -254,7 +254,7 @@ def test_async_events_and_cancel(catalog: Catalog, fake: FakeHub, no_rehash: Non
 
     asyncio.run(leave_early())
     folder = catalog.data.models / ".downloads" / "org--tiny-GGUF"
-    wait_for(lambda: not (folder / f"{TINY_FILE}.lock").exists(), 10, "the cancelled download to stop")
+    wait_for(lambda: not (folder / f"{TINY_FILE}.lock").exists(), HANG, "the cancelled download to stop")
     assert (folder / f"{TINY_FILE}.part").exists() and catalog.find(f"hf.co/{TINY_REPO}:Q4_K_M") is None
 
 
