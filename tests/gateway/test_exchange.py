@@ -9,78 +9,13 @@ Nothing here waits on a timer: each test waits on what it observes (a file the s
 from __future__ import annotations
 
 import json
-import sys
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import httpx
-import pytest
 
-from tests.conftest import Daemon, cleanup, make_daemon, wait_for
-from tests.fakehub import gguf_bytes
-
-HERE = Path(__file__).resolve().parent
-ANSWER = "Hello from the stand-in."
-
-
-def tiny_model(path: Path) -> Path:
-    """A GGUF with the metadata the launch profile's fit reads, and one small tensor: weights for no one."""
-    meta: dict[str, object] = {
-        "general.architecture": "llama",
-        "general.name": "tiny",
-        "general.file_type": 15,
-        "llama.context_length": 512,
-        "llama.block_count": 1,
-        "llama.embedding_length": 64,
-        "llama.attention.head_count": 1,
-        "llama.attention.head_count_kv": 1,
-    }
-    path.write_bytes(gguf_bytes(meta, [("token_embd.weight", 1 << 14)]))
-    return path
-
-
-class Served:
-    """A daemon serving model ``m`` on the stand-in, and the stand-in's state directory."""
-
-    def __init__(self, d: Daemon, state: Path) -> None:
-        self.d = d
-        self.state = state
-
-    def chat(self, text: str, *, key: str | None = None, **extra: Any) -> httpx.Response:
-        headers = {"authorization": f"Bearer {key}"} if key else {}
-        body = {"model": "m", "messages": [{"role": "user", "content": text}], **extra}
-        return httpx.post(self.d.url + "/v1/chat/completions", json=body, headers=headers, timeout=120)
-
-    def requests(self) -> list[dict[str, Any]]:
-        """What the engine was sent, with the pid of the stand-in that got it."""
-        log = self.state / "requests.jsonl"
-        return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
-    made: list[Daemon] = []
-
-    def start(config: str = "") -> Served:
-        state = tmp_path / "state"
-        state.mkdir()
-        engine = tmp_path / "llama-server"
-        engine.write_text(
-            f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "stand_in_engine.py"}" "{state}" "$@"\n'
-        )
-        engine.chmod(0o755)
-        d = make_daemon(tmp_path / "d", config)
-        made.append(d)
-        d.cli("engine", "add", "--kind", "llama-cpp", "--path", str(engine))
-        d.cli("import", str(tiny_model(tmp_path / "tiny.gguf")), "--name", "m")
-        d.start()
-        return Served(d, state)
-
-    yield start
-    for d in made:
-        cleanup(d)
+from tests.conftest import HANG, wait_for
+from tests.gateway.conftest import ANSWER, Served
 
 
 def test_a_whole_and_a_streamed_answer_come_back_in_the_callers_dialect(serve: Callable[..., Served]) -> None:
@@ -179,7 +114,7 @@ def test_a_client_that_leaves_mid_stream_closes_the_engines_stream_and_frees_the
     with httpx.stream("POST", s.d.url + "/v1/chat/completions", json=body, timeout=120) as r:
         chunks = r.iter_bytes()
         assert next(chunks)  # streaming: the engine holds the only slot
-    wait_for(lambda: (s.state / "left").exists(), 60, "the engine to see its stream closed")
+    wait_for(lambda: (s.state / "left").exists(), HANG, "the engine to see its stream closed")
     assert s.chat("hi").status_code == 200  # the one slot was freed
 
 
@@ -208,7 +143,7 @@ def test_a_request_that_finds_no_slot_freeing_is_a_503_with_a_retry_after(
     t = threading.Thread(target=hold)
     t.start()
     try:
-        wait_for(lambda: len(s.requests()) == 1, 60, "the held stream to reach the engine")
+        wait_for(lambda: len(s.requests()) == 1, HANG, "the held stream to reach the engine")
         r = s.chat("hi")  # waits queue_wait_secs with no slot freeing: the engine holds it until released
         assert r.status_code == 503, r.text
         assert "all_slots_busy" in r.text and 1 <= int(r.headers["retry-after"]) <= 300

@@ -60,7 +60,7 @@ def _key_models(ctx: Ctx, key: str, value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _secret_problem(value: object) -> str | None:
+def secret_problem(value: object) -> str | None:
     """Why ``value`` is not a usable secret (without showing it), or ``None`` when it is."""
     if not isinstance(value, str):
         return f"must be a string of {SECRET_RULE}, got {a_type(value)}"
@@ -97,7 +97,7 @@ def _key_table(ctx: Ctx, index: int, table: object) -> KeyConfig:
             f"{ctx.source}: {where} ('{name}') has no 'secret'; add one of {SECRET_RULE}, "
             f"or remove the entry and run: blazar keys add {name}"
         )
-    problem = _secret_problem(table["secret"])
+    problem = secret_problem(table["secret"])
     if problem is not None:
         raise ConfigError(f"{ctx.source}: key '{where}.secret' ('{name}') {problem}")
     fields: dict[str, object] = {"name": name, "secret": table["secret"]}
@@ -143,7 +143,7 @@ def env_keys(env: Mapping[str, str]) -> tuple[KeyConfig, ...]:
                 )
         else:
             name, secret = f"env-{position}", item
-        problem = _secret_problem(secret)
+        problem = secret_problem(secret)
         if problem is not None:
             # No name here either: with a mistyped item it may be part of the secret.
             raise ConfigError(f"{KEYS_ENV} item {position}: the secret {problem}")

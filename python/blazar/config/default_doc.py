@@ -164,6 +164,12 @@ _DOCUMENTED: tuple[tuple[str, object, str], ...] = (
         'OTLP/HTTP traces URL (e.g. "http://localhost:4318/v1/traces") that gets a span per request; "" = off.',
     ),
     (
+        "metrics_token",
+        "",
+        "A secret a Prometheus scraper sends as its Bearer token to read /metrics when keys are on (16+"
+        ' printable characters); "" = only full-access keys may.',
+    ),
+    (
         "semantic_cache_model",
         "",
         "The embedding model (in the catalog) that embeds conversations for the cache; required with it.",

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import tomlkit
 import tomlkit.exceptions
 
-from blazar.config.api_keys import KEYS_ENV, env_keys, file_keys, merge_keys
+from blazar.config.api_keys import KEYS_ENV, env_keys, file_keys, merge_keys, secret_problem
 from blazar.config.checks import (
     Check,
     Ctx,
@@ -81,6 +81,17 @@ def _fraction(ctx: Ctx, key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
         raise ctx.bad(key, "a number above 0 and at most 1", value)
     return float(value)
+
+
+def _token_or_empty(ctx: Ctx, key: str, value: object) -> str:
+    """A secret (``metrics_token``), refused without showing it."""
+    if value == "":
+        return ""
+    problem = secret_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{ctx.source}: key '{key}' {problem}")
+    assert isinstance(value, str)
+    return value
 
 
 def _http_url_or_empty(ctx: Ctx, key: str, value: object) -> str:
@@ -154,6 +165,7 @@ _TOP_LEVEL: dict[str, Check] = {
     "semantic_cache_ttl_secs": lambda c, k, v: integer(c, k, v, 1),
     "semantic_cache_model": lambda c, k, v: _model_or_empty(c, k, v),
     "otlp_endpoint": lambda c, k, v: _http_url_or_empty(c, k, v),
+    "metrics_token": lambda c, k, v: _token_or_empty(c, k, v),
     "session_keep_secs": lambda c, k, v: integer(c, k, v, 0),
     "engine_check_secs": lambda c, k, v: integer(c, k, v, 0),
     "audit": boolean,

@@ -282,7 +282,8 @@ class Config:
     ``semantic_cache`` (opt-in) answers a whole request whose conversation embeds within
     ``semantic_cache_threshold`` (cosine) of one answered in the last ``semantic_cache_ttl_secs`` with that answer;
     ``semantic_cache_model`` (an embedding model; required with the cache) embeds them. ``otlp_endpoint``
-    (opt-in) is an OTLP/HTTP traces URL that gets one span per request, batched every 10 s.
+    (opt-in) is an OTLP/HTTP traces URL that gets one span per request, batched every 10 s. ``metrics_token``
+    (a secret, never shown) lets a scraper read ``/metrics`` with it as a Bearer token when keys are on.
     ``config_backups`` is how many timestamped ``.bak`` copies of the config file a write keeps (0 = none; each
     holds every secret the file held).
     """
@@ -318,6 +319,7 @@ class Config:
     semantic_cache_ttl_secs: int = DEFAULT_SEMANTIC_CACHE_TTL_SECS
     semantic_cache_model: str = ""
     otlp_endpoint: str = ""
+    metrics_token: str = field(default="", repr=False)
     cache_type_k: str = DEFAULT_CACHE_TYPE
     cache_type_v: str = DEFAULT_CACHE_TYPE
     flash_attn: str = DEFAULT_FLASH_ATTN

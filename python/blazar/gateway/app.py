@@ -34,6 +34,7 @@ from blazar.gateway import (
     batch,
     blobs,
     create,
+    metrics,
     ollama,
     ollama_admin,
     openai,
@@ -67,6 +68,8 @@ class Route:
     methods: dict[str, Handler]
     raw_body: bool = False
     """The handler streams the body itself (blob uploads: no 50 MiB bound); the envelope does not read it."""
+    pattern: str = ""
+    """A route of many paths: its path pattern (``/v1/models/{model}``), its metrics label."""
 
 
 def render_error(dialect: str, status: int, message: str, kind: str | None) -> bytes:
@@ -126,6 +129,7 @@ ROUTES: dict[str, Route] = {
     "/api/breakers": Route(_OPENAI, {"GET": admin.breakers_list}),
     "/api/breakers/reset": Route(_OPENAI, {"POST": admin.breakers_reset}),
     "/api/engines/updates": Route(_OPENAI, {"GET": admin.engine_updates}),
+    metrics.METRICS_PATH: Route(_OPENAI, {"GET": metrics.page}),
     batch.FILES: Route(_OPENAI, {"GET": batch.files_root, "POST": batch.files_root}),
     batch.BATCHES: Route(_OPENAI, {"GET": batch.batches_root, "POST": batch.batches_root}),
     anthropic_batch.MESSAGE_BATCHES: Route(
@@ -133,17 +137,25 @@ ROUTES: dict[str, Route] = {
     ),
 }
 
-_MODEL_ROUTE = Route(_OPENAI, {"GET": openai.retrieve_model})
-_FILE_ROUTE = Route(_OPENAI, {"GET": batch.file_item, "DELETE": batch.file_item})
-_FILE_CONTENT_ROUTE = Route(_OPENAI, {"GET": batch.file_content})
-_BATCH_ROUTE = Route(_OPENAI, {"GET": batch.batch_item})
-_BATCH_CANCEL_ROUTE = Route(_OPENAI, {"POST": batch.batch_cancel})
+_MODEL_ROUTE = Route(_OPENAI, {"GET": openai.retrieve_model}, pattern="/v1/models/{model}")
+_FILE_ROUTE = Route(_OPENAI, {"GET": batch.file_item, "DELETE": batch.file_item}, pattern="/v1/files/{id}")
+_FILE_CONTENT_ROUTE = Route(_OPENAI, {"GET": batch.file_content}, pattern="/v1/files/{id}/content")
+_BATCH_ROUTE = Route(_OPENAI, {"GET": batch.batch_item}, pattern="/v1/batches/{id}")
+_BATCH_CANCEL_ROUTE = Route(_OPENAI, {"POST": batch.batch_cancel}, pattern="/v1/batches/{id}/cancel")
 _MESSAGE_BATCH_ROUTE = Route(
-    _ANTHROPIC, {"GET": anthropic_batch.batch_item, "DELETE": anthropic_batch.batch_item}
+    _ANTHROPIC,
+    {"GET": anthropic_batch.batch_item, "DELETE": anthropic_batch.batch_item},
+    pattern="/v1/messages/batches/{id}",
 )
-_MESSAGE_BATCH_CANCEL_ROUTE = Route(_ANTHROPIC, {"POST": anthropic_batch.batch_cancel})
-_MESSAGE_BATCH_RESULTS_ROUTE = Route(_ANTHROPIC, {"GET": anthropic_batch.batch_results})
-_BLOB_ROUTE = Route(_OLLAMA, {"HEAD": blobs.exists, "POST": blobs.push}, raw_body=True)  # never read back
+_MESSAGE_BATCH_CANCEL_ROUTE = Route(
+    _ANTHROPIC, {"POST": anthropic_batch.batch_cancel}, pattern="/v1/messages/batches/{id}/cancel"
+)
+_MESSAGE_BATCH_RESULTS_ROUTE = Route(
+    _ANTHROPIC, {"GET": anthropic_batch.batch_results}, pattern="/v1/messages/batches/{id}/results"
+)
+_BLOB_ROUTE = Route(
+    _OLLAMA, {"HEAD": blobs.exists, "POST": blobs.push}, raw_body=True, pattern="/api/blobs/{digest}"
+)  # never read back
 
 
 def _id_route(path: str, prefix: str, suffix: str) -> bool:
@@ -259,6 +271,8 @@ class App:
         req = Request(
             scope.method, path, scope.query_string, headers, b"", trace, t0=t0, gate=self.gate, client=proto
         )
+        req.dialect = dialect
+        req.route = (route.pattern or path) if route is not None else "other"
         req.extra_headers.append(("x-blazar-trace-id", trace))
         if (
             dialect == _ANTHROPIC
@@ -327,13 +341,16 @@ class App:
         finally:
             self.gate.finish(req, status)
         if access.isEnabledFor(logging.INFO):
+            ttft, tpot = req.first_token_ms(), req.token_gap_ms()
             access.info(
-                "%s %s %d %.1fms trace=%s",
+                "%s %s %d %.1fms trace=%s%s%s",
                 scope.method,
                 path,
                 status,
                 (time.perf_counter() - t0) * 1000,
                 trace,
+                "" if ttft is None else f" ttft={ttft:.1f}ms",
+                "" if tpot is None else f" tpot={tpot:.1f}ms",
             )
 
     @staticmethod

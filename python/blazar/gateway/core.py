@@ -74,6 +74,7 @@ async def serve(
     if probe is not None:
         assert cache is not None
         out = cache.answer(probe, canon, shape.translator, req)
+        req.gate.metrics.looked_up(out is not None)
         if out is not None:
             return 200, [("content-type", "application/json")], out
     return await ex.run(lambda child, load_ns: _dispatch(ex, proto, shape, probe, child, load_ns))
@@ -156,7 +157,7 @@ async def _dispatch(
     if canon.stream:
         translator = p.stream(load_ns)
         req.mark_overhead()
-        req.dispatched = True
+        req.dispatch()
         try:
             req.client_left = await proxy.forward_stream(
                 sup,
@@ -174,7 +175,7 @@ async def _dispatch(
             req.summary = translator.summary()
         watch.observe(sup, req, canon)
         return None
-    req.dispatched = True
+    req.dispatch()
     _status, data = await req.waiting(proxy.forward_whole(sup, child, p.path, engine_body, req.client))
     out, summary = p.whole(data, load_ns, int((time.perf_counter() - req.t0) * 1e9))
     if summary["engine_error"] is not None:  # a 200 carrying an error object, not an answer
@@ -198,7 +199,7 @@ async def _forced_tool_call(
     load_ns: int,
 ) -> Response:
     """A forced tool call on a model whose template cannot emit one: constrained JSON, rendered as a call."""
-    req.dispatched = True
+    req.dispatch()
     constrained = orjson.dumps(forced_tools.constrained_body(body, schema))
     _s, data = await req.waiting(
         proxy.forward_whole(sup, child, "/v1/chat/completions", constrained, req.client)

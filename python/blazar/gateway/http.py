@@ -165,6 +165,15 @@ class Request:
     dispatched: bool = False
     """Its request was sent to an engine (or a remote), which read the prompt: an answer cut off before its usage
     report is still charged (``Gate.finish``)."""
+    dispatched_at: float = 0.0
+    """When it was sent (``perf_counter``; the last send of a retried request): a stream's time to first token
+    counts from its arrival through this to the translator's first token (``metrics``)."""
+    dialect: str = ""
+    """The caller's dialect (``openai``, ``ollama``, ``anthropic``), as its route says."""
+    scraper: bool = False
+    """It came with the config's ``metrics_token`` (``/metrics`` only), not a key."""
+    route: str = ""
+    """Its route's path pattern (``/v1/models/{model}``; ``other`` for no route): a bounded metrics label."""
     model: str | None = None
     queue_depth: int = 0
     gate: Gate = field(default=None)  # type: ignore[assignment]  # set by the app before any handler runs
@@ -180,6 +189,25 @@ class Request:
             return await awaitable
         finally:
             self.engine_s += time.perf_counter() - t0
+
+    def dispatch(self) -> None:
+        """The request is being sent to its engine (or remote)."""
+        self.dispatched = True
+        self.dispatched_at = time.perf_counter()
+
+    def first_token_ms(self) -> float | None:
+        """A stream's time to first token from its arrival (its queue, engine load and Blazar's own time in);
+        None for a whole answer, or a stream that sent no token."""
+        ttft = self.summary.get("ttft_ms") if self.summary else None
+        if not isinstance(ttft, int | float) or not self.dispatched_at:
+            return None
+        return (self.dispatched_at - self.t0) * 1000 + ttft
+
+    def token_gap_ms(self) -> float | None:
+        """A stream's mean time per output token (the gaps between its tokens); None without two tokens."""
+        gaps = self.summary.get("tpot_ms") if self.summary else None
+        mean = gaps.get("mean") if isinstance(gaps, dict) else None
+        return float(mean) if isinstance(mean, int | float) else None
 
     def overhead_ms(self) -> float:
         return max(0.0, (time.perf_counter() - self.t0 - self.engine_s) * 1000)

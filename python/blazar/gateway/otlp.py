@@ -73,6 +73,11 @@ class Exporter:
         if isinstance(usage, dict):
             attrs.append(_attr("gen_ai.usage.input_tokens", int(usage.get("prompt_tokens", 0))))
             attrs.append(_attr("gen_ai.usage.output_tokens", int(usage.get("completion_tokens", 0))))
+        ttft, tpot = req.first_token_ms(), req.token_gap_ms()
+        if ttft is not None:
+            attrs.append(_attr("blazar.ttft_ms", round(ttft, 3)))
+        if tpot is not None:
+            attrs.append(_attr("blazar.tpot_ms", round(tpot, 3)))
         if len(self.spans) == self.spans.maxlen:
             self.dropped += 1
         self.spans.append(

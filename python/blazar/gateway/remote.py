@@ -135,10 +135,10 @@ async def serve(
     with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
         path, body = _body(canon, model)
         if canon.stream:
-            req.dispatched = True
+            req.dispatch()
             await _stream(sup, req, proto, canon, shape, remote, path, body)
             return None
-        req.dispatched = True
+        req.dispatch()
         data = await _ask(sup, req, remote, path, body)
         try:
             out, summary = translate_whole(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hmac
 import logging
 import time
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from blazar.gateway.http import (
     Request,
     is_header_token,
 )
+from blazar.gateway.metrics import METRICS_PATH, Metrics
 from blazar.gateway.otlp import Exporter
 from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
@@ -38,7 +40,7 @@ from blazar.gateway.usage import UsageWriter
 from blazar.launch.settings import model_settings
 from blazar.paths import DataDir
 from blazar.store import Store
-from blazar.tenancy.admission import Admission, SlotLease, parse_deadline_ms
+from blazar.tenancy.admission import Admission, AllSlotsBusy, SlotLease, parse_deadline_ms
 from blazar.tenancy.keys import KeyRegistry, Unauthorized, allows_model, scope_denied_message
 from blazar.tenancy.quotas import Quotas
 
@@ -62,6 +64,9 @@ def require_visible(req: Request, model: str) -> None:
         raise HttpError(403, scope_denied_message(req.key, model), "permission_error")
 
 
+WORK_CLASSES = {INTERACTIVE: "interactive", TOOL: "tool", RAWLONG: "rawlong"}
+"""The scheduler's work classes by name (a metrics label)."""
+
 UNLEASED_PREFIXES = ("/v1/files", "/v1/batches", "/v1/messages/batches", "/api/keys", "/api/session",
                      "/api/breakers", "/api/show", "/api/copy", "/api/push")  # fmt: skip
 """POST routes that run no model: no ``max_concurrent`` lease (nor do GET, HEAD and DELETE requests)."""
@@ -81,6 +86,7 @@ class Gate:
         self.audit = AuditLog(data.root / "audit") if cfg.audit else None
         self.semcache = SemanticCache(cfg) if cfg.semantic_cache else None
         self.otlp = Exporter(cfg.otlp_endpoint) if cfg.otlp_endpoint else None
+        self.metrics = Metrics()
         self._flusher: asyncio.Task[None] | None = None
         self.batches: Any = None  # the App's gateway.batch.BatchRunner, which runs batch jobs
 
@@ -93,6 +99,13 @@ class Gate:
         if not self.keys.auth_active or req.path in OPEN_PATHS:
             return
         h = req.headers
+        if req.path == METRICS_PATH and self.cfg.metrics_token:
+            sent = h.get("authorization") or ""
+            if sent.startswith("Bearer ") and hmac.compare_digest(
+                sent[7:].encode(), self.cfg.metrics_token.encode()
+            ):
+                req.scraper = True  # the scraper's token: /metrics and nothing else, no key
+                return
         ctx = self.keys.authenticate(h.get("authorization"), h.get("x-api-key"))
         if ctx is None:
             raise Unauthorized()
@@ -102,6 +115,7 @@ class Gate:
 
     def finish(self, req: Request, status: int) -> None:
         """The response is over (drained or dropped): free the lease, charge usage, write the audit line."""
+        self.metrics.observe(req, status, time.perf_counter())
         if req.quota_lease is not None:
             req.quota_lease.release()
             req.quota_lease = None
@@ -137,6 +151,8 @@ class Gate:
             "ms": round((time.perf_counter() - req.t0) * 1000, 3),
             "priority": req.headers.get("x-blazar-priority") or "normal",
             "queue_depth": req.queue_depth,
+            "ttft_ms": _ms(req.first_token_ms()),
+            "tpot_ms": _ms(req.token_gap_ms()),
         }
 
     # -- handler side --------------------------------------------------------------------------------------
@@ -194,6 +210,9 @@ class Gate:
                 holds=canon.choices(),
                 on_wait=on_wait,
             )
+        except AllSlotsBusy:
+            self.metrics.refused_busy(model_key)
+            raise
         except asyncio.CancelledError:
             gone = ClientWatch.gone(watching, "while it waited for a slot; it was never run")
             if gone is None:
@@ -202,7 +221,9 @@ class Gate:
         finally:
             for watch in watching:
                 watch.close()
-        req.engine_s += time.perf_counter() - t0  # queueing is waiting for engine capacity, not overhead
+        waited = time.perf_counter() - t0
+        req.engine_s += waited  # queueing is waiting for engine capacity, not overhead
+        self.metrics.admitted(model_key, WORK_CLASSES[work], waited)
         return lease
 
     def sessions_seen_by(self, req: Request) -> str | None:
@@ -272,6 +293,10 @@ def quota_reservation(req: Request, canon: CanonicalRequest, slot_ctx: int) -> i
     else:
         out = max(slot_ctx - prompt, 0)
     return prompt + out * canon.choices()
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def slot_context(cfg: Config, model: str) -> int:

@@ -34,6 +34,7 @@ def observe(sup: Supervisor, req: Request, canon: CanonicalRequest) -> list[sent
         )
         return []
     if findings:
+        req.gate.metrics.found(f.code for f in findings)
         who = f", key {req.key.name}" if req.key is not None else ""
         log.warning(
             "sentinel: %s answered %s (trace %s%s): %s",

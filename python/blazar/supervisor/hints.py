@@ -38,13 +38,13 @@ DRAFTED = "llamacpp:spec_decode_num_draft_tokens_total"
 COUNTERS = (PROMPT, CACHED, ACCEPTED, DRAFTED)
 
 
-def parse(text: str) -> dict[str, float]:
-    """The counters this module reads, from Prometheus' text format (``name value`` lines; comments, labelled
-    series and anything unreadable skipped)."""
+def parse(text: str, names: tuple[str, ...] = COUNTERS) -> dict[str, float]:
+    """The series ``names`` (by default the counters this module reads), from Prometheus' text format (``name
+    value`` lines; comments, labelled series and anything unreadable skipped)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         name, _, rest = line.partition(" ")
-        if name in COUNTERS:
+        if name in names:
             try:
                 out[name] = float(rest.split()[0])
             except (IndexError, ValueError):
@@ -84,21 +84,28 @@ def scraped(child: Child) -> bool:
     return "--metrics" in child.spec.argv_template
 
 
-async def scrape(child: Child) -> None:
-    """Update ``child.hints`` from its ``/metrics``; a failure is logged at debug and changes nothing."""
+async def read_metrics(child: Child, names: tuple[str, ...], timeout: float) -> dict[str, float] | None:
+    """The series ``names`` from ``child``'s ``/metrics`` now; None (logged at debug) when it cannot be read."""
     http = child.http
     if http is None or http.closed:
-        return
+        return None
     try:
         async with http.get(
             child.base_url + "/metrics",
             headers=child.request_headers,
-            timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_SECS),
+            timeout=aiohttp.ClientTimeout(total=timeout),
         ) as r:
             if r.status != 200:
                 raise aiohttp.ClientError(f"GET /metrics answered HTTP {r.status}")
             text = await r.text()
     except (aiohttp.ClientError, OSError, TimeoutError, UnicodeDecodeError) as e:
-        log.debug("cache hints: scraping %s failed: %s", child.key, e or type(e).__name__)
-        return
-    child.hints.update(parse(text))
+        log.debug("scraping the /metrics of %s failed: %s", child.key, e or type(e).__name__)
+        return None
+    return parse(text, names)
+
+
+async def scrape(child: Child) -> None:
+    """Update ``child.hints`` from its ``/metrics``; a failure changes nothing."""
+    counters = await read_metrics(child, COUNTERS, SCRAPE_TIMEOUT_SECS)
+    if counters is not None:
+        child.hints.update(counters)

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import apsw
 
+from blazar.config.model import KeyLimits
 from blazar.errors import BlazarError, StoreError
 from blazar.store import Store, utc_now_iso
 from blazar.tenancy.keys import KeyCtx, allows_model, scope_denied_message
@@ -385,6 +386,22 @@ class Quotas:
             state.reserved += held_now
             self.usage.add(ctx.name, day, requests=1)
         return held_now
+
+    def remaining(self, key_name: str, limits: KeyLimits) -> tuple[int | None, int | None]:
+        """What ``key_name`` may still use: tokens today (UTC; None without ``daily_tokens``) and requests in the
+        rolling minute (None without ``rpm``), the reservations of its requests in flight counted as used."""
+        now = self._clock.monotonic()
+        day = utc_day(self._clock.time())
+        with self._lock:
+            state = self._state(key_name)
+            held = state.reserved
+            recent = sum(1 for t in state.requests if t > now - WINDOW_SECS)
+        tokens = (
+            max(limits.daily_tokens - self.usage.tokens(key_name, day) - held, 0)
+            if limits.daily_tokens
+            else None
+        )
+        return tokens, (max(limits.rpm - recent, 0) if limits.rpm else None)
 
     def admit(self, ctx: KeyCtx, model: str | None) -> QuotaLease:
         """``acquire`` then ``check``; the lease is released again if a check refuses."""
