@@ -61,12 +61,19 @@ def app(state: Path, key: str) -> web.Application:
         caps = {"supports_tool_calls": True, "supports_reasoning_effort": False}
         return web.json_response({"chat_template_caps": caps, "chat_template": ""})
 
-    async def chat(r: web.Request) -> web.StreamResponse:
+    async def received(r: web.Request) -> dict[str, Any] | None:
+        """The request's body, recorded with this process's pid; None when its key is not this engine's."""
         if r.headers.get("authorization") != f"Bearer {key}":
-            return web.json_response({"error": {"message": "Invalid API Key", "code": 401}}, status=401)
-        body = await r.json()
+            return None
+        body: dict[str, Any] = await r.json()
         with (state / "requests.jsonl").open("a") as f:
             f.write(json.dumps({"pid": os.getpid(), "body": body}) + "\n")
+        return body
+
+    async def chat(r: web.Request) -> web.StreamResponse:
+        body = await received(r)
+        if body is None:
+            return web.json_response({"error": {"message": "Invalid API Key", "code": 401}}, status=401)
         text = body["messages"][-1]["content"]
         if text == "die before headers":
             os._exit(3)
@@ -105,11 +112,9 @@ def app(state: Path, key: str) -> web.Application:
         return resp
 
     async def infill(r: web.Request) -> web.Response:
-        if r.headers.get("authorization") != f"Bearer {key}":
+        body = await received(r)
+        if body is None:
             return web.json_response({"error": {"message": "Invalid API Key", "code": 401}}, status=401)
-        body = await r.json()
-        with (state / "requests.jsonl").open("a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "body": body}) + "\n")
         timings = {"prompt_n": 5, "prompt_ms": 1.5, "predicted_n": 4, "predicted_ms": 2.5}
         return web.json_response({"content": ANSWER, "stop_type": "eos", "timings": timings})
 
