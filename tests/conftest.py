@@ -109,7 +109,7 @@ def blazar_cmd(*args: str, env: dict[str, str], check: bool = True) -> subproces
         capture_output=True,
         text=True,
         check=check,
-        timeout=120,
+        timeout=600,  # a bound on a hang
     )
 
 

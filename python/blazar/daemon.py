@@ -5,7 +5,11 @@ It owns process-level setup (logging, the event loop policy, exit codes); servin
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import logging.handlers
+import os
 import sys
 from pathlib import Path
 
@@ -23,16 +27,44 @@ from blazar.supervisor import Supervisor
 log = logging.getLogger("blazar.daemon")
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FILE_BYTES = 16 * 1024 * 1024
+"""The daemon log rotates at 16 MiB (``blazar.log`` -> ``blazar.log.1``, two kept)."""
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
         stream=sys.stderr,
     )
     if level != "debug":
         logging.getLogger("blazar.access").setLevel(logging.WARNING)
     # httpx logs every URL at INFO; signed download URLs and the like stay out of the daemon log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+class _PrivateLog(logging.handlers.RotatingFileHandler):
+    """A rotating log whose every file (the first, and each one rotation starts) is created 0600."""
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+        return open(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
+def log_to_file(data: DataDir) -> None:
+    """Every line the daemon logs also goes to ``logs/blazar.log`` (0600: it names keys, models and paths), which
+    ``blazar log`` reads, whether the daemon runs in a terminal, under a service manager or in the background."""
+    path = data.daemon_log
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path, 0o600)  # one an earlier version left readable by others
+        handler = _PrivateLog(path, maxBytes=LOG_FILE_BYTES, backupCount=2)
+    except OSError as e:  # a read-only logs/: the terminal keeps the log
+        log.warning("cannot write the daemon log %s: %s; blazar log will not show this run", path, e)
+        return
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.getLogger().addHandler(handler)
 
 
 def serve(cfg: Config, config_path: Path) -> int:
@@ -43,6 +75,7 @@ def serve(cfg: Config, config_path: Path) -> int:
         print(str(e), file=sys.stderr, flush=True)
         return EXIT_BIND_CONFLICT
     data = DataDir(cfg.data_dir).ensure()
+    log_to_file(data)
     orphans = data.sweep_run()
     if orphans:  # a daemon killed before it could stop its engines left them running
         log.warning("stopped %d engine(s) an earlier daemon left running: pid %s", len(orphans), orphans)

@@ -94,6 +94,11 @@ class DataDir:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def daemon_log(self) -> Path:
+        """The daemon's own log (``blazar log`` reads it), written by every ``blazar serve`` however started."""
+        return self.logs / "blazar.log"
+
     def ensure(self) -> DataDir:
         try:
             for p in (self.root, self.models, self.engines, self.run, self.logs):

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from blazar import __version__
-from blazar.cli import bench, config, doctor, engine, keys, lora, models, ps, pull, quantize, run, serve
+from blazar.cli import bench, config, doctor, engine, keys, log, lora, models, ps, pull, quantize, run, serve
 
 app = typer.Typer(
     help="Blazar: one local endpoint for every inference engine.",
@@ -47,6 +47,7 @@ app.command("cp")(models.cp_cmd)
 app.command("show")(models.show_cmd)
 app.command("run")(run.run_cmd)
 app.command("ps")(ps.ps_cmd)
+app.command("log")(log.log_cmd)
 app.command("stop")(ps.stop_cmd)
 app.command("doctor")(doctor.doctor_cmd)
 app.command("pull")(pull.pull_cmd)

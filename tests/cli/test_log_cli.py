@@ -1,0 +1,79 @@
+"""`blazar log`: the daemon's own log file, written by a real `blazar serve`, read back filtered and followed by the
+real command; the entry grouping, level and model filters and colours alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from blazar.cli.log import entries, keep, level_of, model_pattern, shown
+from tests.conftest import HANG, Daemon, blazar_cmd, make_daemon, wait_for
+
+LOG = [
+    "2026-12-02 20:57:26,648 INFO blazar.engines: engine check: the Releases API could not be read",
+    "2026-12-02 20:57:27,378 INFO blazar.supervisor: engine for smollm2:latest ready in 0.69s",
+    "2026-12-02 20:57:30,393 WARNING blazar.sentinel: sentinel: smollm2 answered whole: [truncated]",
+    "2026-12-02 20:57:31,000 ERROR blazar.gateway: unhandled error on POST /api/chat (trace t-1)",
+    "Traceback (most recent call last):",
+    '  File "x.py", line 1, in <module>',
+    "2026-12-02 20:57:32,000 INFO blazar.supervisor: engine for smollm2x:latest ready in 0.5s",
+    "2026-12-02 20:57:33,000 WARNING blazar.supervisor: engine for qwen:7b crashed",
+]
+
+
+def test_entries_carry_their_traceback_and_filter_by_level_and_model() -> None:
+    got = list(entries(LOG))
+    assert len(got) == 6 and got[3].endswith("line 1, in <module>") and got[3].count("\n") == 2
+    assert [level_of(e) for e in got if keep(e, "warning", None)] == ["WARNING", "ERROR", "WARNING"]
+    smollm2 = model_pattern("smollm2")
+    assert [i for i, e in enumerate(got) if keep(e, None, smollm2)] == [1, 2]  # not smollm2x, not qwen
+    assert [i for i, e in enumerate(got) if keep(e, None, model_pattern("qwen:7b"))] == [5]
+    assert not [e for e in got if keep(e, None, model_pattern("qwen"))]  # qwen:latest is another model
+    assert "\x1b[" in shown(got[2], colour=True) and shown(got[2], colour=False) == got[2]
+    assert shown(got[1], colour=True) == got[1]  # INFO stays plain
+
+
+def test_the_daemon_writes_its_log_and_blazar_log_reads_and_follows_it(tmp_path: Path) -> None:
+    d: Daemon = make_daemon(tmp_path / "d")
+    missing = blazar_cmd("log", env=d.env, check=False)
+    assert missing.returncode == 1 and "start the daemon with `blazar serve`" in missing.stderr
+    d.start()  # no engine and no model: it says so, as warnings
+    try:
+        log = d.data_dir / "logs" / "blazar.log"
+        assert log.stat().st_mode & 0o777 == 0o600
+        every = blazar_cmd("log", env={**d.env, "NO_COLOR": "1"})
+        assert "engine check" in every.stdout or "INFO" in every.stdout
+        warnings = blazar_cmd("log", "--level", "warning", env=d.env).stdout
+        assert warnings and all(" WARNING " in line or " ERROR " in line for line in warnings.splitlines()
+                                if line[:4].isdigit())  # fmt: skip
+        assert " INFO " not in warnings
+        bad = blazar_cmd("log", "--level", "loud", env=d.env, check=False)
+        assert bad.returncode == 1 and "--level must be one of debug, info" in bad.stderr
+        seen: list[str] = []
+        with subprocess.Popen(
+            [sys.executable, "-m", "blazar", "log", "--follow", "--lines", "1"],
+            env=d.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        ) as follow:
+            out = follow.stdout
+            assert out is not None
+            reader = threading.Thread(target=lambda: seen.extend(iter(out.readline, "")), daemon=True)
+            reader.start()
+            try:
+                wait_for(lambda: len(seen) >= 1, HANG, "blazar log --follow to print the last entry")
+                before = len(seen)
+                d.stop()  # what it logs as it stops reaches the follower
+                wait_for(lambda: any("stopping: the listener is closed" in line for line in seen), HANG,
+                         "blazar log --follow to print the daemon's stop")  # fmt: skip
+            finally:
+                follow.terminate()
+                follow.wait(60)
+                reader.join(60)
+        assert before == 1  # --lines 1: the last entry, then only what came after
+    finally:
+        if d.proc is not None and d.proc.poll() is None:
+            d.stop()
