@@ -112,3 +112,19 @@ def test_with_keys_on_only_a_full_access_key_or_the_scrapers_token_reads_it(
     assert value(full, "blazar_requests_total", model="m:latest", dialect="openai",
                  route="/v1/chat/completions", status="2xx") == 1  # fmt: skip
     assert TOKEN not in httpx.get(s.d.url + "/metrics", headers={"authorization": f"Bearer {FULL}"}).text
+
+
+def test_engine_starts_crashes_and_wedges_are_counted(serve: Callable[..., Served]) -> None:
+    """An engine that dies before its head (502), then one that stops answering (wedged, stopped, the request
+    retried on a fresh one): three starts, one crash, one wedge, and the 5xx counted under its route."""
+    s = serve("child_header_timeout_secs = 10\n")
+    assert s.chat("die before headers").status_code == 502
+    assert s.chat("hi").status_code == 200  # a fresh engine
+    assert s.chat("wedge once").status_code == 200  # stopped, and retried on a third
+    m = scrape(s)
+    assert value(m, "blazar_engine_events_total", model="m:latest", event="start") == 3
+    assert value(m, "blazar_engine_events_total", model="m:latest", event="crash") == 1
+    assert value(m, "blazar_engine_events_total", model="m:latest", event="wedge") == 1
+    chat = {"model": "m:latest", "dialect": "openai", "route": "/v1/chat/completions"}
+    assert value(m, "blazar_requests_total", **chat, status="5xx") == 1
+    assert value(m, "blazar_requests_total", **chat, status="2xx") == 2

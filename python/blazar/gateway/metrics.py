@@ -242,6 +242,11 @@ def _engines(gate: Gate, sup: Supervisor, engines: dict[str, dict[str, float]]) 
         for s in State:
             state.add_metric([key, s.value], 1.0 if child.state is s else 0.0)
     yield state
+    yield _counter(
+        "blazar_engine_events",
+        "Engine starts (ready), crashes, wedges (stopped unresponsive) and starts a crash breaker held back",
+        ["model", "event"], sup.engine_events,
+    )  # fmt: skip
     busy = GaugeMetricFamily(
         "blazar_slots_busy", "Slots of a model's engine running a request", labels=["model"]
     )

@@ -31,13 +31,14 @@ from blazar.launch.settings import model_settings
 from blazar.paths import DataDir, child_key
 from blazar.store import Store
 from blazar.supervisor import adapters, bank, hints, sleep
-from blazar.supervisor.breaker import Breakers
+from blazar.supervisor.breaker import Breakers, EngineHeldBack
 from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.keepalive import KeepAlive
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
 from blazar.supervisor.placement import Placements
 from blazar.supervisor.remotes import Remote, Remotes
 from blazar.supervisor.sharing import Sharing
+from blazar.supervisor.signals import STALLED, WEDGED
 
 log = logging.getLogger("blazar.supervisor")
 
@@ -111,6 +112,7 @@ class Supervisor:
         self._hinter: asyncio.Task[None] | None = None
         self.stopping = False  # stop_all has begun: an engine stopped under a request is not replaced for it
         self.breakers = Breakers()
+        self.engine_events: dict[tuple[str, str], int] = {}  # (child key, event) -> count, for /metrics
         self.remotes = Remotes(cfg.remotes)
         self.sharing = Sharing(cfg, self.catalog)  # names over one weights file share an engine
         self.placements = Placements(cfg, self.catalog, self.loras, self.sharing)  # where a name is served
@@ -261,7 +263,11 @@ class Supervisor:
             elif child is not None:
                 log.warning("engine for %s is gone (state %s); respawning", key, child.state.value)
                 await self._drop_gone(child)
-            self.breakers.check(key, model.name, self.data.log_name(key))
+            try:
+                self.breakers.check(key, model.name, self.data.log_name(key))
+            except EngineHeldBack:
+                self.count(key, "held_back")
+                raise
             engines = registry.list_all(self.store)
             engine = serving_lane(self.cfg, model, engines)
             try:
@@ -288,6 +294,7 @@ class Supervisor:
                         model, nxt, engines, again, manifest=_manifest(), already_rerouted=True
                     )
                     raise (final if isinstance(final, LaneError) else LaneError(str(final))) from None
+            self.count(key, "start")
             log.info(
                 "engine for %s ready on %s (pid %s) in %.2fs",
                 key,
@@ -429,7 +436,13 @@ class Supervisor:
         """One crash of ``child`` for the breaker, however many requests found it."""
         if not child.crash_counted:
             child.crash_counted = True
+            self.count(child.key, "wedge" if why in (WEDGED, STALLED, WEDGED_WAKING) else "crash")
             self.breakers.crashed(child.key, child.model, why)
+
+    def count(self, key: str, event: str) -> None:
+        """One engine event for ``/metrics``: ``start`` (ready), ``crash``, ``wedge`` (stopped unresponsive) or
+        ``held_back`` (a start refused while its breaker holds restarts back)."""
+        self.engine_events[(key, event)] = self.engine_events.get((key, event), 0) + 1
 
     async def evict(
         self,
