@@ -6,11 +6,13 @@ scraped by a real Prometheus server is in tests/e2e/test_prometheus.py."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.conftest import HANG, wait_for
 from tests.gateway.conftest import Served
 
 FULL = "sk-full-access-key-0001"
@@ -128,3 +130,33 @@ def test_engine_starts_crashes_and_wedges_are_counted(serve: Callable[..., Serve
     chat = {"model": "m:latest", "dialect": "openai", "route": "/v1/chat/completions"}
     assert value(m, "blazar_requests_total", **chat, status="5xx") == 1
     assert value(m, "blazar_requests_total", **chat, status="2xx") == 2
+
+
+def test_a_request_waiting_for_a_slot_is_seen_queued_by_work_class(serve: Callable[..., Served]) -> None:
+    """One slot, held by a stream the stand-in keeps going until released: a second chat waits for it, and the
+    scrape shows it queued (interactive), then none once both have ended."""
+    s = serve("parallel = 1\n")
+    body = {"model": "m", "messages": [{"role": "user", "content": "hold"}], "stream": True}
+    with httpx.stream("POST", s.d.url + "/v1/chat/completions", json=body, timeout=HANG) as r:
+        chunks = r.iter_bytes()
+        assert next(chunks)  # streaming: the engine holds the only slot
+        second: list[httpx.Response] = []
+        waiter = threading.Thread(target=lambda: second.append(s.chat("hi")), daemon=True)
+        waiter.start()
+
+        def queued() -> float:
+            return scrape(s).get(
+                ("blazar_admission_queued", (("model", "m:latest"), ("work_class", "interactive"))), 0
+            )
+
+        wait_for(lambda: queued() == 1, HANG, "the second chat to wait for the slot")
+        assert value(scrape(s), "blazar_admission_waiting", model="m:latest") == 1
+        (s.state / "release").write_text("")
+        b"".join(chunks)
+    waiter.join(HANG)
+    assert second and second[0].status_code == 200
+    assert queued() == 0
+    assert (
+        value(scrape(s), "blazar_admission_wait_seconds_count", model="m:latest", work_class="interactive")
+        == 2
+    )

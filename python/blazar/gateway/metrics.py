@@ -79,6 +79,7 @@ class Metrics:
         self.tokens: dict[tuple[str, str, str], int] = {}
         self.admission_wait: dict[tuple[str, str], Histogram] = {}
         self.busy: dict[str, int] = {}
+        self.waiting: dict[tuple[str, str], int] = {}
         self.findings: dict[str, int] = {}
         self.cache: dict[str, int] = {"lookup": 0, "hit": 0}
 
@@ -129,6 +130,11 @@ class Metrics:
         if h is None:
             h = self.admission_wait[where] = Histogram(SECONDS)
         h.observe(SECONDS, waited)
+
+    def queued(self, model_key: str, work_class: str, change: int) -> None:
+        """A request of ``work_class`` started (1) or stopped (-1) waiting for a slot of ``model_key``."""
+        where = (model_key, work_class)
+        self.waiting[where] = self.waiting.get(where, 0) + change
 
     def refused_busy(self, model_key: str) -> None:
         self.busy[model_key] = self.busy.get(model_key, 0) + 1
@@ -259,6 +265,14 @@ def _engines(gate: Gate, sup: Supervisor, engines: dict[str, dict[str, float]]) 
         total.add_metric([key], q.slots)
         waiting.add_metric([key], q.waiting)
     yield from (busy, total, waiting)
+    by_class = GaugeMetricFamily(
+        "blazar_admission_queued",
+        "Requests waiting for a slot, by work class",
+        labels=["model", "work_class"],
+    )
+    for (key, work_class), n in gate.metrics.waiting.items():
+        by_class.add_metric([key, work_class], n)
+    yield by_class
     for engine_name, (name, doc) in ENGINE_GAUGES.items():
         family = GaugeMetricFamily(name, doc + " (the engine's own /metrics)", labels=["model"])
         for key, gauges in engines.items():

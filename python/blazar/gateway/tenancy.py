@@ -188,10 +188,15 @@ class Gate:
         req.queue_depth = sched.waiting
         t0 = time.perf_counter()
         watching: list[ClientWatch] = []
+        work_class = WORK_CLASSES[work]
+        queued = False
 
         def on_wait() -> (
             None
         ):  # only a request that has to queue watches its client: one that leaves is never run
+            nonlocal queued
+            queued = True
+            self.metrics.queued(model_key, work_class, 1)
             task = asyncio.current_task()  # the request's own: admit runs in it
             if req.client is not None and task is not None:
                 watching.append(ClientWatch(req.client, task))
@@ -221,9 +226,11 @@ class Gate:
         finally:
             for watch in watching:
                 watch.close()
+            if queued:
+                self.metrics.queued(model_key, work_class, -1)
         waited = time.perf_counter() - t0
         req.engine_s += waited  # queueing is waiting for engine capacity, not overhead
-        self.metrics.admitted(model_key, WORK_CLASSES[work], waited)
+        self.metrics.admitted(model_key, work_class, waited)
         return lease
 
     def sessions_seen_by(self, req: Request) -> str | None:
