@@ -203,7 +203,7 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-async def until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+async def until(predicate: Callable[[], object], what: str, timeout: float = 600.0) -> None:
     """``wait_for`` on an event loop: poll ``predicate`` until it is true, yielding to the loop (and its other
     tasks) between looks; fail after ``timeout`` seconds. For a test that must wait on a state, not a timer."""
     deadline = time.monotonic() + timeout
