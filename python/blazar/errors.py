@@ -45,6 +45,7 @@ BlazarError                 base; ``str(e)`` is one teaching line (what happened
 ├── StarterError            (starter.py) the starter model could not be fetched
 ├── DaemonError             (cli/client.py) the CLI could not talk to the daemon
 ├── BackgroundError         (cli/background.py) the daemon `blazar run` starts did not come up
+├── LogError                (cli/log.py) the daemon log cannot be read, or a filter is not one
 └── NotProvisioned          (cli/provision.py) a part is missing and the user did not agree to install it
 
 ``GgufError`` (a ValueError) comes from the native parser and is converted to CatalogError at the catalog edge.
