@@ -63,6 +63,13 @@ class Histogram:
         self.sum += value
 
 
+def _observe(table: dict[Any, Histogram], key: Any, bounds: tuple[float, ...], value: float) -> None:
+    h = table.get(key)
+    if h is None:
+        h = table[key] = Histogram(bounds)
+    h.observe(bounds, value)
+
+
 def _status_class(status: int) -> str:
     return "499" if status == 499 else f"{status // 100}xx"
 
@@ -88,15 +95,8 @@ class Metrics:
         model = req.model or ""
         labels = (model, req.dialect, req.route, _status_class(status))
         self.requests[labels] = self.requests.get(labels, 0) + 1
-        where = (req.dialect, req.route)
-        h = self.duration.get(where)
-        if h is None:
-            h = self.duration[where] = Histogram(SECONDS)
-        h.observe(SECONDS, now - req.t0)
-        o = self.overhead.get(req.route)
-        if o is None:
-            o = self.overhead[req.route] = Histogram(OVERHEAD_SECONDS)
-        o.observe(OVERHEAD_SECONDS, max(0.0, now - req.t0 - req.engine_s))
+        _observe(self.duration, (req.dialect, req.route), SECONDS, now - req.t0)
+        _observe(self.overhead, req.route, OVERHEAD_SECONDS, req.overhead_ms() / 1000)
         summary = req.summary
         if not summary:
             return
@@ -108,28 +108,15 @@ class Metrics:
                 if isinstance(n, int) and n > 0:
                     t = (model, key, kind)
                     self.tokens[t] = self.tokens.get(t, 0) + n
-        ttft = summary.get("ttft_ms")
-        if (
-            isinstance(ttft, int | float) and req.dispatched_at
-        ):  # from the request's arrival, queue and load in
-            f = self.ttft.get(model)
-            if f is None:
-                f = self.ttft[model] = Histogram(SECONDS)
-            f.observe(SECONDS, req.dispatched_at - req.t0 + ttft / 1000)
-        gaps = summary.get("tpot_ms")
-        mean = gaps.get("mean") if isinstance(gaps, dict) else None
-        if isinstance(mean, int | float):
-            p = self.tpot.get(model)
-            if p is None:
-                p = self.tpot[model] = Histogram(TOKEN_SECONDS)
-            p.observe(TOKEN_SECONDS, mean / 1000)
+        ttft = req.first_token_ms()  # from the request's arrival, queue and load in
+        if ttft is not None:
+            _observe(self.ttft, model, SECONDS, ttft / 1000)
+        gap = req.token_gap_ms()
+        if gap is not None:
+            _observe(self.tpot, model, TOKEN_SECONDS, gap / 1000)
 
     def admitted(self, model_key: str, work_class: str, waited: float) -> None:
-        where = (model_key, work_class)
-        h = self.admission_wait.get(where)
-        if h is None:
-            h = self.admission_wait[where] = Histogram(SECONDS)
-        h.observe(SECONDS, waited)
+        _observe(self.admission_wait, (model_key, work_class), SECONDS, waited)
 
     def queued(self, model_key: str, work_class: str, change: int) -> None:
         """A request of ``work_class`` started (1) or stopped (-1) waiting for a slot of ``model_key``."""
