@@ -13,6 +13,9 @@
 - Prometheus: Debian's `prometheus` package (`prometheus` and `promtool`), fetched with `apt-get download` and
   unpacked with `dpkg-deb -x` into the cache (no root, nothing installed on the machine), for the test that
   scrapes `/metrics` with a real Prometheus server.
+- Chromium: Debian's `chromium-headless-shell` and the libraries it needs that the machine lacks (as `apt-get
+  install --simulate` lists them), fetched and unpacked the same way, with a launcher that puts those libraries
+  on its path; the status page's test drives it through the DevTools protocol.
 
 Idempotent and safe to run concurrently (a file lock). Writes `<cache>/assets.json` with the paths, which the
 tests read. Run it with the project's venv interpreter.
@@ -184,6 +187,20 @@ def whisper_model(cache: Path) -> Path:
     return out
 
 
+def _apt_download(packages: list[str], into: Path) -> None:
+    """``apt-get download`` of ``packages`` into ``into``; the package lists are fetched first when a fresh
+    container has none (as root)."""
+    fetched = subprocess.run(["apt-get", "download", *packages], cwd=into, capture_output=True, text=True)
+    if fetched.returncode != 0 and os.geteuid() == 0:
+        subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True)
+        fetched = subprocess.run(["apt-get", "download", *packages], cwd=into, capture_output=True, text=True)
+    if fetched.returncode != 0:
+        raise SystemExit(
+            f"apt-get download {' '.join(packages)} failed: {fetched.stderr.strip()[-400:]}; run `sudo apt-get"
+            " update` and then `make assets` again"
+        )
+
+
 def prometheus(cache: Path) -> Path:
     """The folder holding Debian's ``prometheus`` and ``promtool``, unpacked from the package once."""
     out = cache / "prometheus"
@@ -197,25 +214,80 @@ def prometheus(cache: Path) -> Path:
         )
     log("fetching Debian's prometheus package (apt-get download; about 20 MB)")
     with tempfile.TemporaryDirectory(prefix="assets-prometheus-") as tmp:
-        fetched = subprocess.run(
-            ["apt-get", "download", "prometheus"], cwd=tmp, capture_output=True, text=True
-        )
-        if fetched.returncode != 0 and os.geteuid() == 0:  # no package lists yet (a fresh container)
-            subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True)
-            fetched = subprocess.run(
-                ["apt-get", "download", "prometheus"], cwd=tmp, capture_output=True, text=True
-            )
+        _apt_download(["prometheus"], Path(tmp))
         debs = sorted(Path(tmp).glob("prometheus_*.deb"))
-        if fetched.returncode != 0 or not debs:
-            raise SystemExit(
-                f"apt-get download prometheus failed: {fetched.stderr.strip()[-400:]}; run `sudo apt-get update`"
-                " and then `make assets` again"
-            )
+        if not debs:
+            raise SystemExit("apt-get download prometheus gave no package; run `make assets` again")
         staging = Path(tmp) / "unpacked"
         subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(staging)], check=True)
         shutil.rmtree(out, ignore_errors=True)
         shutil.move(staging, out)
     return binaries
+
+
+CHROMIUM = "chromium-headless-shell"
+
+
+def chromium(cache: Path) -> Path:
+    """A launcher of Debian's headless Chromium, unpacked with the libraries this machine lacks, once."""
+    out = cache / "chromium"
+    launcher = out / "chromium"
+    if launcher.is_file():
+        return launcher
+    installed = shutil.which(CHROMIUM)
+    if installed is not None:  # the machine has the package: the launcher runs it
+        out.mkdir(parents=True, exist_ok=True)
+        launcher.write_text(f'#!/bin/sh\nexec "{installed}" "$@"\n')
+        launcher.chmod(0o755)
+        return launcher
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        raise SystemExit(
+            "the status page test drives a real headless Chromium, which this script takes from Debian's"
+            f" {CHROMIUM} package with apt-get download; this machine has no apt-get: run the tests on Debian"
+        )
+    plan = subprocess.run(
+        ["apt-get", "install", "--simulate", "--no-install-recommends", CHROMIUM],
+        capture_output=True,
+        text=True,
+    )
+    if plan.returncode != 0 and os.geteuid() == 0:  # no package lists yet
+        subprocess.run(["apt-get", "update", "-q"], check=False, capture_output=True)
+        plan = subprocess.run(
+            ["apt-get", "install", "--simulate", "--no-install-recommends", CHROMIUM],
+            capture_output=True,
+            text=True,
+        )
+    needed = [line.split()[1] for line in plan.stdout.splitlines() if line.startswith("Inst ")]
+    if plan.returncode != 0 or CHROMIUM not in needed:
+        raise SystemExit(
+            f"apt-get cannot plan {CHROMIUM}: {plan.stderr.strip()[-400:]}; run `sudo apt-get update` and then"
+            " `make assets` again"
+        )
+    log(
+        f"fetching Debian's {CHROMIUM} and {len(needed) - 1} libraries it needs (apt-get download; about 80 MB)"
+    )
+    with tempfile.TemporaryDirectory(prefix="assets-chromium-") as tmp:
+        _apt_download(needed, Path(tmp))
+        staging = Path(tmp) / "unpacked"
+        for deb in sorted(Path(tmp).glob("*.deb")):
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(staging)], check=True)
+        binary = staging / "usr" / "lib" / "chromium" / CHROMIUM
+        if not binary.is_file():
+            raise SystemExit(
+                f"the {CHROMIUM} package has no usr/lib/chromium/{CHROMIUM}; run `make assets` again"
+            )
+        libs = sorted({str(p.parent.relative_to(staging)) for p in staging.rglob("*.so*") if p.is_file()})
+        path = ":".join(f'"$here/{d}"' for d in libs)
+        (staging / "chromium").write_text(
+            "#!/bin/sh\n"
+            f"# Debian's {CHROMIUM}, unpacked by scripts/test_assets.py with the libraries the machine lacked\n"
+            'here="$(dirname "$(readlink -f "$0")")"\n'
+            f'LD_LIBRARY_PATH={path}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}} exec "$here/usr/lib/chromium/{CHROMIUM}" "$@"\n'
+        )
+        (staging / "chromium").chmod(0o755)
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.move(staging, out)
+    return launcher
 
 
 def main() -> int:
@@ -233,6 +305,7 @@ def main() -> int:
             "whisper_model": str(whisper_model(cache)),
             "whisper_sample": str(whisper_sample(cache)),
             "prometheus": str(prometheus(cache)),
+            "chromium": str(chromium(cache)),
         }
         staged = cache / "assets.json.tmp"  # renamed into place: a test reading it never sees half a file
         staged.write_text(json.dumps(manifest, indent=2))

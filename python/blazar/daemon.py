@@ -18,6 +18,7 @@ import uvloop
 from blazar.config import Config
 from blazar.engines import registry
 from blazar.gateway import blobs
+from blazar.gateway.events import LogHandler
 from blazar.gateway.server import EXIT_BIND_CONFLICT, BindConflict, check_port, run
 from blazar.gateway.tenancy import Gate
 from blazar.paths import DataDir
@@ -99,6 +100,7 @@ def serve(cfg: Config, config_path: Path) -> int:
     for step in first_steps(store, sup):
         log.warning("%s", step)
     gate = Gate(cfg, store, data, config_path)
+    logging.getLogger().addHandler(LogHandler(gate.events, LOG_FORMAT))  # the status page's log (/api/events)
     try:
         uvloop.run(run(cfg, sup, gate))
     except KeyboardInterrupt:

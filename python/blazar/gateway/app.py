@@ -39,6 +39,7 @@ from blazar.gateway import (
     ollama_admin,
     openai,
     pull,
+    status,
 )
 from blazar.gateway.http import (
     CLIENT_CLOSED,
@@ -130,6 +131,8 @@ ROUTES: dict[str, Route] = {
     "/api/breakers/reset": Route(_OPENAI, {"POST": admin.breakers_reset}),
     "/api/engines/updates": Route(_OPENAI, {"GET": admin.engine_updates}),
     metrics.METRICS_PATH: Route(_OPENAI, {"GET": metrics.page}),
+    status.PAGE_PATH: Route(_OPENAI, {"GET": status.page}),
+    status.EVENTS_PATH: Route(_OPENAI, {"GET": status.events}),
     batch.FILES: Route(_OPENAI, {"GET": batch.files_root, "POST": batch.files_root}),
     batch.BATCHES: Route(_OPENAI, {"GET": batch.batches_root, "POST": batch.batches_root}),
     anthropic_batch.MESSAGE_BATCHES: Route(

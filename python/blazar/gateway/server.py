@@ -90,6 +90,7 @@ async def run(cfg: Config, sup: Supervisor, gate: Gate) -> None:
                 grace,
             )
             stopping.set()
+            gate.events.close()  # the live event streams end now: the server waits for open responses
             # batch jobs stop first: a request of theirs cut off by the shutdown is not a failed answer, and
             # the batch, still in_progress, runs again when the daemon comes back
             if gate.batches is not None:

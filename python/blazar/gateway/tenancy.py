@@ -10,6 +10,8 @@ too (a client that drops a stream releases it as the stream ends). It owns no HT
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import functools
 import hmac
 import logging
@@ -24,6 +26,7 @@ from blazar import tasks
 from blazar.config import Config
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway.audit import AuditLog
+from blazar.gateway.events import Events
 from blazar.gateway.http import (
     CLIENT_CLOSED,
     HEADER_TOKEN_MAX,
@@ -36,6 +39,7 @@ from blazar.gateway.metrics import METRICS_PATH, Metrics
 from blazar.gateway.otlp import Exporter
 from blazar.gateway.semcache import SemanticCache
 from blazar.gateway.sessions import Sessions
+from blazar.gateway.status import PATHS as STATUS_PATHS
 from blazar.gateway.usage import UsageWriter
 from blazar.launch.settings import model_settings
 from blazar.paths import DataDir
@@ -50,6 +54,19 @@ OPEN_PATHS = frozenset({"/healthz", "/health"})
 FLUSH_SECS = 5.0
 """How often usage a failed write left in memory is tried again; each finished request commits its own
 (``UsageWriter``)."""
+
+
+def basic_as_bearer(authorization: str | None) -> str | None:
+    """``Authorization: Basic`` (any user name, the key as password; or the key as user name and no password) as
+    the Bearer header it stands for; any other header as it is. Only the status page's paths take Basic."""
+    if not authorization or authorization[:6].lower() != "basic ":
+        return authorization
+    try:
+        user, _, password = base64.b64decode(authorization[6:].strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    secret = password or user
+    return f"Bearer {secret}" if secret else None
 
 
 def visible(req: Request, model: str) -> bool:
@@ -87,6 +104,7 @@ class Gate:
         self.semcache = SemanticCache(cfg) if cfg.semantic_cache else None
         self.otlp = Exporter(cfg.otlp_endpoint) if cfg.otlp_endpoint else None
         self.metrics = Metrics()
+        self.events = Events()
         self._flusher: asyncio.Task[None] | None = None
         self.batches: Any = None  # the App's gateway.batch.BatchRunner, which runs batch jobs
 
@@ -106,9 +124,16 @@ class Gate:
             ):
                 req.scraper = True  # the scraper's token: /metrics and nothing else, no key
                 return
-        ctx = self.keys.authenticate(h.get("authorization"), h.get("x-api-key"))
+        authorization = h.get("authorization")
+        page = req.path in STATUS_PATHS
+        if page:  # a browser sends the key the status page asked for as HTTP Basic's password
+            authorization = basic_as_bearer(authorization)
+        ctx = self.keys.authenticate(authorization, h.get("x-api-key"))
         if ctx is None:
-            raise Unauthorized()
+            refused = Unauthorized()
+            if page:  # the browser asks for the key
+                refused.headers = (("www-authenticate", 'Basic realm="Blazar", charset="UTF-8"'),)
+            raise refused
         req.key = ctx
         if req.method == "POST" and not req.path.startswith(UNLEASED_PREFIXES):
             req.quota_lease = self.quotas.acquire(ctx)
@@ -116,6 +141,8 @@ class Gate:
     def finish(self, req: Request, status: int) -> None:
         """The response is over (drained or dropped): free the lease, charge usage, write the audit line."""
         self.metrics.observe(req, status, time.perf_counter())
+        if req.model:
+            self.events.request(req, status)
         if req.quota_lease is not None:
             req.quota_lease.release()
             req.quota_lease = None
@@ -247,6 +274,7 @@ class Gate:
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.events.start(asyncio.get_running_loop())
         if self.audit is not None:
             self.audit.start()
         if self.otlp is not None:

@@ -403,6 +403,10 @@ class Quotas:
         )
         return tokens, (max(limits.rpm - recent, 0) if limits.rpm else None)
 
+    def used_today(self, key_name: str) -> int:
+        """Tokens ``key_name`` has used today (UTC), as charged so far."""
+        return self.usage.tokens(key_name, utc_day(self._clock.time()))
+
     def admit(self, ctx: KeyCtx, model: str | None) -> QuotaLease:
         """``acquire`` then ``check``; the lease is released again if a check refuses."""
         lease = self.acquire(ctx)
