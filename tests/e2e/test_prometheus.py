@@ -1,6 +1,6 @@
 """A real Prometheus server (Debian's package, from the test assets) scrapes ``blazar serve`` every second while it
 answers chats from the real llama-server and SmolLM2; its HTTP API then gives back the request counter and the
-time-to-first-token histogram and the engine's own gauges, and ``promtool check metrics`` accepts the exposition as written."""
+time-to-first-token histogram and the engine's own gauges (its KV cache in use while an answer runs, from its ``/slots``), and ``promtool check metrics`` accepts the exposition as written."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import HANG, Daemon, _existing, _manifest, free_port, wait_for
 
@@ -114,3 +115,34 @@ def test_prometheus_scrapes_the_request_counter_and_the_first_token_histogram(
         text=True,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_engines_kv_cache_use_is_read_from_its_slots_while_an_answer_runs(daemon: Daemon) -> None:
+    """A stream that cannot end first (``ignore_eos``, thousands of tokens) holds the only slot: the gauge of
+    the engine's KV cache in use is above 0 while it runs (its prompt and the tokens so far, over the context,
+    from llama-server's ``/slots``) and back at 0 once the client has closed it."""
+
+    def kv() -> float:
+        text = httpx.get(daemon.url + "/metrics", timeout=60).text
+        for family in text_string_to_metric_families(text):
+            if family.name == "blazar_engine_kv_cache_utilization":
+                for sample in family.samples:
+                    if sample.labels == {"model": "smollm2:latest"}:
+                        return sample.value
+        raise AssertionError("no blazar_engine_kv_cache_utilization for smollm2:latest:\n" + text[-2000:])
+
+    body = {
+        "model": "smollm2",
+        "max_tokens": 3000,
+        "ignore_eos": True,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Count from one upwards."}],
+    }
+    with httpx.stream("POST", daemon.url + "/v1/chat/completions", json=body, timeout=HANG) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        while '"content"' not in next(lines):  # the first token: the slot is processing
+            pass
+        running = kv()
+        assert 0 < running <= 1
+    wait_for(lambda: kv() == 0, HANG, "the slot to be released after the client closed the stream")

@@ -5,7 +5,8 @@ under bounded labels (model, dialect, route, status class, key name; never a tra
 microseconds. Admission adds its wait and its refusals, the sentinel its findings, the semantic cache its lookups.
 What is live is read at scrape time: engines and their states, slots, queues, quota left per key, the audit's and
 the exporter's dropped counts, and the gauges each llama-server's own ``/metrics`` gives (requests running and
-deferred), which a cluster router such as the Gateway API Inference Extension picks replicas by. ``render`` builds
+deferred) and the share of its KV cache in use (from its ``/slots``), which a cluster router such as the Gateway
+API Inference Extension picks replicas by. ``render`` builds
 the exposition with prometheus-client's metric families; nothing here changes a request or an engine.
 """
 
@@ -46,6 +47,8 @@ ENGINE_GAUGES = {
     ),
 }
 """llama-server's own gauges, republished per model (the Inference Extension's running and queued requests)."""
+KV_USE = "kv_cache_use"
+"""The share of an engine's KV cache in use (``hints.kv_use``, from its ``/slots``), under the engine gauges."""
 ENGINE_SCRAPE_SECS = 2.0
 
 
@@ -260,6 +263,16 @@ def _engines(gate: Gate, sup: Supervisor, engines: dict[str, dict[str, float]]) 
     for (key, work_class), n in gate.metrics.waiting.items():
         by_class.add_metric([key, work_class], n)
     yield by_class
+    kv = GaugeMetricFamily(
+        "blazar_engine_kv_cache_utilization",
+        "Share (0-1) of the engine's KV cache its running requests hold (llama-server's /slots; the Inference"
+        " Extension's KV-cache utilization)",
+        labels=["model"],
+    )
+    for key, gauges in engines.items():
+        if KV_USE in gauges:
+            kv.add_metric([key], gauges[KV_USE])
+    yield kv
     for engine_name, (name, doc) in ENGINE_GAUGES.items():
         family = GaugeMetricFamily(name, doc + " (the engine's own /metrics)", labels=["model"])
         for key, gauges in engines.items():
@@ -289,13 +302,22 @@ def _quotas(gate: Gate) -> Iterator[Any]:
     yield requests
 
 
-async def engine_gauges(sup: Supervisor) -> dict[str, dict[str, float]]:
-    """Each running llama-server's gauges (``ENGINE_GAUGES``), read now from its ``/metrics`` (which does not wake
-    a sleeping engine); one that does not answer in ``ENGINE_SCRAPE_SECS`` is left out."""
-    kids = [c for c in list(sup.children.values()) if c.state is State.READY and hints.scraped(c)]
-    read = await asyncio.gather(
-        *(hints.read_metrics(c, tuple(ENGINE_GAUGES), ENGINE_SCRAPE_SECS) for c in kids)
+async def _engine_read(child: Any) -> dict[str, float] | None:
+    got, kv = await asyncio.gather(
+        hints.read_metrics(child, tuple(ENGINE_GAUGES), ENGINE_SCRAPE_SECS),
+        hints.kv_use(child, ENGINE_SCRAPE_SECS),
     )
+    if got is not None and kv is not None:
+        got[KV_USE] = kv
+    return got
+
+
+async def engine_gauges(sup: Supervisor) -> dict[str, dict[str, float]]:
+    """Each running llama-server's gauges (``ENGINE_GAUGES``), read now from its ``/metrics``, and the share of
+    its KV cache in use from its ``/slots`` (neither wakes a sleeping engine); one that does not answer in
+    ``ENGINE_SCRAPE_SECS`` is left out."""
+    kids = [c for c in list(sup.children.values()) if c.state is State.READY and hints.scraped(c)]
+    read = await asyncio.gather(*(_engine_read(c) for c in kids))
     return {c.key: got for c, got in zip(kids, read, strict=True) if got is not None}
 
 

@@ -10,17 +10,21 @@ the old value and 0.3 of the new sample:
 - ``spec_accept``: accepted / drafted speculative tokens (``llamacpp:spec_decode_num_accepted_tokens_total``,
   ``llamacpp:spec_decode_num_draft_tokens_total``), with ``lookup_cache`` or another draft source.
 
-A period without traffic leaves the hints as they were. ``/api/ps`` and ``blazar ps`` show them. This module owns
-the parsing and the arithmetic (pure) and the scrape; it never starts or stops a child.
+A period without traffic leaves the hints as they were. ``/api/ps`` and ``blazar ps`` show them. ``kv_use`` reads
+the share of an engine's KV cache its running requests hold from its ``/slots`` (for the gateway's ``/metrics``).
+This module owns the parsing and the arithmetic (pure) and the reads; it never starts or stops a child.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiohttp
+
+from blazar.supervisor.sleep import may_be_asleep
 
 if TYPE_CHECKING:
     from blazar.supervisor.child import Child
@@ -102,6 +106,36 @@ async def read_metrics(child: Child, names: tuple[str, ...], timeout: float) -> 
         log.debug("scraping the /metrics of %s failed: %s", child.key, e or type(e).__name__)
         return None
     return parse(text, names)
+
+
+async def kv_use(child: Child, timeout: float) -> float | None:
+    """The share of ``child``'s KV cache its running requests hold now, from llama-server's own ``/slots``: each
+    processing slot's prompt and decoded tokens, over the context (one shared context of ``ctx_size`` when the slots
+    share it, else the slots' own). None when the engine cannot say, and for one that may be asleep (``/slots``
+    would wake it). Cells an idle slot keeps for its prompt cache are free to be reused, so they count as free,
+    as vLLM's cache usage counts freed prefix blocks."""
+    if may_be_asleep(child, time.monotonic()):
+        return None
+    try:
+        slots = await child.ask("/slots", timeout=timeout)
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+        log.debug("reading the /slots of %s failed: %s", child.key, e or type(e).__name__)
+        return None
+    if not isinstance(slots, list) or not slots or not all(isinstance(s, dict) for s in slots):
+        return None
+    used = 0
+    for s in slots:
+        if s.get("is_processing"):
+            nxt = s.get("next_token")
+            decoded = (
+                nxt[0].get("n_decoded", 0)
+                if isinstance(nxt, list) and nxt and isinstance(nxt[0], dict)
+                else 0
+            )
+            used += int(s.get("n_prompt_tokens") or 0) + int(decoded or 0)
+    own = [int(s.get("n_ctx") or 0) for s in slots]
+    capacity = (child.spec.ctx_size or max(own)) if child.spec.kv_unified else sum(own)
+    return min(used / capacity, 1.0) if capacity > 0 else None
 
 
 async def scrape(child: Child) -> None:
