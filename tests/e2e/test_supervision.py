@@ -344,29 +344,30 @@ def test_an_unload_still_happens_when_the_request_it_waited_for_fails_before_it_
     (its prompt cannot fit) must not leave the unload waiting for nothing."""
     assert callable(daemon_factory)
     d: Daemon = daemon_factory("ctx_size = 512\nqueue_wait_secs = 300\nparallel = 1\n")
-    # 300 tokens: still running while the second request queues and the unload comes
-    busy = {**CHAT, "max_tokens": 300, "ignore_eos": True}
+    # streamed and cut off by the test once the unload has answered: it runs as long as the test needs, however
+    # slow the machine (a whole answer waited for as one read could outlast any read timeout under load)
+    busy = {**CHAT, "max_tokens": 4000, "ignore_eos": True, "stream": True}
     too_long = {
         "model": "smollm2",
         "messages": [{"role": "user", "content": "word " * 2000}],
         "stream": False,
     }
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        running = pool.submit(httpx.post, d.url + "/v1/chat/completions", json=busy, timeout=300)
-
-        def busy_now() -> bool:
-            try:
-                return d.child_pids() != [] and engine_busy(d, d.child_pids()[0])
-            except (AssertionError, httpx.HTTPError, OSError, StopIteration):  # still loading
-                return False
-
-        wait_for(busy_now, HANG, "the engine busy")
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+        httpx.stream("POST", d.url + "/v1/chat/completions", json=busy, timeout=300) as running,
+    ):
+        assert running.status_code == 200
+        chunks = running.iter_text()  # keep a reference: a dropped generator closes the stream
+        seen = next(chunks)  # the engine is generating
         queued = pool.submit(httpx.post, d.url + "/api/chat", json=too_long, timeout=300)
         wait_for(lambda: engine(d)["queued"] == 1, HANG, "it to wait for the only slot")
         stop = httpx.post(d.url + "/api/generate", json={"model": "smollm2", "keep_alive": 0}, timeout=120)
         assert stop.status_code == 200 and stop.json()["done_reason"] == "unload", stop.text
-        assert running.result().status_code == 200
-        assert queued.result().status_code == 400
+        seen += next(chunks)  # the unload did not cut the answer running on the engine
+        assert '"delta"' in seen and "error" not in seen, seen
+        assert d.child_pids() != [], "unloaded while an answer still ran on it"
+        # leaving the block closes the stream: the slot frees, the queued request is refused, the unload goes on
+    assert queued.result().status_code == 400
     wait_for(lambda: d.child_pids() == [], HANG, "the model unloaded once nothing runs on it")
     assert httpx.get(d.url + "/api/ps", timeout=10).json()["models"] == []
 
