@@ -15,7 +15,7 @@ CYTHON_SRC := $(wildcard cython/src/blazar_sched/*) cython/pyproject.toml cython
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 N ?= 3
 
-.PHONY: install install-test serve test test-py test-native test-repeat assets rust-components lint fmt \
+.PHONY: install install-test serve test test-py test-native test-repeat assets wheels rust-components lint fmt \
 	typecheck bench clean
 
 install: $(STAMP)
@@ -42,10 +42,25 @@ serve: install
 assets: install-test
 	$(PY) scripts/test_assets.py
 
+# Both wheels (cp311-abi3, manylinux) and both sdists in dist/: blazar's through maturin with zig, the scheduler's
+# through build and auditwheel. Cargo's release build is cached under ~/.cache/blazar, shared by every clone.
+DIST ?= dist
+WHEEL_TARGET = $${BLAZAR_CACHE_DIR:-$$HOME/.cache/blazar}/wheel-target
+
+wheels: install-test
+	rm -rf $(DIST) && mkdir -p $(DIST)/sched
+	CARGO_TARGET_DIR="$(WHEEL_TARGET)" $(VENV)/bin/maturin build --quiet --release --zig \
+		--compatibility manylinux2014 --interpreter $(PY) --out $(DIST)
+	$(VENV)/bin/maturin sdist --out $(DIST)
+	$(PY) -m build --outdir $(DIST)/sched cython  # the wheel from the sdist: proof the sdist builds
+	$(VENV)/bin/auditwheel repair --wheel-dir $(DIST) $(DIST)/sched/*.whl
+	mv $(DIST)/sched/*.tar.gz $(DIST)/ && rm -rf $(DIST)/sched
+	ls $(DIST)
+
 test-native:
 	cd native && cargo test --quiet
 
-test-py: install-test assets
+test-py: install-test assets wheels
 	$(PY) -m pytest
 
 test: install-test lint test-native test-py
@@ -74,6 +89,7 @@ lint: install-test rust-components
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest blazar._native blazar_sched
 	cd native && cargo fmt --check && cargo clippy --quiet --all-targets -- -D warnings
+	$(VENV)/bin/hadolint Dockerfile Dockerfile.cuda
 
 typecheck: install-test
 	$(VENV)/bin/mypy

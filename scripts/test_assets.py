@@ -13,6 +13,8 @@
 - Prometheus: Debian's `prometheus` package (`prometheus` and `promtool`), fetched with `apt-get download` and
   unpacked with `dpkg-deb -x` into the cache (no root, nothing installed on the machine), for the test that
   scrapes `/metrics` with a real Prometheus server.
+- a wheelhouse: blazar's runtime dependencies as wheels (`pip download`), from which the wheel test installs
+  the wheels `make wheels` built into a fresh venv with no index (the test itself reaches nothing off the machine).
 - Chromium: Debian's `chromium-headless-shell` and the libraries it needs that the machine lacks (as `apt-get
   install --simulate` lists them), fetched and unpacked the same way, with a launcher that puts those libraries
   on its path; the status page's test drives it through the DevTools protocol.
@@ -290,6 +292,34 @@ def chromium(cache: Path) -> Path:
     return launcher
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wheelhouse(cache: Path) -> Path:
+    """blazar's runtime dependencies (pyproject.toml's, but the scheduler, which ``make wheels`` builds) as wheels
+    for this interpreter, downloaded again when that list changes."""
+    import tomllib
+
+    deps = [
+        d
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if not d.startswith("blazar-sched")
+    ]
+    out = cache / "wheelhouse"
+    stamp = out / ".requirements"
+    wanted = "\n".join(deps) + "\n"
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return out
+    log(f"downloading blazar's {len(deps)} runtime dependencies as wheels (pip download) for the wheel test")
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(out), *deps],
+        check=True,
+    )
+    stamp.write_text(wanted)
+    return out
+
+
 def main() -> int:
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -306,6 +336,7 @@ def main() -> int:
             "whisper_sample": str(whisper_sample(cache)),
             "prometheus": str(prometheus(cache)),
             "chromium": str(chromium(cache)),
+            "wheelhouse": str(wheelhouse(cache)),
         }
         staged = cache / "assets.json.tmp"  # renamed into place: a test reading it never sees half a file
         staged.write_text(json.dumps(manifest, indent=2))

@@ -102,9 +102,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def blazar_cmd(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+def blazar_cmd(
+    *args: str, env: dict[str, str], check: bool = True, python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "blazar", *args],
+        [python, "-m", "blazar", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -121,6 +123,8 @@ class Daemon:
     env: dict[str, str]
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    python: str = sys.executable
+    """The interpreter whose blazar runs (the wheel test's fresh venv has its own)."""
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -135,14 +139,14 @@ class Daemon:
         return Path(self.env["BLAZAR_DATA_DIR"])
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return blazar_cmd(*args, env=self.env, check=check)
+        return blazar_cmd(*args, env=self.env, check=check, python=self.python)
 
     def start(self, *args: str, within_s: float = 600) -> None:
         """Start `blazar serve` (with ``args``) and wait until it answers /healthz, at most ``within_s``: a bound
         on a daemon that hangs, not a wait on an answer."""
         with self.log.open("ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "blazar", "serve", *args],
+                [self.python, "-m", "blazar", "serve", *args],
                 env=self.env,
                 stdout=logf,
                 stderr=logf,

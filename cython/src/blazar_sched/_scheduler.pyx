@@ -35,6 +35,8 @@ per 128 credits of the key that crossed).
 """
 
 cimport cython
+from cpython.list cimport PyList_SetItem
+from cpython.ref cimport Py_INCREF
 from libc.math cimport isfinite
 
 HIGH = 0
@@ -176,9 +178,16 @@ cdef _Heap _heap():
     return h
 
 
+cdef inline void _set(list a, Py_ssize_t i, object x) noexcept:  # i is in range: it cannot fail
+    """``a[i] = x`` for an ``i`` in range: one call, where the limited API's ``a[i] = x`` boxes ``i`` and goes
+    through ``PyObject_SetItem``. ``PyList_SetItem`` steals the reference it is given, hence the incref."""
+    Py_INCREF(x)
+    PyList_SetItem(a, i, x)
+
+
 cdef inline void _store(list a, Py_ssize_t n, object x):
     if n < len(a):
-        a[n] = x
+        _set(a, n, x)
     else:
         a.append(x)
 
@@ -225,10 +234,10 @@ cdef void _up(_Heap h, _Item x):
         p = <_Item>a[parent]
         if not _before(x, p):
             break
-        a[i] = p
+        _set(a, i, p)
         p.pos = i
         i = parent
-    a[i] = x
+    _set(a, i, x)
     x.pos = i
 
 
@@ -248,10 +257,10 @@ cdef void _down(_Heap h, _Item x):
         c = <_Item>a[child]
         if not _before(c, x):
             break
-        a[i] = c
+        _set(a, i, c)
         c.pos = i
         i = child
-    a[i] = x
+    _set(a, i, x)
     x.pos = i
 
 
@@ -268,10 +277,10 @@ cdef void _remove(_Heap h, _Item x):
     cdef _Item last
     h.n -= 1
     last = <_Item>a[h.n]
-    a[h.n] = None
+    _set(a, h.n, None)
     x.pos = -1
     if last is not x:
-        a[i] = last
+        _set(a, i, last)
         last.pos = i
         _down(h, last)
         _up(h, last)
