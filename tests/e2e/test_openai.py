@@ -41,6 +41,9 @@ def test_list_and_retrieve_models(daemon: Daemon) -> None:
     # the id asked, as OpenAI answers it
     assert one.id == "smollm2" and one.object == "model" and one.created == listed[0].created
     assert c.models.retrieve("smollm2:latest").id == "smollm2:latest"
+    # what the model does, as llama-server lists its own: SmolLM2 completes (no tools in its template, no FIM)
+    assert httpx.get(daemon.url + "/v1/models", timeout=60).json()["data"][0]["capabilities"] == ["completion"]
+    assert httpx.get(daemon.url + "/v1/models/smollm2", timeout=60).json()["capabilities"] == ["completion"]
     with pytest.raises(openai.NotFoundError) as e:
         c.models.retrieve("nosuch")
     assert e.value.body == {
@@ -479,6 +482,9 @@ def test_what_the_model_cannot_do_is_a_400_with_the_engines_message(daemon: Daem
         daemon.url + "/api/generate", json={"model": "smollm2", "prompt": "a", "suffix": "b"}, timeout=120
     )
     assert ollama_side.status_code == 400 and "infill" in ollama_side.json()["error"].lower()
+    # and /api/show does not claim what the engine refuses
+    shown = httpx.post(daemon.url + "/api/show", json={"model": "smollm2"}, timeout=60).json()
+    assert shown["capabilities"] == ["completion"], shown["capabilities"]
 
 
 def test_tools_a_template_cannot_call_are_named_in_a_header(daemon: Daemon) -> None:

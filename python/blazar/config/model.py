@@ -256,6 +256,17 @@ class ModelOverride:
     chat_template_file: Path | None = None
     mmproj: Path | None = None
 
+    def template_text(self) -> str | None:
+        """The chat template this table starts the model's engine with: ``chat_template_file``'s text, else
+        ``chat_template`` (inline Jinja, or the name of one of llama.cpp's built-in templates); None when neither
+        is set or the file cannot be read (the engine then refuses to start and says why)."""
+        if self.chat_template_file is not None:
+            try:
+                return self.chat_template_file.read_text()
+            except (OSError, UnicodeDecodeError):
+                return None
+        return self.chat_template or None
+
 
 def _no_models() -> Mapping[str, ModelOverride]:
     return MappingProxyType({})

@@ -8,7 +8,7 @@ digest yet (an older database) is hashed on first use by ``Catalog.digest``, in 
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -26,6 +26,7 @@ from blazar.dialects.canonical import shown
 from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
+from blazar.launch.settings import model_capabilities
 from blazar.paths import TOKENS_SUFFIX, child_keys
 from blazar.supervisor import State, Supervisor, sleep
 
@@ -231,23 +232,17 @@ async def show(sup: Supervisor, req: Request, proto: Any) -> Response:
         model_info = {k: (v if isinstance(v, str | int | float | bool | list) else []) for k, v in md.items()}
         model_info["general.parameter_count"] = header.get("parameter_count")
         tensors = header.get("tensors")
-    over = sup.cfg.model_override(
-        m.name
-    )  # the template its engine is started with, when config.toml sets one
-    if over.chat_template_file is not None:
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            template = over.chat_template_file.read_text()
-    elif over.chat_template:
-        template = over.chat_template  # inline Jinja, or the name of one of llama.cpp's built-in templates
+    # the template its engine is started with, when config.toml sets one
+    template = sup.cfg.model_override(m.name).template_text() or template
     ctx = _request_ctx(sup, m)
     preset = (m.preset or {}) if adapter is None else {}  # an adapter is served without its base's preset
     own = presets.show_parameters(preset)
     params = [own] if own else []
     if "num_ctx" not in preset.get("parameters", {}):
         params.insert(0, f"num_ctx {ctx}")
-    caps = ["audio"] if m.format == "whisper" else ["completion"]
-    if isinstance(template, str) and "tools" in template:
-        caps.append("tools")
+    caps = await asyncio.to_thread(
+        model_capabilities, sup.cfg, m
+    )  # a changed file: its vocabulary read, once
     modelfile, details = _modelfile(m, digest, preset), _details(m)
     if adapter is not None:  # as Ollama shows a model made with ADAPTER
         modelfile += f"ADAPTER @sha256:{adapter.sha256}\n"

@@ -6,6 +6,7 @@ the native translator (model name as the client asked, usage-only chunk dropped 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
@@ -20,6 +21,7 @@ from blazar.dialects import responses as responses_dialect
 from blazar.gateway import core, plan, remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
+from blazar.launch.settings import model_capabilities
 from blazar.supervisor import Supervisor
 
 Response = tuple[int, list[tuple[str, str]], bytes]
@@ -28,17 +30,33 @@ Response = tuple[int, list[tuple[str, str]], bytes]
 MODELS_PREFIX = "/v1/models/"
 
 
-def _model_object(m: ModelRow | LoraRow) -> dict[str, Any]:
+def _model_object(m: ModelRow | LoraRow, capabilities: list[str]) -> dict[str, Any]:
+    """OpenAI's model object, with what the model does in ``capabilities`` (as llama-server lists its model)."""
     when = datetime.fromisoformat(m.created_at)
     created = int(
         (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
     )  # stored in UTC
-    return {"id": m.name, "object": "model", "created": created, "owned_by": "blazar"}
+    return {
+        "id": m.name,
+        "object": "model",
+        "created": created,
+        "owned_by": "blazar",
+        "capabilities": capabilities,
+    }
+
+
+def _capabilities(sup: Supervisor, m: ModelRow | LoraRow) -> list[str]:
+    """A model's, or an adapter's base model's (an adapter is served on it)."""
+    base = sup.catalog.find(m.base) if isinstance(m, LoraRow) else m
+    return model_capabilities(sup.cfg, base) if base is not None else ["completion"]
 
 
 async def list_models(sup: Supervisor, req: Request, proto: Any) -> Response:
     rows: list[ModelRow | LoraRow] = [*sup.catalog.list(), *sup.loras.list()]
-    data = [_model_object(m) for m in sorted(rows, key=lambda r: r.name) if visible(req, m.name)]
+    shown = [m for m in sorted(rows, key=lambda r: r.name) if visible(req, m.name)]
+    # off the loop: a model not seen since it changed has its vocabulary read (once; then kept)
+    caps = await asyncio.to_thread(lambda: [_capabilities(sup, m) for m in shown])
+    data = [_model_object(m, c) for m, c in zip(shown, caps, strict=True)]
     if sup.remotes.by_name and not req.headers.get(remote.LISTING):
         data += await remote.listed(sup, req)
     return 200, JSON_HEADERS, orjson.dumps({"object": "list", "data": data})
@@ -60,7 +78,8 @@ async def retrieve_model(sup: Supervisor, req: Request, proto: Any) -> Response:
             "not_found_error",
         )
     # the id that was asked, as OpenAI answers it (a client compares it with the name it configured)
-    return 200, JSON_HEADERS, orjson.dumps({**_model_object(m), "id": asked})
+    caps = await asyncio.to_thread(_capabilities, sup, m)
+    return 200, JSON_HEADERS, orjson.dumps({**_model_object(m, caps), "id": asked})
 
 
 async def chat_completions(sup: Supervisor, req: Request, proto: Any) -> Response | None:

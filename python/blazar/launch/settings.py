@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blazar._native import GgufError, read_gguf_metadata
+from blazar.catalog import capabilities
 from blazar.catalog.models import ModelRow, read_header
 from blazar.config import Config
 from blazar.config.model import AUTO_SLOTS, PARALLEL_AUTO
@@ -200,6 +201,18 @@ def mmproj_for(cfg: Config, model: ModelRow) -> Path | None:
             )
         return ov.mmproj
     return find_mmproj(model.path)
+
+
+def model_capabilities(cfg: Config, model: ModelRow) -> list[str]:
+    """What ``model`` does as its engine is started here: its files, with the template and projector config.toml
+    gives it (``catalog.capabilities``)."""
+    try:
+        projector = mmproj_for(cfg, model) is not None
+    except LaneError:  # a configured mmproj that is missing: the engine cannot start with it either
+        projector = False
+    return capabilities.of_model(
+        model, template=cfg.model_override(model.name).template_text(), projector=projector
+    )
 
 
 def embed_slots(parallel: int) -> int:
