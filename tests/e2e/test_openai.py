@@ -42,7 +42,8 @@ def test_list_and_retrieve_models(daemon: Daemon) -> None:
     assert one.id == "smollm2" and one.object == "model" and one.created == listed[0].created
     assert c.models.retrieve("smollm2:latest").id == "smollm2:latest"
     # what the model does, as llama-server lists its own: SmolLM2 completes (no tools in its template, no FIM)
-    assert httpx.get(daemon.url + "/v1/models", timeout=60).json()["data"][0]["capabilities"] == ["completion"]
+    [entry] = httpx.get(daemon.url + "/v1/models", timeout=60).json()["data"]
+    assert entry["capabilities"] == ["completion"]
     assert httpx.get(daemon.url + "/v1/models/smollm2", timeout=60).json()["capabilities"] == ["completion"]
     with pytest.raises(openai.NotFoundError) as e:
         c.models.retrieve("nosuch")
