@@ -17,7 +17,7 @@ import ollama
 import pytest
 
 import blazar
-from tests.conftest import HANG, Daemon, pid_alive, wait_for
+from tests.conftest import HANG, Daemon, closing, pid_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -486,3 +486,30 @@ def test_push_is_refused_with_the_way_to_share_a_model(daemon: Daemon, client: M
         c.push("smollm2")
     assert e.value.status_code == 501
     assert "no model registry to push to" in e.value.error and "blazar import FILE" in e.value.error
+
+
+def test_tools_a_template_cannot_show_are_a_400_as_ollama_says_it(daemon: Daemon) -> None:
+    """Ollama answers 400 "<model> does not support tools" (ChatOllama and litellm's ollama_chat read no header,
+    so an answer without the tools would pass for one that saw them); SmolLM2's template shows none."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    r = httpx.post(
+        daemon.url + "/api/chat",
+        json={"model": "smollm2", "messages": MESSAGES, "tools": [tool], "stream": False},
+        timeout=120,
+    )
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]
+    assert message.startswith("smollm2:latest does not support tools: its chat template cannot show them"), (
+        message
+    )
+    assert 'chat_template_file under [models."smollm2:latest"] in config.toml' in message
+    with pytest.raises(ollama.ResponseError) as e:
+        list(
+            closing(ollama.Client(host=daemon.url)).chat(
+                model="smollm2", messages=MESSAGES, tools=[tool], stream=True
+            )
+        )
+    assert e.value.status_code == 400 and "does not support tools" in e.value.error
+    # without tools it answers, and the OpenAI endpoint still notes what it dropped
+    assert httpx.post(daemon.url + "/api/chat", json={"model": "smollm2", "messages": MESSAGES, "stream": False,
+                      "options": {"num_predict": 4}}, timeout=120).status_code == 200  # fmt: skip

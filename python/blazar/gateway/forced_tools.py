@@ -90,8 +90,17 @@ def think_field(translator: str, canon: CanonicalRequest) -> str:
 _FORCE_A_CALL = {
     "openai": "send tool_choice required, or name a tool, to force a call",
     "anthropic": 'send tool_choice {"type": "any"}, or {"type": "tool", "name": ...}, to force a call',
-    "ollama_chat": "Ollama has no tool_choice: the OpenAI (tool_choice required) or Anthropic endpoint can force a call",
 }
+
+
+def no_tools_here(model: str) -> str:
+    """Ollama's 400 for tools sent to a model whose template cannot show them (its own words first, which clients
+    match), with the fix."""
+    return (
+        f"{model} does not support tools: its chat template cannot show them (llama-server's /props); give it one"
+        f' that can with chat_template_file under [models."{model}"] in config.toml, or send the request without'
+        " tools (the OpenAI endpoint, /v1/chat/completions, can force a call with tool_choice required)"
+    )
 
 
 def how_to_force(translator: str) -> str:
