@@ -501,9 +501,10 @@ def test_redacted_thinking_is_dropped_with_a_note() -> None:
     ("messages", "needle"),
     [
         (["hi"], 'messages.0: Input should be an object, got string "hi"'),
+        ([{"role": "system", "content": "x"}], "messages: at least one user or assistant message is required"),
         (
-            [{"role": "system", "content": "x"}],
-            'messages.0.role: Unexpected role "system". The Messages API accepts a top-level `system` parameter',
+            [{"role": "system", "content": 5}, {"role": "user", "content": "hi"}],
+            "messages.0.content: Input should be a string or a list of text blocks, got integer 5",
         ),
         (
             [{"role": "tool", "content": "x"}],
@@ -795,3 +796,28 @@ def test_a_closing_assistant_message_may_be_empty() -> None:
     body = {"model": "m", "max_tokens": 5, "temperature": 1, "top_k": 0}
     turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]
     assert anthropic.parse_messages({**body, "messages": turns}).params["temperature"] == 1
+
+
+def test_system_messages_inside_messages_join_the_system_prompt() -> None:
+    """Anthropic's API refuses a "system" message role; Claude Code sends one, so its text (a string or text
+    blocks) follows the top-level system prompt, in order, and the conversation keeps its turns."""
+    req = anthropic.parse_messages(
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": [{"type": "text", "text": "Answer in English."}]},
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "bye"},
+            ],
+        }
+    )
+    assert req.messages == [
+        {"role": "system", "content": "You are Claude Code.\nBe brief.\nAnswer in English."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "bye"},
+    ]

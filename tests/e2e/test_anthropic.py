@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import httpx
 import pytest
@@ -220,3 +222,72 @@ def test_errors_are_anthropic_shaped(daemon: Daemon) -> None:
     assert "max_tokens" in body["error"]["message"]
     r = httpx.post(daemon.url + "/v1/messages", content=b"not json")
     assert r.status_code == 400 and r.json()["type"] == "error"
+
+
+# Claude Code's request shapes, written after the requests it sends (its system prompt as text blocks with
+# cache_control, a system message inside messages, tools with input_schema and tool_choice auto, metadata's
+# user_id, thinking, and a turn of parallel tool results), shortened.
+READ = {"name": "Read", "description": "Read a file.", "input_schema": {"type": "object", "properties": {
+    "file_path": {"type": "string"}}, "required": ["file_path"]}}  # fmt: skip
+CLAUDE_CODE = {
+    "model": "smollm2",
+    "max_tokens": 12,
+    "system": [
+        {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+        {"type": "text", "text": "Answer in one short line.", "cache_control": {"type": "ephemeral"}},
+    ],
+    "messages": [
+        {"role": "system", "content": "The working directory is /src."},
+        {"role": "user", "content": [{"type": "text", "text": "Read a.txt and b.txt."}]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"file_path": "a.txt"}},
+            {"type": "tool_use", "id": "toolu_02", "name": "Read", "input": {"file_path": "b.txt"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01", "content": "apples"},
+            {"type": "tool_result", "tool_use_id": "toolu_02", "content": [{"type": "text", "text": "pears"}]},
+            {"type": "text", "text": "What fruits were they?", "cache_control": {"type": "ephemeral"}}]},
+    ],
+    "tools": [READ],
+    "tool_choice": {"type": "auto"},
+    "metadata": {"user_id": "user_0123_account__session_4567"},
+    "temperature": 1,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_claude_codes_requests_are_answered_whole_and_streamed_with_usage_throughout(
+    daemon: Daemon, thinking: bool
+) -> None:
+    body = {**CLAUDE_CODE, **({"thinking": {"type": "enabled", "budget_tokens": 1024}} if thinking else {})}
+    count = httpx.post(daemon.url + "/v1/messages/count_tokens",
+                       json={k: v for k, v in body.items() if k not in ("max_tokens", "temperature")}, timeout=60)  # fmt: skip
+    assert count.status_code == 200, count.text
+    whole = httpx.post(daemon.url + "/v1/messages", json=body, timeout=600)
+    assert whole.status_code == 200, whole.text
+    answer = whole.json()
+    assert answer["content"] and answer["stop_reason"] in ("end_turn", "max_tokens", "tool_use"), answer
+    assert answer["usage"]["input_tokens"] == count.json()["input_tokens"] > 0  # counted as the engine counts
+    assert answer["usage"]["output_tokens"] > 0
+    events: list[tuple[str, dict[str, object]]] = []
+    with httpx.stream("POST", daemon.url + "/v1/messages", json={**body, "stream": True}, timeout=600) as r:
+        assert r.status_code == 200
+        kind = ""
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: ") and kind != "ping":
+                events.append((kind, json.loads(line[6:])))
+    kinds = [k for k, _ in events]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop", kinds
+    start = events[0][1]["message"]
+    assert isinstance(start, dict) and start["usage"]["input_tokens"] == count.json()["input_tokens"], start
+    # the first content comes as its own delta, before the answer is done
+    first = kinds.index("content_block_delta")
+    assert kinds[first - 1] == "content_block_start" and first < kinds.index("message_delta")
+    [(_, delta)] = [e for e in events if e[0] == "message_delta"]
+    usage = delta["usage"]
+    assert (
+        isinstance(usage, dict)
+        and usage["output_tokens"] > 0
+        and usage["input_tokens"] == count.json()["input_tokens"]
+    ), delta

@@ -143,6 +143,8 @@ class _State:
     notes: list[str] = field(default_factory=list)
     tool_names: dict[str, str] = field(default_factory=dict)
     cache_control: bool = False
+    system: list[str] = field(default_factory=list)
+    """Text of ``system`` messages inside ``messages`` (Claude Code sends them), added to the system prompt."""
 
 
 def _parse(body: dict[str, Any], known: set[str]) -> CanonicalRequest:
@@ -154,7 +156,8 @@ def _parse(body: dict[str, Any], known: set[str]) -> CanonicalRequest:
     if body.get("messages") is None:
         raise DialectError(400, "messages: Field required")
     state = _State()
-    messages = _system(body.get("system"), state) + _messages(body["messages"], state)
+    turns = _messages(body["messages"], state)
+    messages = _system(body.get("system"), state) + turns
     tools = _tools(body.get("tools"), state)
     req = CanonicalRequest(model=model, kind="chat", messages=messages, tools=tools, notes=state.notes)
     req.tool_choice = _tool_choice(body.get("tool_choice"), tools, req.params)
@@ -172,15 +175,12 @@ def _parse(body: dict[str, Any], known: set[str]) -> CanonicalRequest:
     return req
 
 
-def _system(value: Any, state: _State) -> list[dict[str, Any]]:
-    if value is None:
-        return []
+def _system_texts(value: Any, at: str, state: _State) -> list[str]:
+    """A system prompt's texts: a string, or a list of text blocks."""
     if isinstance(value, str):
-        return [{"role": "system", "content": value}] if value else []
+        return [value]
     if not isinstance(value, list):
-        raise DialectError(
-            400, f"system: Input should be a string or a list of text blocks, got {shown(value)}"
-        )
+        raise DialectError(400, f"{at}: Input should be a string or a list of text blocks, got {shown(value)}")
     texts = []
     for i, block in enumerate(value):
         if (
@@ -188,12 +188,15 @@ def _system(value: Any, state: _State) -> list[dict[str, Any]]:
             or block.get("type") != "text"
             or not isinstance(block.get("text"), str)
         ):
-            raise DialectError(
-                400, f'system.{i}: Input should be a text block {{"type": "text", "text": ...}}'
-            )
+            raise DialectError(400, f'{at}.{i}: Input should be a text block {{"type": "text", "text": ...}}')
         state.cache_control |= "cache_control" in block
         texts.append(block["text"])
-    text = "\n".join(texts)
+    return texts
+
+
+def _system(value: Any, state: _State) -> list[dict[str, Any]]:
+    texts = _system_texts(value, "system", state) if value is not None else []
+    text = "\n".join(t for t in (*texts, *state.system) if t)
     return [{"role": "system", "content": text}] if text else []
 
 
@@ -368,12 +371,11 @@ def _messages(value: Any, state: _State) -> list[dict[str, Any]]:
         if not isinstance(msg, dict):
             raise DialectError(400, f"messages.{i}: Input should be an object, got {shown(msg)}")
         role = msg.get("role")
-        if role == "system":
-            raise DialectError(
-                400,
-                f'messages.{i}.role: Unexpected role "system". The Messages API accepts a top-level `system` '
-                'parameter, not "system" as an input message role.',
-            )
+        if role == "system":  # Anthropic's API refuses it; Claude Code sends it: its text joins the system prompt
+            if msg.get("content") is None:
+                raise DialectError(400, f"messages.{i}.content: Field required")
+            state.system.extend(_system_texts(msg["content"], f"messages.{i}.content", state))
+            continue
         if role not in ("user", "assistant"):
             raise DialectError(
                 400, f"messages.{i}.role: Input should be 'user' or 'assistant', got {shown(role)}"
@@ -400,6 +402,8 @@ def _messages(value: Any, state: _State) -> list[dict[str, Any]]:
             turns[-1][1].extend(blocks)  # consecutive turns of one role are one turn
         else:
             turns.append((role, blocks))
+    if not turns:
+        raise DialectError(400, "messages: at least one user or assistant message is required")
     out: list[dict[str, Any]] = []
     for role, blocks in turns:
         out.extend(_assistant(blocks, state) if role == "assistant" else _user(blocks, state))
