@@ -501,7 +501,10 @@ def test_redacted_thinking_is_dropped_with_a_note() -> None:
     ("messages", "needle"),
     [
         (["hi"], 'messages.0: Input should be an object, got string "hi"'),
-        ([{"role": "system", "content": "x"}], "messages: at least one user or assistant message is required"),
+        (
+            [{"role": "system", "content": "x"}],
+            "messages: at least one user or assistant message is required",
+        ),
         (
             [{"role": "system", "content": 5}, {"role": "user", "content": "hi"}],
             "messages.0.content: Input should be a string or a list of text blocks, got integer 5",
@@ -805,7 +808,9 @@ def test_system_messages_inside_messages_join_the_system_prompt() -> None:
         {
             "model": "m",
             "max_tokens": 5,
-            "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+            "system": [
+                {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}
+            ],
             "messages": [
                 {"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "hi"},

@@ -21,7 +21,7 @@ def test_created_is_utc_seconds_in_any_time_zone(monkeypatch: pytest.MonkeyPatch
             "m:latest", Path("m.gguf"), "gguf", 1, None, None, None, None, False, "2026-11-30T15:03:14+00:00"
         )
         want = int(datetime(2026, 11, 30, 15, 3, 14, tzinfo=UTC).timestamp())
-        assert _model_object(row)["created"] == want == 1796050994
+        assert _model_object(row, ["completion"])["created"] == want == 1796050994
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()

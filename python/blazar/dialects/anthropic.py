@@ -180,7 +180,9 @@ def _system_texts(value: Any, at: str, state: _State) -> list[str]:
     if isinstance(value, str):
         return [value]
     if not isinstance(value, list):
-        raise DialectError(400, f"{at}: Input should be a string or a list of text blocks, got {shown(value)}")
+        raise DialectError(
+            400, f"{at}: Input should be a string or a list of text blocks, got {shown(value)}"
+        )
     texts = []
     for i, block in enumerate(value):
         if (
@@ -371,7 +373,9 @@ def _messages(value: Any, state: _State) -> list[dict[str, Any]]:
         if not isinstance(msg, dict):
             raise DialectError(400, f"messages.{i}: Input should be an object, got {shown(msg)}")
         role = msg.get("role")
-        if role == "system":  # Anthropic's API refuses it; Claude Code sends it: its text joins the system prompt
+        if (
+            role == "system"
+        ):  # Anthropic's API refuses it; Claude Code sends it: its text joins the system prompt
             if msg.get("content") is None:
                 raise DialectError(400, f"messages.{i}.content: Field required")
             state.system.extend(_system_texts(msg["content"], f"messages.{i}.content", state))

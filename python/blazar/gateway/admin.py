@@ -146,13 +146,7 @@ async def breakers_list(sup: Supervisor, req: Request, proto: Any) -> Response:
 async def breakers_reset(sup: Supervisor, req: Request, proto: Any) -> Response:
     """Forget the crash history of one model's engines (``{"model": ...}``) or of all: the next request starts
     them again. With keys on, a full-access key only."""
-    if req.key is not None and not req.key.full_access:
-        raise HttpError(
-            403,
-            f"key '{req.key.name}' is limited to some models; resetting crash breakers needs a full-access key"
-            " (one without a models list)",
-            "permission_error",
-        )
+    req.require_full_access("resetting crash breakers")
     model = req.json_object().get("model") if req.body.strip() else None
     if model is not None and (not isinstance(model, str) or not model):
         raise HttpError(400, "'model' must be a model name (omit it to reset every engine)")

@@ -26,7 +26,6 @@ from typing import IO, Any
 from granian.rsgi import ProtocolClosed  # type: ignore[attr-defined]
 
 from blazar.gateway.http import ClientGone, HttpError, Request, declared_length
-from blazar.gateway.ollama_admin import full_access
 from blazar.paths import alive
 from blazar.supervisor import Supervisor
 
@@ -70,7 +69,7 @@ async def exists(sup: Supervisor, req: Request, proto: Any) -> Response:
 async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     """``POST /api/blobs/sha256:<hex>``: the body, kept as that blob when its sha256 matches (201); 200 when the
     blob is here already (its body is not read, as in Ollama)."""
-    full_access(req, "uploading blobs")
+    req.require_full_access("uploading blobs")
     hexd = hex_of(req.path[len(BLOBS) :])
     dest = path_of(sup, hexd)
     if dest.is_file():

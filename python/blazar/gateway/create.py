@@ -34,7 +34,6 @@ from blazar.catalog.models import ModelRow, read_header
 from blazar.errors import BlazarError
 from blazar.gateway import blobs, ollama_admin, proxy, routing
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
-from blazar.gateway.ollama_admin import full_access
 from blazar.gateway.pull import stream_events
 from blazar.hub.pull import Event
 from blazar.supervisor import Supervisor
@@ -70,7 +69,7 @@ def _string(body: dict[str, Any], field: str, what: str) -> str:
 
 
 async def create(sup: Supervisor, req: Request, proto: Any) -> Response | None:
-    full_access(req, "creating models")
+    req.require_full_access("creating models")
     body = {k: v for k, v in req.json_object().items() if v is not None}  # a null field is its default
     if not body.get("model") and "name" in body:  # the older field names
         body["model"] = body["name"]

@@ -180,6 +180,17 @@ class Request:
     client: Any = None
     """The RSGI protocol of the client's connection (its ``client_disconnect()`` says when the client leaves)."""
 
+    def require_full_access(self, what: str, *, or_else: str = "") -> None:
+        """A 403 for a key limited to some models, where ``what`` reaches every model or key (the catalog's
+        changes, the status page, /metrics, the breakers). No key means keys are off (or /metrics' scraper)."""
+        if self.key is not None and not self.key.full_access:
+            raise HttpError(
+                403,
+                f"key '{self.key.name}' is limited to some models; {what} needs a full-access key (one without a"
+                f" models list){or_else}",
+                "permission_error",
+            )
+
     async def waiting(self, awaitable: Awaitable[T]) -> T:
         """``await awaitable``, its time counted as waiting on others (``engine_s``: an engine, or the client's
         body), not Blazar's overhead, however it ends: an engine that dies or wedges under a request, or a body

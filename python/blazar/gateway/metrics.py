@@ -21,7 +21,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from blazar.gateway.http import HttpError
 from blazar.supervisor import hints
 from blazar.supervisor.child import State
 
@@ -330,13 +329,7 @@ async def render(gate: Gate, sup: Supervisor) -> bytes:
 
 async def page(sup: Supervisor, req: Request, proto: Any) -> tuple[int, list[tuple[str, str]], bytes]:
     """``GET /metrics``. With keys on: a full-access key, or the config's ``metrics_token`` (the scraper's)."""
-    gate = req.gate
-    if gate.keys.auth_active and not req.scraper and (req.key is None or not req.key.full_access):
-        name = req.key.name if req.key is not None else ""
-        raise HttpError(
-            403,
-            f"key '{name}' is limited to some models; /metrics needs a full-access key, or the metrics_token"
-            " from config.toml as a scraper's Bearer token",
-            "permission_error",
-        )
-    return 200, [("content-type", CONTENT_TYPE)], await render(gate, sup)
+    req.require_full_access(
+        "/metrics", or_else=", or the metrics_token from config.toml as a scraper's Bearer token"
+    )
+    return 200, [("content-type", CONTENT_TYPE)], await render(req.gate, sup)

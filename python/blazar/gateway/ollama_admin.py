@@ -276,14 +276,6 @@ def _request_ctx(sup: Supervisor, m: ModelRow) -> int:
     return max(placed.ctx_per_slot, 1)
 
 
-def full_access(req: Request, what: str) -> None:
-    """Changing the catalog is for full-access keys: a key limited to some models may not add or drop any."""
-    if req.key is not None and not req.key.full_access:
-        raise HttpError(
-            403, f"{what} needs a full-access key (one without a models list)", "permission_error"
-        )
-
-
 async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
     """Ollama's ``/api/push``: there is no registry here to push to, so it is refused (501), with how to move a
     model instead; a 404 would read as "no such model" to clients."""
@@ -296,7 +288,7 @@ async def push(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def copy(sup: Supervisor, req: Request, proto: Any) -> Response:
-    full_access(req, "copying models")
+    req.require_full_access("copying models")
     body = req.json_object()
     src, dst = body.get("source"), body.get("destination")
     if not isinstance(src, str) or not isinstance(dst, str) or not src or not dst:
@@ -311,7 +303,7 @@ async def copy(sup: Supervisor, req: Request, proto: Any) -> Response:
 
 
 async def delete(sup: Supervisor, req: Request, proto: Any) -> Response:
-    full_access(req, "deleting models")
+    req.require_full_access("deleting models")
     body = req.json_object()
     name = names.normalize(_model_name(body))
     row = sup.catalog.find(name)

@@ -33,8 +33,7 @@ async def pull(sup: Supervisor, req: Request, proto: Any) -> Response | None:
     model = body.get("model", body.get("name"))
     if not isinstance(model, str) or not model:  # a name with spaces is refused naming them (names.check)
         raise HttpError(400, "'model' is required and must be a non-empty string")
-    if req.key is not None and not req.key.full_access:
-        raise HttpError(403, "pulling models needs a full-access key", "permission_error")
+    req.require_full_access("pulling models")
     events = pulling.pull_events(sup.catalog, model)
     if body.get("stream", True) is False:
         try:

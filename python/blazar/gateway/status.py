@@ -23,7 +23,6 @@ import psutil
 
 from blazar.engines.check import read_check
 from blazar.gateway.events import END, frame
-from blazar.gateway.http import HttpError
 from blazar.supervisor import sleep
 from blazar.supervisor.child import State
 
@@ -54,15 +53,7 @@ PAGE_HEADERS = [
 
 def check_viewer(req: Request) -> None:
     """With keys on, the page and its stream show every model and key: a full-access key only."""
-    gate = req.gate
-    if gate.keys.auth_active and (req.key is None or not req.key.full_access):
-        name = req.key.name if req.key is not None else ""
-        raise HttpError(
-            403,
-            f"key '{name}' is limited to some models; the status page shows every model and key, so it needs a"
-            " full-access key (one without a models list)",
-            "permission_error",
-        )
+    req.require_full_access("the status page (it shows every model and key)")
 
 
 async def page(sup: Supervisor, req: Request, proto: Any) -> tuple[int, list[tuple[str, str]], bytes]:
