@@ -18,6 +18,23 @@ from tests.fakehub import gguf_bytes
 HERE = Path(__file__).resolve().parent
 ANSWER = "Hello from the stand-in."
 
+FULL = "sk-full-access-key-0001"
+SCOPED = "sk-scoped-to-other-0002"
+TWO_KEYS = f"""
+[[keys]]
+name = "ops"
+secret = "{FULL}"
+daily_tokens = 1000
+rpm = 50
+
+[[keys]]
+name = "other"
+secret = "{SCOPED}"
+models = ["elsewhere"]
+"""
+"""Two keys for the pages that need full access: ``ops`` (``FULL``, every model) and ``other`` (``SCOPED``, limited
+to a model that is not there)."""
+
 
 def tiny_model(path: Path) -> Path:
     """A GGUF with the metadata the launch profile's fit reads, and one small tensor: weights for no one."""

@@ -13,25 +13,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import HANG, wait_for
-from tests.gateway.conftest import Served
+from tests.gateway.conftest import FULL, SCOPED, TWO_KEYS, Served
 
-FULL = "sk-full-access-key-0001"
-SCOPED = "sk-scoped-to-other-0002"
 TOKEN = "scrape-token-0123456789"
-KEYS = f"""
-metrics_token = "{TOKEN}"
-
-[[keys]]
-name = "ops"
-secret = "{FULL}"
-daily_tokens = 1000
-rpm = 50
-
-[[keys]]
-name = "other"
-secret = "{SCOPED}"
-models = ["elsewhere"]
-"""
+KEYS = f'metrics_token = "{TOKEN}"\n' + TWO_KEYS
 
 
 def scrape(s: Served, token: str | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -14,22 +14,9 @@ from typing import Any
 import httpx
 
 from tests.conftest import HANG
-from tests.gateway.conftest import Served
+from tests.gateway.conftest import FULL, SCOPED, TWO_KEYS, Served
 
-FULL = "sk-full-access-key-0001"
-SCOPED = "sk-scoped-to-other-0002"
-KEYS = f"""
-[[keys]]
-name = "ops"
-secret = "{FULL}"
-daily_tokens = 1000
-rpm = 50
-
-[[keys]]
-name = "other"
-secret = "{SCOPED}"
-models = ["elsewhere"]
-"""
+KEYS = TWO_KEYS
 
 
 def read_events(r: httpx.Response) -> Iterator[tuple[str, Any]]:
