@@ -8,6 +8,8 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
+
 from blazar.cli.log import entries, keep, level_of, model_pattern, shown
 from tests.conftest import HANG, Daemon, blazar_cmd, make_daemon, wait_for
 
@@ -77,3 +79,46 @@ def test_the_daemon_writes_its_log_and_blazar_log_reads_and_follows_it(tmp_path:
     finally:
         if d.proc is not None and d.proc.poll() is None:
             d.stop()
+
+
+def test_follow_reads_the_running_daemons_events_where_its_file_is_not(tmp_path: Path) -> None:
+    """--follow takes the daemon's /api/events (the records its file gets): a follower with another data dir, as
+    on another host, prints what the daemon logs, and ends when the daemon's stream does."""
+    d: Daemon = make_daemon(tmp_path / "d")
+    d.start()
+    elsewhere = {**d.env, "BLAZAR_DATA_DIR": str(tmp_path / "not-the-daemons"), "NO_COLOR": "1"}
+    seen: list[str] = []
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-m", "blazar", "log", "--follow", "--lines", "0"],
+            env=elsewhere,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as follow:
+            out = follow.stdout
+            assert out is not None
+            reader = threading.Thread(target=lambda: seen.extend(iter(out.readline, "")), daemon=True)
+            reader.start()
+
+            def connected() -> bool:
+                conns = psutil.Process(follow.pid).net_connections(kind="tcp")
+                return any(c.raddr and c.raddr.port == d.port and c.status == "ESTABLISHED" for c in conns)
+
+            wait_for(connected, HANG, "blazar log --follow to open the daemon's event stream")
+            d.stop()
+            assert (
+                follow.wait(HANG) == 0
+            )  # the stream ended with the daemon, and there is no file to go on with
+            reader.join(60)
+            err = follow.stderr.read() if follow.stderr else ""
+        assert any("stopping: the listener is closed" in line for line in seen), seen
+        assert "the daemon's event stream ended" in err, err
+        assert not (tmp_path / "not-the-daemons" / "logs").exists()
+    finally:
+        if d.proc is not None and d.proc.poll() is None:
+            d.stop()
+    # no daemon now, and the follower's data dir has no log: it says both, and what to run
+    gone = blazar_cmd("log", "--follow", env=elsewhere, check=False)
+    assert gone.returncode == 1 and "start the daemon with `blazar serve`" in gone.stderr
+    assert f"no daemon answers at http://127.0.0.1:{d.port}" in gone.stderr, gone.stderr
