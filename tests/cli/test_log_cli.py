@@ -3,9 +3,11 @@ real command; the entry grouping, level and model filters and colours alone."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -23,6 +25,26 @@ LOG = [
     "2026-12-02 20:57:32,000 INFO blazar.supervisor: engine for smollm2x:latest ready in 0.5s",
     "2026-12-02 20:57:33,000 WARNING blazar.supervisor: engine for qwen:7b crashed",
 ]
+
+
+@contextlib.contextmanager
+def following(
+    env: dict[str, str], *args: str
+) -> Iterator[tuple[subprocess.Popen[str], list[str], threading.Thread]]:
+    """``blazar log --follow ARGS`` running, its stdout lines gathered into the list as they come."""
+    seen: list[str] = []
+    with subprocess.Popen(
+        [sys.executable, "-m", "blazar", "log", "--follow", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as follow:
+        out = follow.stdout
+        assert out is not None
+        reader = threading.Thread(target=lambda: seen.extend(iter(out.readline, "")), daemon=True)
+        reader.start()
+        yield follow, seen, reader
 
 
 def test_entries_carry_their_traceback_and_filter_by_level_and_model() -> None:
@@ -53,18 +75,7 @@ def test_the_daemon_writes_its_log_and_blazar_log_reads_and_follows_it(tmp_path:
         assert " INFO " not in warnings
         bad = blazar_cmd("log", "--level", "loud", env=d.env, check=False)
         assert bad.returncode == 1 and "--level must be one of debug, info" in bad.stderr
-        seen: list[str] = []
-        with subprocess.Popen(
-            [sys.executable, "-m", "blazar", "log", "--follow", "--lines", "1"],
-            env=d.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        ) as follow:
-            out = follow.stdout
-            assert out is not None
-            reader = threading.Thread(target=lambda: seen.extend(iter(out.readline, "")), daemon=True)
-            reader.start()
+        with following(d.env, "--lines", "1") as (follow, seen, reader):
             try:
                 wait_for(lambda: len(seen) >= 1, HANG, "blazar log --follow to print the last entry")
                 before = len(seen)
@@ -87,19 +98,8 @@ def test_follow_reads_the_running_daemons_events_where_its_file_is_not(tmp_path:
     d: Daemon = make_daemon(tmp_path / "d")
     d.start()
     elsewhere = {**d.env, "BLAZAR_DATA_DIR": str(tmp_path / "not-the-daemons"), "NO_COLOR": "1"}
-    seen: list[str] = []
     try:
-        with subprocess.Popen(
-            [sys.executable, "-m", "blazar", "log", "--follow", "--lines", "0"],
-            env=elsewhere,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        ) as follow:
-            out = follow.stdout
-            assert out is not None
-            reader = threading.Thread(target=lambda: seen.extend(iter(out.readline, "")), daemon=True)
-            reader.start()
+        with following(elsewhere, "--lines", "0") as (follow, seen, reader):
 
             def connected() -> bool:
                 conns = psutil.Process(follow.pid).net_connections(kind="tcp")

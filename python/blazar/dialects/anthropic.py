@@ -373,9 +373,8 @@ def _messages(value: Any, state: _State) -> list[dict[str, Any]]:
         if not isinstance(msg, dict):
             raise DialectError(400, f"messages.{i}: Input should be an object, got {shown(msg)}")
         role = msg.get("role")
-        if (
-            role == "system"
-        ):  # Anthropic's API refuses it; Claude Code sends it: its text joins the system prompt
+        # Anthropic's API refuses a system message; Claude Code sends one: its text joins the system prompt
+        if role == "system":
             if msg.get("content") is None:
                 raise DialectError(400, f"messages.{i}.content: Field required")
             state.system.extend(_system_texts(msg["content"], f"messages.{i}.content", state))
