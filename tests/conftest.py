@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import psutil
 import pytest
 
 from blazar import paths
@@ -195,6 +196,19 @@ def pid_alive(pid: int) -> bool:
         return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False
+
+
+def children_named(pid: int, name: str) -> list[psutil.Process]:
+    """The live children of ``pid`` whose process name is ``name``: a child that ends between the listing and the
+    look at its name is not one of them (it is gone, which is what a test waiting for it to end wants to see)."""
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            if child.name() == name:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return found
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:

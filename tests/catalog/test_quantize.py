@@ -5,6 +5,7 @@ failed run and a cancelled one leaving nothing behind."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 from pathlib import Path
@@ -16,7 +17,7 @@ from blazar.catalog import quantize
 from blazar.catalog.models import Catalog
 from blazar.engines import registry
 from blazar.errors import CatalogError, ModelNotFound
-from tests.conftest import Assets
+from tests.conftest import Assets, children_named
 
 
 def _engine(catalog: Catalog, binary: Path) -> None:
@@ -40,7 +41,7 @@ def _staged(catalog: Catalog) -> list[Path]:
 
 def _quantizers() -> list[psutil.Process]:
     """This test process's own llama-quantize children (another run's are not ours to count)."""
-    return [p for p in psutil.Process().children() if p.name() == "llama-quantize"]
+    return children_named(os.getpid(), "llama-quantize")
 
 
 def test_types_and_names(smol: Catalog) -> None:

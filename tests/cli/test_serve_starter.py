@@ -32,7 +32,14 @@ def test_serve_starter_sets_up_a_fresh_machine_and_the_readme_curl_answers(
         ):
             assert said in log, (said, log)
         assert "no engine is installed" not in log and "has no model yet" not in log, log
+        # The README's curl as it is (no max_tokens: the model may talk for thousands of tokens, so the test leaves
+        # at the first word), then the same with a bound, read to its end.
         with httpx.stream("POST", d.url + "/v1/chat/completions", json=README_CURL, timeout=120) as r:
+            assert r.status_code == 200
+            first = next(line for line in r.iter_lines() if '"content":"' in line)
+        assert first.startswith("data: {"), first
+        bounded = {**README_CURL, "max_tokens": 8}
+        with httpx.stream("POST", d.url + "/v1/chat/completions", json=bounded, timeout=120) as r:
             assert r.status_code == 200
             body = r.read().decode()
         assert '"content":"' in body and body.rstrip().endswith("data: [DONE]"), body[-300:]

@@ -10,7 +10,7 @@ import orjson
 import psutil
 import pytest
 
-from tests.conftest import HANG, Daemon, closing, wait_for
+from tests.conftest import HANG, Daemon, children_named, closing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +22,7 @@ def _lines(resp: httpx.Response) -> list[dict[str, object]]:
 def _quantizers(d: Daemon) -> list[psutil.Process]:
     """The daemon's own llama-quantize children."""
     assert d.proc is not None
-    return [p for p in psutil.Process(d.proc.pid).children() if p.name() == "llama-quantize"]
+    return children_named(d.proc.pid, "llama-quantize")
 
 
 def test_create_quantizes_with_the_official_client_and_the_model_answers(daemon: Daemon) -> None:
