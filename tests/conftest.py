@@ -198,17 +198,23 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def children_named(pid: int, name: str) -> list[psutil.Process]:
-    """The live children of ``pid`` whose process name is ``name``: a child that ends between the listing and the
-    look at its name is not one of them (it is gone, which is what a test waiting for it to end wants to see)."""
+def children_where(pid: int, predicate: Callable[[psutil.Process], bool]) -> list[psutil.Process]:
+    """The live children of ``pid`` for which ``predicate`` holds: a child that ends between the listing and the
+    look at it (its name, its command line) is not one of them (it is gone, which is what a test waiting for it to
+    end wants to see, and what a test looking for a live one must not trip on)."""
     found = []
     for child in psutil.Process(pid).children():
         try:
-            if child.name() == name:
+            if predicate(child):
                 found.append(child)
         except psutil.NoSuchProcess:
             continue
     return found
+
+
+def children_named(pid: int, name: str) -> list[psutil.Process]:
+    """The live children of ``pid`` whose process name is ``name``."""
+    return children_where(pid, lambda child: child.name() == name)
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:

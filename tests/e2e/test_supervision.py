@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import HANG, Daemon, free_port, pid_alive, wait_for
+from tests.conftest import HANG, Daemon, children_where, free_port, pid_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -512,11 +512,7 @@ def test_two_daemons_on_one_data_directory_each_get_an_engine(daemon_factory: ob
     try:
         r = httpx.post(b.url + "/v1/chat/completions", json=CHAT, timeout=60)
         assert r.status_code == 200, r.text
-        b_engine = next(
-            p
-            for p in psutil.Process(b.proc.pid).children()
-            if "--model" in p.cmdline()  # type: ignore[union-attr]
-        )
+        b_engine = children_where(b.proc.pid, lambda p: "--model" in p.cmdline())[0]
         argv = b_engine.cmdline()
         assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--port" in argv
         assert "in use by another process" in b.log.read_text()
