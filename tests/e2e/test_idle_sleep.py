@@ -47,7 +47,7 @@ def running(d: Daemon) -> dict[str, Any]:
 
 def generate(d: Daemon, **extra: Any) -> dict[str, Any]:
     body = {"model": "smollm2", "prompt": "Say hi", "stream": False, "options": {"num_predict": 2}, **extra}
-    r = httpx.post(d.url + "/api/generate", json=body, timeout=300)
+    r = httpx.post(d.url + "/api/generate", json=body, timeout=HANG)  # 200 tokens beside stress-ng: minutes
     assert r.status_code == 200, r.text
     out: dict[str, Any] = r.json()
     return out

@@ -298,7 +298,7 @@ def test_a_request_waiting_when_an_unload_is_due_keeps_the_model(daemon_factory:
     assert callable(daemon_factory)
     # one slot: the second request queues behind the first, as long as a loaded machine may take over it; the
     # engine ignores EOS, so the first runs its 300 tokens and cannot end before the later one is queued
-    d: Daemon = daemon_factory("queue_wait_secs = 300\nparallel = 1\n" + IGNORE_EOS)
+    d: Daemon = daemon_factory(f"queue_wait_secs = {int(HANG)}\nparallel = 1\n" + IGNORE_EOS)
     count = [{"role": "user", "content": "Count from 1 to 100, one number per line."}]
     first = {
         "model": "smollm2",
@@ -309,18 +309,18 @@ def test_a_request_waiting_when_an_unload_is_due_keeps_the_model(daemon_factory:
     later = {"model": "smollm2", "messages": MESSAGES, "stream": False, "keep_alive": "1h",
              "options": {"num_predict": 2}}  # fmt: skip
     got: list[httpx.Response] = []
-    with httpx.stream("POST", d.url + "/api/chat", json=first, timeout=300) as s:
+    with httpx.stream("POST", d.url + "/api/chat", json=first, timeout=HANG) as s:
         lines = s.iter_lines()
         next(lines)  # the first answer is under way
         [pid] = d.child_pids()
         waiter = threading.Thread(
-            target=lambda: got.append(httpx.post(d.url + "/api/chat", json=later, timeout=300))
+            target=lambda: got.append(httpx.post(d.url + "/api/chat", json=later, timeout=HANG))
         )
         waiter.start()
         wait_for(lambda: engine(d)["queued"] == 1, HANG, "the later request to queue behind the stream")
         last = json.loads(list(lines)[-1])
     assert last["done_reason"] == "length" and last["eval_count"] == 300, last  # it ran to its end
-    waiter.join(300)
+    waiter.join(HANG)
     assert got and got[0].status_code == 200, (got, got[0].text if got else None)
     assert got[0].json()["load_duration"] == 0  # served by the engine that was already running
     # an unload, had it been decided as the later request ended, would have stopped the engine by now (a wrong

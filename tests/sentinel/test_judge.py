@@ -55,6 +55,9 @@ def test_truncated_empty_and_reasoning_only() -> None:
     assert f == Finding(
         "truncated", "the answer was cut off at the token limit after 2 tokens (finish_reason length)"
     )
+    # an answer asked to run to its limit (ignore_eos, as benchmark harnesses send) reached it: not cut off
+    assert judge(request(params={"ignore_eos": True}), summary("Once upon", "length"), 30) == []
+    assert codes(judge(request(params={"ignore_eos": False}), summary("Once", "length"), 30)) == ["truncated"]
     assert codes(judge(request(), summary("  ", "stop"), 30)) == ["empty"]
     assert judge(request(suffix="}"), summary("", "stop"), 30) == []  # fill-in-the-middle may fill nothing
     [f] = judge(request(), summary("", "stop", reasoning="Let me think."), 30)

@@ -5,7 +5,8 @@ It owns judging one response from the native end-of-response summary (``StreamTr
 bytes. ``gateway.core`` logs the findings, names their codes in ``x-blazar-sentinel`` on a whole response, and,
 with ``sentinel_enforce``, answers a non-streamed request that has findings with a 422 instead.
 
-Codes: ``truncated`` (finish_reason length), ``empty`` (no text, no tool call), ``reasoning_only`` (reasoning but
+Codes: ``truncated`` (finish_reason length, unless the request asked for ``ignore_eos``: an answer that must run to
+its limit, as benchmark harnesses ask, is not cut off), ``empty`` (no text, no tool call), ``reasoning_only`` (reasoning but
 no answer), ``tool_unknown`` (a call to a tool the request did not offer), ``tool_args_json`` (arguments that are
 not a JSON object), ``tool_args_schema`` (arguments outside the tool's parameters schema), ``json_invalid`` (a
 ``response_format`` of JSON answered with something else), ``json_schema`` (JSON outside the ``json_schema``),
@@ -57,7 +58,7 @@ def judge(canon: CanonicalRequest, summary: Mapping[str, Any], stall_secs: float
     said = bool(text.strip())
     calls = [c for c in summary.get("tool_calls") or [] if isinstance(c, dict)]
     finish = summary.get("finish_reason")
-    if finish == "length":
+    if finish == "length" and canon.params.get("ignore_eos") is not True:
         usage = summary.get("usage")
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         n = f" after {tokens} tokens" if isinstance(tokens, int) else ""
