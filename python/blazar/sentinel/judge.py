@@ -5,12 +5,12 @@ It owns judging one response from the native end-of-response summary (``StreamTr
 bytes. ``gateway.core`` logs the findings, names their codes in ``x-blazar-sentinel`` on a whole response, and,
 with ``sentinel_enforce``, answers a non-streamed request that has findings with a 422 instead.
 
-Codes: ``truncated`` (finish_reason length, unless the request asked for ``ignore_eos``: an answer that must run to
-its limit, as benchmark harnesses ask, is not cut off), ``empty`` (no text, no tool call), ``reasoning_only`` (reasoning but
-no answer), ``tool_unknown`` (a call to a tool the request did not offer), ``tool_args_json`` (arguments that are
-not a JSON object), ``tool_args_schema`` (arguments outside the tool's parameters schema), ``json_invalid`` (a
-``response_format`` of JSON answered with something else), ``json_schema`` (JSON outside the ``json_schema``),
-``stalled`` (a gap between streamed tokens over ``sentinel_stall_secs``).
+Codes: ``truncated`` (finish_reason length, unless the request asked for ``ignore_eos``: an answer that must run
+to its limit, as benchmark harnesses ask, is not cut off), ``empty`` (no text, no tool call), ``reasoning_only``
+(reasoning but no answer), ``tool_unknown`` (a call to a tool the request did not offer), ``tool_args_json``
+(arguments that are not a JSON object), ``tool_args_schema`` (arguments outside the tool's parameters schema),
+``json_invalid`` (a ``response_format`` of JSON answered with something else), ``json_schema`` (JSON outside the
+``json_schema``), ``stalled`` (a gap between streamed tokens over ``sentinel_stall_secs``).
 
 Tool parameters and ``response_format`` schemas are the client's: they are checked for their structural
 subset only (``blazar.dialects.schema_subset``: types, required and known properties, enums, bounds), which is bounded
