@@ -499,10 +499,15 @@ def test_completion_response_format_becomes_json_schema() -> None:
             {"prompt": "x", "best_of": 2},
             "'best_of' is integer 2, but the llama.cpp engine generates one candidate",
         ),
-        (
-            {"prompt": "x", "echo": True},
-            "'echo' is boolean true, but the llama.cpp engine cannot echo the prompt",
-        ),
+        ({"prompt": "x", "echo": 1}, "'echo' must be a boolean, got integer 1"),
+        ({"prompt": "x", "echo": True, "stream": True}, "'echo' is answered whole: send stream false"),
+        ({"prompt": "x", "echo": True, "suffix": "y"}, "'echo' and 'suffix' cannot be sent together"),
+        ({"prompt": "x", "echo": True, "n": 2}, "'n' is integer 2, but 'echo' scores one choice per prompt"),
+        ({"prompt": "", "echo": True}, "with 'echo', 'prompt' must not be empty"),
+        ({"prompt": [], "echo": True}, "with 'echo', 'prompt' must be a string, an array of token ids"),
+        ({"prompt": [1, "a"], "echo": True}, "(each scored alone), got"),
+        ({"prompt": ["a", []], "echo": True}, "(each scored alone), got"),
+        ({"prompt": "x", "max_tokens": 0, "echo": False}, "'max_tokens' must be a positive integer"),
         ({"prompt": "x", "suffix": 1}, "'suffix' must be a string"),
         ({"prompt": "x", "logprobs": True}, "'logprobs' must be an integer from 0"),
         ({"prompt": "x", "n": 0}, "'n' must be a positive integer"),
@@ -516,7 +521,16 @@ def test_completion_errors(extra: dict[str, Any], needle: str) -> None:
 
 def test_completion_accepts_best_of_one_and_echo_false() -> None:
     req = openai.parse_completion({"model": "m", "prompt": "x", "best_of": 1, "echo": False})
-    assert req.params == {}
+    assert req.params == {} and not req.echo_prompt
+
+
+@pytest.mark.parametrize("prompt", ["The sky", [504, 3575], [[504, 3575], [12]], ["a", "b c"]])
+def test_completion_echo_with_logprobs_scores_the_prompt(prompt: Any) -> None:
+    req = openai.parse_completion(
+        {"model": "m", "prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 0, "temperature": 0}
+    )
+    assert req.echo_prompt and req.params["max_tokens"] == 0 and req.params["logprobs"] == 1
+    assert req.prompt == prompt
 
 
 # ---------------------------------------------------------------------------------------------------------------

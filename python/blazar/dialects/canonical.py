@@ -79,6 +79,8 @@ class CanonicalRequest:
                    ``/api/embeddings``; llama-server's ``embd_normalize: -1``).
     echo           Responses API: the request members every response object repeats, JSON object members without
                    braces (``dialects.responses``; the native translator writes them).
+    echo_prompt    completion kind: OpenAI's ``echo``, the prompt repeated before the answer and, with ``logprobs``,
+                   each of its tokens scored (``gateway.prompt_logprobs``).
     alternatives   False: logprobs asked for with top_logprobs 0 (llama-server is asked for one alternative, the
                    fewest it gives with logprobs, and the translator cuts it).
     notes          fields accepted but ignored, one teaching sentence each.
@@ -105,6 +107,7 @@ class CanonicalRequest:
     late_chunking: bool = False
     raw_vectors: bool = False
     echo: str | None = None
+    echo_prompt: bool = False
     alternatives: bool = True
     notes: list[str] = field(default_factory=list)
     load_only: bool = False

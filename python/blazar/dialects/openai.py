@@ -215,15 +215,16 @@ def parse_completion(body: Any) -> CanonicalRequest:
             400,
             f"'best_of' is {shown(best_of)}, but the llama.cpp engine generates one candidate; send best_of=1",
         )
-    echo = body.get("echo")
-    if echo is not None and echo is not False:
-        raise DialectError(400, f"'echo' is {shown(echo)}, but the llama.cpp engine cannot echo the prompt")
     suffix = body.get("suffix")
     if suffix is not None and not isinstance(suffix, str):
         raise DialectError(400, f"'suffix' must be a string, got {shown(suffix)}")
     stream = _flag(body, "stream")
+    echo = _echo(body, prompt, stream, suffix)
     params = _params(body, _COMPLETION_OWN)
-    _max_tokens(body, params, ("max_tokens",))
+    if echo and body.get("max_tokens") == 0:  # the prompt scored, nothing generated (as OpenAI took it)
+        params["max_tokens"] = 0
+    else:
+        _max_tokens(body, params, ("max_tokens",))
     logprobs = body.get("logprobs")
     if logprobs is not None:
         if not is_int(logprobs) or logprobs < 0:
@@ -242,7 +243,35 @@ def parse_completion(body: Any) -> CanonicalRequest:
         keep_alive=parse_duration(body.get("keep_alive")),
         include_usage=_include_usage(body, stream),
         suffix=suffix,
+        echo_prompt=echo,
     )
+
+
+def _echo(body: dict[str, Any], prompt: Any, stream: bool, suffix: str | None) -> bool:
+    """Whether the completion repeats its prompt (with ``logprobs``, scored token by token), checked."""
+    echo = _flag(body, "echo")
+    if not echo:
+        return False
+    if stream:
+        raise DialectError(400, "'echo' is answered whole: send stream false (or no echo)")
+    if suffix is not None:
+        raise DialectError(400, "'echo' and 'suffix' cannot be sent together: send one of them")
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise DialectError(400, f"'n' is {shown(n)}, but 'echo' scores one choice per prompt; send n=1")
+    if isinstance(prompt, list) and (
+        not prompt
+        or (any(is_int(x) for x in prompt) and not all(is_int(x) for x in prompt))
+        or any(x == "" or x == [] for x in prompt)
+    ):
+        raise DialectError(
+            400,
+            "with 'echo', 'prompt' must be a string, an array of token ids, or an array of non-empty strings or"
+            f" arrays of token ids (each scored alone), got {shown(prompt)}",
+        )
+    if prompt == "":
+        raise DialectError(400, "with 'echo', 'prompt' must not be empty: there is nothing to score")
+    return True
 
 
 def parse_embedding(body: Any) -> CanonicalRequest:

@@ -40,6 +40,7 @@ from blazar.gateway import (
     openai,
     pull,
     status,
+    tokenizer,
 )
 from blazar.gateway.http import (
     CLIENT_CLOSED,
@@ -108,6 +109,9 @@ ROUTES: dict[str, Route] = {
     "/v1/embeddings": Route(_OPENAI, {"POST": openai.embeddings}),
     "/v1/audio/transcriptions": Route(_OPENAI, {"POST": audio.transcriptions}),
     "/v1/audio/translations": Route(_OPENAI, {"POST": audio.translations}),
+    "/tokenize": Route(_OPENAI, {"POST": tokenizer.tokenize}),  # vLLM's shapes (lm-eval's remote tokenizer)
+    "/detokenize": Route(_OPENAI, {"POST": tokenizer.detokenize}),
+    "/tokenizer_info": Route(_OPENAI, {"GET": tokenizer.tokenizer_info}),
     "/v1/messages": Route(_ANTHROPIC, {"POST": anthropic.messages}),
     "/v1/messages/count_tokens": Route(_ANTHROPIC, {"POST": anthropic.count_tokens}),
     "/": Route(_OLLAMA, {"GET": ollama_admin.root}),

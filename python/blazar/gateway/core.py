@@ -20,7 +20,18 @@ from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, rend
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
-from blazar.gateway import forced_tools, late_chunking, plan, proxy, remote, semcache, tenancy, vectors, watch
+from blazar.gateway import (
+    forced_tools,
+    late_chunking,
+    plan,
+    prompt_logprobs,
+    proxy,
+    remote,
+    semcache,
+    tenancy,
+    vectors,
+    watch,
+)
 from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import HttpError, Request
 from blazar.gateway.routing import claim_remote, note_ignored
@@ -67,10 +78,14 @@ async def serve(
     """Chat and completion requests of any dialect: quotas, admission, the child, the translated response."""
     hit = claim_remote(sup, req, canon)
     if hit is not None:
+        if canon.echo_prompt:
+            raise remote.not_here(canon.model, "echo (the prompt scored on the engine, token by token)")
         return await remote.serve(sup, req, proto, canon, shape, *hit)
     ex = Exchange.claim(sup, req, canon, remote_checked=True)
     cache = req.gate.semcache
-    probe = await _cache_probe(sup, req, canon, ex.name) if cache is not None else None
+    probe = (
+        await _cache_probe(sup, req, canon, ex.name) if cache is not None and not canon.echo_prompt else None
+    )
     if probe is not None:
         assert cache is not None
         out = cache.answer(probe, canon, shape.translator, req)
@@ -134,6 +149,10 @@ async def _dispatch(
         lora=adapters.choice(child, canon.model),
     )
     ex.keep(child)
+    if canon.echo_prompt:
+        llama_only(child, spec.can.prompt_scoring, "echo", "/completion (its n_probs and logit_bias)")
+        out, req.summary = await prompt_logprobs.echo(sup, req, canon, child, p.path, p.body)
+        return 200, [("content-type", "application/json")], out
     if forced_tools.asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
         field = forced_tools.think_field(shape.translator, canon)
         note_ignored(req, f"{field} is ignored: the chat template of '{child.model}' has no thinking section")

@@ -52,6 +52,9 @@ class Capabilities:
     """``/props`` says whether the chat template emits tool calls and has a thinking section."""
     transcription: bool = False
     """Speech to text (whisper.cpp's ``/inference``), and nothing else."""
+    prompt_scoring: bool = False
+    """``/completion`` with ``n_probs`` reports the unbiased logprob of a token ``logit_bias`` forces: a prompt's
+    tokens scored one by one (a completion's ``echo`` with ``logprobs``)."""
 
 
 LLAMA_SERVER = Capabilities(
@@ -64,6 +67,7 @@ LLAMA_SERVER = Capabilities(
     lora_per_request=True,
     raw_vectors=True,
     template_props=True,
+    prompt_scoring=True,
 )
 
 
