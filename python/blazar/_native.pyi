@@ -127,7 +127,11 @@ class StreamTranslator:
     start of its answer) is cut from the start of the content; content that departs from it ends the
     cut there, in each choice. ``alternatives`` False (the client asked for logprobs with
     top_logprobs 0, and the engine for one alternative, the fewest it gives with logprobs) cuts
-    each token's ``top_logprobs``: an empty list for OpenAI, no member for Ollama. Usage adds up every report the engine sends (llama-server reports each choice and
+    each token's ``top_logprobs``: an empty list for OpenAI, no member for Ollama. ``forced_call``
+    (the tools a forced call may name) reads the engine's content as the constrained JSON
+    ``{"name", "arguments"}`` and relays it as that tool call, streamed: the call's id and name first
+    (with the first chunk when one tool is named, else once the name is complete), then each piece of
+    the arguments as it comes, finish ``tool_calls``. Usage adds up every report the engine sends (llama-server reports each choice and
     each prompt on its own), each prompt's tokens counted once for its ``n`` choices; an OpenAI
     client asking for usage gets one usage chunk, before ``[DONE]``. The summary's ``choices`` is
     the highest choice index seen plus one, ``usage_reports`` how many reports were added up,
@@ -150,6 +154,7 @@ class StreamTranslator:
         n: int = 1,
         echo: str | None = None,
         alternatives: bool = True,
+        forced_call: list[str] | None = None,
     ) -> Self: ...
     def feed(self, chunk: bytes, now_ns: int | None = None) -> bytes:
         """Engine bytes in (any chunking), client bytes out (possibly empty). An empty chunk

@@ -1,5 +1,6 @@
 """End to end: a forced tool call on SmolLM2, whose chat template cannot emit tool calls, comes back as a
-well-formed tool call in each dialect, streamed and not."""
+well-formed tool call in each dialect, streamed and not; streamed, it is relayed as the engine generates it: the
+call's id and name in the first delta, then its arguments piece by piece."""
 
 from __future__ import annotations
 
@@ -45,15 +46,21 @@ def test_openai_required_and_named(daemon: Daemon) -> None:
         temperature=0,
         stream=True,
     )
-    name, args, finish = "", "", None
+    name, args, finish, deltas = "", "", None, []
     for chunk in stream:
         for ch in chunk.choices:
             for tc in ch.delta.tool_calls or []:
+                deltas.append(tc)
                 name += tc.function.name or "" if tc.function else ""
                 args += tc.function.arguments or "" if tc.function else ""
+            assert not ch.delta.content  # never the {"name", "arguments"} JSON Blazar constrained it to
             finish = ch.finish_reason or finish
     assert name == "get_weather" and finish == "tool_calls"
     assert isinstance(json.loads(args)["city"], str)
+    # streamed as generated: the head first (before any argument), then the arguments in several pieces
+    assert deltas[0].id and deltas[0].function and deltas[0].function.name == "get_weather"
+    assert all(d.id is None and d.function and not d.function.name for d in deltas[1:])
+    assert sum(1 for d in deltas if d.function and d.function.arguments) > 2, deltas
 
 
 def test_anthropic_any_and_tool(daemon: Daemon) -> None:
@@ -90,11 +97,17 @@ def test_anthropic_any_and_tool(daemon: Daemon) -> None:
         events = list(s)
         final = s.get_final_message()
     assert final.stop_reason == "tool_use"
-    # the call is made whole first, so message_start already knows the prompt's size
+    # the engine reports the prompt's size before its first token, so message_start already knows it
     start = next(e for e in events if e.type == "message_start")
     assert start.type == "message_start" and start.message.usage.input_tokens == prompt_tokens[0] > 0
     [block] = [b for b in final.content if b.type == "tool_use"]
     assert block.name == "get_weather" and "city" in block.input
+    # the tool_use block opens with its name, and its input comes as several input_json_delta events
+    raw = [e.type for e in events]
+    opened = next(e for e in events if e.type == "content_block_start")
+    assert opened.content_block.type == "tool_use" and opened.content_block.name == "get_weather"
+    pieces = [e for e in events if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    assert len(pieces) > 2 and raw.index("content_block_start") < raw.index("content_block_delta"), raw
 
 
 def test_forced_call_cut_by_max_tokens_says_so(daemon: Daemon) -> None:

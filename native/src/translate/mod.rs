@@ -10,6 +10,7 @@ mod anthropic;
 mod clock;
 mod collect;
 mod engine;
+mod forced;
 mod json;
 mod legacy;
 mod ollama;

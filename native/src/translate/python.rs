@@ -32,7 +32,7 @@ impl StreamTranslator {
     #[pyo3(signature = (
         dialect, model, *, include_usage = false, load_duration_ns = 0, message_id = None,
         prompt_tokens_hint = 0, start_ns = None, redact = None, prefill = None, n = 1, echo = None,
-        alternatives = true
+        alternatives = true, forced_call = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -48,6 +48,7 @@ impl StreamTranslator {
         n: u64,
         echo: Option<String>,
         alternatives: bool,
+        forced_call: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let opts = Options {
             dialect: parse_dialect(dialect)?,
@@ -61,6 +62,7 @@ impl StreamTranslator {
             n,
             echo,
             alternatives,
+            forced_call: forced_call.filter(|names| !names.is_empty()),
         };
         Ok(Self { inner: Translator::new(opts, start_ns) })
     }

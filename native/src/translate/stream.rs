@@ -9,6 +9,7 @@ use super::anthropic;
 use super::clock::Clock;
 use super::collect::{Collector, Summary};
 use super::engine::{Completion, EngineError, Message, REDACTED};
+use super::forced::ForcedCall;
 use super::json::str_literal;
 use super::legacy;
 use super::ollama::{self, Metrics};
@@ -67,6 +68,9 @@ pub struct Options {
     /// False when the client asked for each token's logprob without alternatives (top_logprobs 0):
     /// llama-server gives none at all there, so it is asked for one, which is cut (`alternatives`).
     pub alternatives: bool,
+    /// A forced tool call: the engine streams `{"name", "arguments"}` JSON as content, relayed as
+    /// a call to one of these tools (`forced`).
+    pub forced_call: Option<Vec<String>>,
 }
 
 /// A fresh Anthropic-style message id.
@@ -172,6 +176,7 @@ struct State {
     /// with every report added up (as OpenAI sends it), not as each choice's or prompt's arrives.
     usage_event: Option<String>,
     offsets: legacy::Offsets,
+    forced: Option<ForcedCall>,
 }
 
 /// Translates one streamed response.
@@ -202,6 +207,7 @@ impl Translator {
             prefill: Prefill::new(opts.prefill.clone(), opts.n),
             usage_event: None,
             offsets: legacy::Offsets::default(),
+            forced: opts.forced_call.as_ref().map(|names| ForcedCall::new(names, new_id("call_"))),
             opts,
         };
         Self { parser: SseParser::new(DEFAULT_MAX_FRAME), clock, state, pending: Vec::new() }
@@ -294,9 +300,11 @@ impl State {
             // (an OpenAI client would read it as a chunk that is not one)
             return;
         }
+        let called = self.forced.as_mut().and_then(|call| call.rewrite(ev.data));
+        let source = called.as_deref().unwrap_or(ev.data);
         let rewritten =
-            rewrite(ev.data, self.opts.dialect, &mut self.prefill, &mut self.offsets, self.opts.alternatives);
-        let data = rewritten.as_deref().unwrap_or(ev.data);
+            rewrite(source, self.opts.dialect, &mut self.prefill, &mut self.offsets, self.opts.alternatives);
+        let data = rewritten.as_deref().unwrap_or(source);
         let chunk: Completion<'_> = match parse_object(data) {
             Ok(chunk) => chunk,
             Err(err) => return self.bad_chunk(data, &err),

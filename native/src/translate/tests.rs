@@ -39,6 +39,7 @@ fn opts(dialect: Dialect) -> Options {
         redact: None,
         prefill: None,
         alternatives: true,
+        forced_call: None,
         n: 1,
         echo: None,
     }

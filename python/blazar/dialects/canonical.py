@@ -232,13 +232,9 @@ def forced_tool_schema(req: CanonicalRequest) -> dict[str, Any] | None:
     For engines whose chat template cannot emit tool calls: constrain the output with this schema (as a
     ``json_schema`` response_format, without tools) and turn the JSON into a tool call on the way back.
     """
-    choice = req.tool_choice
-    if not req.tools or not (choice == "required" or isinstance(choice, dict)):
+    tools = _forced_tools(req)
+    if not tools:
         return None
-    tools = req.tools
-    if isinstance(choice, dict):
-        name = choice.get("function", {}).get("name")
-        tools = [t for t in tools if t["function"]["name"] == name] or tools
     defs: dict[str, Any] = {}
     calls = [
         {
@@ -256,6 +252,21 @@ def forced_tool_schema(req: CanonicalRequest) -> dict[str, Any] | None:
     ]
     schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
     return {**schema, "$defs": defs} if defs else schema
+
+
+def forced_tool_names(req: CanonicalRequest) -> list[str]:
+    """The tools a forced call may name (``forced_tool_schema``'s), in order; none when no call is forced."""
+    return [t["function"]["name"] for t in _forced_tools(req)]
+
+
+def _forced_tools(req: CanonicalRequest) -> list[dict[str, Any]]:
+    choice = req.tool_choice
+    if not req.tools or not (choice == "required" or isinstance(choice, dict)):
+        return []
+    if isinstance(choice, dict):
+        name = choice.get("function", {}).get("name")
+        return [t for t in req.tools if t["function"]["name"] == name] or req.tools
+    return req.tools
 
 
 _DEF_REFS = ("#/$defs/", "#/definitions/")

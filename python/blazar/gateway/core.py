@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from blazar._native import StreamError, StreamTranslator, translate_whole
-from blazar.dialects.canonical import CanonicalRequest, forced_tool_schema, render_engine
+from blazar._native import StreamError, translate_whole
+from blazar.dialects.canonical import CanonicalRequest, forced_tool_names, forced_tool_schema, render_engine
 from blazar.engines import registry
 from blazar.engines.lanes import serving_lane
 from blazar.errors import BlazarError, LaneError
@@ -165,7 +165,9 @@ async def _dispatch(
             f"tools may not reach the model: the chat template of '{child.model}' does not support tool calls"
             f" (llama-server's /props); {forced_tools.how_to_force(shape.translator)}",
         )
-    if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child):
+    forced = schema is not None and not await forced_tools.template_emits_tool_calls(sup, child)
+    if forced:
+        assert schema is not None
         if p.n > 1:
             raise HttpError(
                 400,
@@ -173,10 +175,13 @@ async def _dispatch(
                 " Blazar forces the call by constraining one answer; send n=1 with this tool_choice",
                 "invalid_request_error",
             )
-        return await _forced_tool_call(sup, req, canon, shape, child, p.body, schema, load_ns)
-    engine_body = orjson.dumps(p.body)
+        if not canon.stream:
+            return await _forced_tool_call(sup, req, canon, shape, child, p.body, schema, load_ns)
+        engine_body = orjson.dumps(forced_tools.constrained_body(p.body, schema, stream=True))
+    else:
+        engine_body = orjson.dumps(p.body)
     if canon.stream:
-        translator = p.stream(load_ns)
+        translator = p.stream(load_ns, forced_tool_names(canon) if forced else None)
         req.mark_overhead()
         req.dispatch()
         try:
@@ -219,28 +224,14 @@ async def _forced_tool_call(
     schema: dict[str, Any],
     load_ns: int,
 ) -> Response:
-    """A forced tool call on a model whose template cannot emit one: constrained JSON, rendered as a call."""
+    """A whole forced tool call on a model whose template cannot emit one: constrained JSON, rendered as a
+    call (a streamed one is relayed as it comes, in ``_dispatch``)."""
     req.dispatch()
     constrained = orjson.dumps(forced_tools.constrained_body(body, schema))
     _s, data = await req.waiting(
         proxy.forward_whole(sup, child, "/v1/chat/completions", constrained, req.client)
     )
     completion = forced_tools.synthetic_completion(data)
-    if canon.stream:
-        usage = completion.get("usage")
-        tr = StreamTranslator(
-            shape.translator,
-            canon.model,
-            include_usage=canon.include_usage,
-            load_duration_ns=load_ns,
-            # the whole answer is in: Anthropic's message_start can say the prompt's size at once
-            prompt_tokens_hint=int(usage.get("prompt_tokens") or 0) if isinstance(usage, dict) else 0,
-            echo=canon.echo,
-        )
-        out = tr.feed(forced_tools.as_stream(completion)) + tr.finish()
-        req.summary = tr.summary()
-        watch.observe(sup, req, canon)
-        return 200, [("content-type", shape.stream_type), ("cache-control", "no-cache")], out
     out, req.summary = translate_whole(
         shape.translator,
         canon.model,

@@ -3,9 +3,10 @@ calls, the generation is constrained with a JSON schema built from the tools and
 well-formed tool call in the caller's dialect, streamed or not.
 
 It owns the engine-capability probe (llama-server's ``/props`` ``chat_template_caps`` and template: tool calls and
-thinking, cached per child), how each dialect forces a call, the constrained engine request, and the synthetic
-OpenAI completion that the native translators then render. The
-work is constant per request: the engine is asked for the whole (short) JSON once.
+thinking, cached per child), how each dialect forces a call, the constrained engine request, and for a whole
+answer the synthetic OpenAI completion that the native translators then render. A streamed answer is the
+constrained generation relayed as it comes, its JSON turned into tool-call deltas natively
+(``StreamTranslator``'s ``forced_call``).
 """
 
 from __future__ import annotations
@@ -108,14 +109,12 @@ def how_to_force(translator: str) -> str:
     return _FORCE_A_CALL.get(translator, _FORCE_A_CALL["openai"])
 
 
-def constrained_body(body: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    """The engine request without tools, its output constrained to ``{"name", "arguments"}`` of a forced tool."""
-    out = {
-        k: v
-        for k, v in body.items()
-        if k not in ("tools", "tool_choice", "stream_options", "response_format")
-    }
-    out["stream"] = False
+def constrained_body(body: dict[str, Any], schema: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
+    """The engine request without tools, its output constrained to ``{"name", "arguments"}`` of a forced tool;
+    streamed (with the usage report the plan asks for) or whole."""
+    drop = ("tools", "tool_choice", "response_format") + (() if stream else ("stream_options",))
+    out = {k: v for k, v in body.items() if k not in drop}
+    out["stream"] = stream
     out["response_format"] = {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
     return out
 
@@ -181,30 +180,6 @@ def _completion(data: dict[str, Any], message: dict[str, Any], finish_reason: st
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": data.get("usage") or {},
     }
-
-
-def as_stream(completion: dict[str, Any]) -> bytes:
-    """The same completion as the engine would have streamed it: a tool-call delta, the finish, usage, [DONE]."""
-    msg = completion["choices"][0]["message"]
-    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    if not msg.get("tool_calls"):
-        chunks = [
-            {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": msg["content"]},
-                                  "finish_reason": None}]},
-            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": completion["choices"][0]["finish_reason"]}]},
-            {**head, "choices": [], "usage": completion["usage"]},
-        ]  # fmt: skip
-        return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
-    call = msg["tool_calls"][0]
-    chunks = [
-        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
-                                                     "tool_calls": [{"index": 0, **call}]}, "finish_reason": None}]},
-        # a call cut off by max_tokens (a partial call) ends as the whole answer says: length, not tool_calls
-        {**head, "choices": [{"index": 0, "delta": {},
-                              "finish_reason": completion["choices"][0].get("finish_reason") or "tool_calls"}]},
-        {**head, "choices": [], "usage": completion["usage"]},
-    ]  # fmt: skip
-    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
 
 
 def wants_forcing(canon: CanonicalRequest) -> bool:

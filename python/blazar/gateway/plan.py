@@ -50,8 +50,9 @@ class Plan:
     echo: str | None
     alternatives: bool
 
-    def stream(self, load_ns: int) -> StreamTranslator:
-        """The translator for the streamed answer."""
+    def stream(self, load_ns: int, forced_call: list[str] | None = None) -> StreamTranslator:
+        """The translator for the streamed answer (``forced_call``: a forced tool call's candidate tools, when
+        the engine's output is constrained to one; see ``forced_tools``)."""
         return StreamTranslator(
             self.shape.translator,
             self.model,
@@ -61,6 +62,7 @@ class Plan:
             n=self.n,
             echo=self.echo,
             alternatives=self.alternatives,
+            forced_call=forced_call,
         )
 
     def whole(self, data: bytes, load_ns: int = 0, total_ns: int = 0) -> tuple[bytes, dict[str, Any]]:
