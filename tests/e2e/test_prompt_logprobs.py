@@ -4,7 +4,8 @@ and lm-eval (its ``local-completions`` model, unchanged) runs a multiple-choice 
 The engine serves an F32 copy of SmolLM2 (``llama-quantize`` from the test model: the same dequantized weights)
 with an F32 KV cache and no flash attention, and every prompt token's logprob must equal, within 1e-3, what
 ``tests.oracle.llama`` computes from that file's weights in float64 numpy, which shares no code with the engine.
-The task (``lm_eval/``: six questions, four choices each) ships with the test.
+The tasks (``lm_eval/``: six questions, four choices each, scored by loglikelihood and by a generated answer)
+ship with the test.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def test_echo_refusals_are_the_callers_400(d: Daemon, body: dict[str, Any], need
     assert r.json()["error"]["type"] == "invalid_request_error" and needle in r.json()["error"]["message"]
 
 
-def test_lm_eval_runs_a_multiple_choice_task_with_the_references_scores(
+def test_lm_eval_runs_a_multiple_choice_and_a_generation_task(
     d: Daemon, oracle: Llama, tmp_path: Path
 ) -> None:
     url = d.url + "/v1/completions"
@@ -176,7 +177,7 @@ def test_lm_eval_runs_a_multiple_choice_task_with_the_references_scores(
         [
             *(sys.executable, "-m", "lm_eval", "run", "--model", "local-completions"),
             *("--model_args", f"model={MODEL},base_url={url},num_concurrent=1,max_retries=1"),
-            *("--tasks", "blazar_capitals", "--include_path", str(TASK)),
+            *("--tasks", "blazar_capitals,blazar_capitals_gen", "--include_path", str(TASK)),
             *("--output_path", str(tmp_path / "out"), "--log_samples"),
         ],
         cwd=TASK,  # the task names its data file relative to it
@@ -188,8 +189,10 @@ def test_lm_eval_runs_a_multiple_choice_task_with_the_references_scores(
     assert run.returncode == 0, run.stderr[-4000:]
     assert "Using remote tokenizer" in run.stderr  # Blazar's /tokenizer_info and /tokenize, detected
     (results,) = (tmp_path / "out").glob("*/results_*.json")
-    acc = json.loads(results.read_text())["results"]["blazar_capitals"]["acc,none"]
-    (samples,) = (tmp_path / "out").glob("*/samples_blazar_capitals_*.jsonl")
+    scored = json.loads(results.read_text())["results"]
+    acc = scored["blazar_capitals"]["acc,none"]
+    assert 0 <= scored["blazar_capitals_gen"]["exact_match,none"] <= 1
+    (samples,) = (tmp_path / "out").glob("*/samples_blazar_capitals_2*.jsonl")  # the date follows the name
     docs = [json.loads(line) for line in samples.read_text().splitlines()]
     assert len(docs) == 6
     right = 0
@@ -205,3 +208,10 @@ def test_lm_eval_runs_a_multiple_choice_task_with_the_references_scores(
             lls.append(want)
         right += int(max(range(len(lls)), key=lls.__getitem__) == int(doc["target"]))
     assert acc == pytest.approx(right / len(docs))
+    # the generation task: each answer is the server's own greedy completion of the question, stop words cut
+    (gen,) = (tmp_path / "out").glob("*/samples_blazar_capitals_gen_*.jsonl")
+    for doc in (json.loads(line) for line in gen.read_text().splitlines()):
+        context = doc["arguments"]["gen_args_0"]["arg_0"]
+        r = complete(d, prompt=context, max_tokens=8, temperature=0, stop=["\n", "."])
+        assert r.status_code == 200, r.text
+        assert doc["resps"] == [[r.json()["choices"][0]["text"]]], doc
