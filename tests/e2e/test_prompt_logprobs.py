@@ -215,3 +215,39 @@ def test_lm_eval_runs_a_multiple_choice_and_a_generation_task(
         r = complete(d, prompt=context, max_tokens=8, temperature=0, stop=["\n", "."])
         assert r.status_code == 200, r.text
         assert doc["resps"] == [[r.json()["choices"][0]["text"]]], doc
+
+
+def test_the_tokenizer_routes_answer_in_vllms_shapes(d: Daemon) -> None:
+    r = httpx.post(d.url + "/tokenize", json={"prompt": TEXT, "return_token_strs": True}, timeout=HANG)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (
+        body["count"] == len(body["tokens"]) == len(body["token_strs"])
+        and "".join(body["token_strs"]) == TEXT
+    )
+    assert body["max_model_len"] == 4096  # the slot's context: the model's 4096, one slot
+    back = httpx.post(d.url + "/detokenize", json={"tokens": body["tokens"]}, timeout=HANG)
+    assert back.status_code == 200 and back.json() == {"prompt": TEXT}
+    info = httpx.get(d.url + "/tokenizer_info", timeout=HANG).json()
+    assert info["eos_token"] == "<|im_end|>" and "<|im_start|>" in info["chat_template"]
+    named = httpx.get(d.url + "/tokenizer_info", params={"model": MODEL}, timeout=HANG).json()
+    assert named == info
+    for path, body, needle in (
+        ("/tokenize", {"messages": []}, "'prompt' is required and must be a string, got messages"),
+        ("/tokenize", {"prompt": "x", "add_special_tokens": "yes"}, "'add_special_tokens' must be a boolean"),
+        ("/detokenize", {"tokens": [1, -1]}, "holds -1, which is not a token id of model"),
+        ("/detokenize", {"tokens": "1"}, "'tokens' is required and must be an array of token ids"),
+    ):
+        r = httpx.post(d.url + path, json=body, timeout=HANG)
+        assert r.status_code == 400 and needle in r.json()["error"]["message"], (path, r.text)
+
+
+def test_without_a_model_the_tokenizer_needs_one_when_there_are_several(daemon_factory: Any) -> None:
+    two = daemon_factory(start=False)
+    two.cli("cp", "smollm2", "other")
+    two.start()
+    r = httpx.post(two.url + "/tokenize", json={"prompt": "x"}, timeout=HANG)
+    assert r.status_code == 400, r.text
+    assert "'model' is required: this server has 2 models" in r.json()["error"]["message"]
+    r = httpx.post(two.url + "/tokenize", json={"prompt": "x", "model": "smollm2"}, timeout=HANG)
+    assert r.status_code == 200 and r.json()["count"] == 1, r.text
