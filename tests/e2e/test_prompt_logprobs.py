@@ -99,7 +99,7 @@ def test_a_string_prompt_is_scored_as_the_reference_computes(d: Daemon, oracle: 
     assert "".join(lp["tokens"]) == TEXT
     assert lp["text_offset"] == [len("".join(lp["tokens"][:i])) for i in range(len(lp["tokens"]))]
     tokens = tokenize(d, TEXT)
-    assert [t for t in lp["tokens"]] == [
+    assert lp["tokens"] == [
         httpx.post(d.url + "/detokenize", json={"tokens": [t]}, timeout=HANG).json()["prompt"] for t in tokens
     ]
     assert body["usage"] == {

@@ -50,13 +50,18 @@ fn legacy(entries: &[Value], offset: &mut u64) -> Value {
         let token = entry.get("token").and_then(Value::as_str).unwrap_or("");
         tokens.push(Value::from(token));
         logprobs.push(entry.get("logprob").cloned().unwrap_or(Value::Null));
-        let mut top = Map::new();
-        for alt in entry.get("top_logprobs").and_then(Value::as_array).into_iter().flatten() {
-            if let Some(t) = alt.get("token").and_then(Value::as_str) {
-                top.insert(t.to_owned(), alt.get("logprob").cloned().unwrap_or(Value::Null));
+        if entry.get("top_logprobs").is_some_and(Value::is_null) {
+            // a token with no alternatives to give (a scored prompt's first: OpenAI's null)
+            tops.push(Value::Null);
+        } else {
+            let mut top = Map::new();
+            for alt in entry.get("top_logprobs").and_then(Value::as_array).into_iter().flatten() {
+                if let Some(t) = alt.get("token").and_then(Value::as_str) {
+                    top.insert(t.to_owned(), alt.get("logprob").cloned().unwrap_or(Value::Null));
+                }
             }
+            tops.push(Value::Object(top));
         }
-        tops.push(Value::Object(top));
         offsets.push(Value::from(*offset));
         *offset += token.chars().count() as u64;
     }
@@ -127,6 +132,15 @@ mod tests {
         let chat = r#"{"choices":[{"index":0,"delta":{"content":"x"},"logprobs":{"content":[]}}]}"#;
         assert_eq!(reshape(chat, &mut offsets), None);
         assert!(!may_need(r#"{"choices":[{"text":"x","index":0,"logprobs":null}]}"#));
+        // a token whose alternatives are null keeps them null (an echoed prompt's first token)
+        let first = r#"{"choices":[{"text":"Hi","index":0,"logprobs":{"content":[{"token":"Hi","logprob":null,"top_logprobs":null}]}}]}"#;
+        let got: serde_json::Value =
+            serde_json::from_str(&reshape(first, &mut Offsets::default()).unwrap()).unwrap();
+        assert_eq!(
+            got["choices"][0]["logprobs"],
+            serde_json::json!({"tokens": ["Hi"], "token_logprobs": [null], "top_logprobs": [null],
+                               "text_offset": [0]})
+        );
     }
 
     #[test]

@@ -151,12 +151,12 @@ async def _dispatch(
     ex.keep(child)
     if canon.echo_prompt:
         llama_only(child, spec.can.prompt_scoring, "echo", "/completion (its n_probs and logit_bias)")
-        out, req.summary = await prompt_logprobs.echo(sup, req, canon, child, p.path, p.body)
+        out, req.summary = await prompt_logprobs.echo(sup, req, canon, child, p)
         return 200, [("content-type", "application/json")], out
     if forced_tools.asks_to_think(canon) and not await forced_tools.template_thinks(sup, child):
         field = forced_tools.think_field(shape.translator, canon)
         note_ignored(req, f"{field} is ignored: the chat template of '{child.model}' has no thinking section")
-    schema = forced_tool_schema(canon) if forced_tools.wants_forcing(canon) else None
+    schema = forced_tool_schema(canon)  # None unless the request forces a call
     if schema is None and canon.has_tools() and not await forced_tools.template_emits_tool_calls(sup, child):
         if shape.translator == "ollama_chat":  # as Ollama answers, for clients that never read a header
             raise HttpError(400, forced_tools.no_tools_here(child.model))
@@ -165,9 +165,12 @@ async def _dispatch(
             f"tools may not reach the model: the chat template of '{child.model}' does not support tool calls"
             f" (llama-server's /props); {forced_tools.how_to_force(shape.translator)}",
         )
-    forced = schema is not None and not await forced_tools.template_emits_tool_calls(sup, child)
-    if forced:
-        assert schema is not None
+    forced = (
+        schema
+        if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child)
+        else None
+    )
+    if forced is not None:
         if p.n > 1:
             raise HttpError(
                 400,
@@ -176,12 +179,12 @@ async def _dispatch(
                 "invalid_request_error",
             )
         if not canon.stream:
-            return await _forced_tool_call(sup, req, canon, shape, child, p.body, schema, load_ns)
-        engine_body = orjson.dumps(forced_tools.constrained_body(p.body, schema, stream=True))
+            return await _forced_tool_call(sup, req, canon, shape, child, p.body, forced, load_ns)
+        engine_body = orjson.dumps(forced_tools.constrained_body(p.body, forced, stream=True))
     else:
         engine_body = orjson.dumps(p.body)
     if canon.stream:
-        translator = p.stream(load_ns, forced_tool_names(canon) if forced else None)
+        translator = p.stream(load_ns, forced_tool_names(canon) if forced is not None else None)
         req.mark_overhead()
         req.dispatch()
         try:

@@ -180,7 +180,3 @@ def _completion(data: dict[str, Any], message: dict[str, Any], finish_reason: st
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": data.get("usage") or {},
     }
-
-
-def wants_forcing(canon: CanonicalRequest) -> bool:
-    return bool(canon.tools) and (canon.tool_choice == "required" or isinstance(canon.tool_choice, dict))

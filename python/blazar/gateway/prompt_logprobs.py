@@ -7,8 +7,8 @@ and ``logit_bias`` can make that token any one we choose. So the logprob of prom
 ``/completion`` on the prompt's first ``i`` tokens with token ``i`` forced: one token generated, its logprob and the
 top ``k`` read from the logits before any bias or sampler, and the prefix kept in the slot's cache
 (``cache_prompt``), so each step evaluates one token. The first token has none (null, as OpenAI answers). The
-continuation, when ``max_tokens`` is not 0, is the plan's own engine request, translated by the native
-translator, its text offsets moved past the prompt.
+continuation, when ``max_tokens`` is not 0, is the plan's own engine request; the prompt's entries and the
+continuation's go through the plan's native translator together, which writes the legacy logprobs shape.
 
 It owns the steps, their checks, the vocabulary token ids are checked against (``check_tokens``, also the
 tokenizer routes') and the OpenAI body; ``core._dispatch`` runs it on the request's ready engine.
@@ -23,10 +23,10 @@ from typing import Any
 
 import orjson
 
-from blazar._native import translate_whole
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway import proxy
 from blazar.gateway.http import HttpError, Request
+from blazar.gateway.plan import Plan
 from blazar.supervisor import Child, Supervisor
 
 FORCE_BIAS = 1e4
@@ -83,13 +83,31 @@ async def check_tokens(sup: Supervisor, child: Child, tokens: list[Any], where: 
 
 async def _engine(sup: Supervisor, req: Request, child: Child, path: str, body: dict[str, Any]) -> Any:
     _s, data = await req.waiting(proxy.forward_whole(sup, child, path, orjson.dumps(body), req.client))
-    return orjson.loads(data)
+    answer = orjson.loads(data)
+    if not isinstance(answer, dict) or answer.get("error") is not None:  # a 200 carrying an error object
+        raise proxy.engine_error(502, data)
+    return answer
+
+
+async def _tokens(sup: Supervisor, req: Request, child: Child, text: str) -> list[int]:
+    """``text`` as the engine tokenizes a prompt (its special tokens included)."""
+    body = {"content": text, "add_special": True}
+    tokens: list[int] = await req.waiting(proxy.ask(sup, req, child, "/tokenize", body, "tokens", list))
+    return tokens
+
+
+async def _text(sup: Supervisor, req: Request, child: Child, tokens: list[int]) -> str:
+    text: str = await req.waiting(
+        proxy.ask(sup, req, child, "/detokenize", {"tokens": tokens}, "content", str)
+    )
+    return text
 
 
 async def _step(
     sup: Supervisor, req: Request, child: Child, base: dict[str, Any], prefix: list[int], token: int, k: int
-) -> tuple[str, float, dict[str, float]]:
-    """Token ``token`` after ``prefix``: its text, its logprob and the ``k`` likeliest tokens' logprobs."""
+) -> dict[str, Any]:
+    """Token ``token`` after ``prefix`` scored: llama-server's logprobs entry for it (its text, its logprob and
+    the ``k`` likeliest tokens'), in the shape its completions carry."""
     body = {
         **base,
         "prompt": prefix,
@@ -99,115 +117,78 @@ async def _step(
         "logit_bias": [[token, FORCE_BIAS]],
         "cache_prompt": True,
     }
-    answer = await _engine(sup, req, child, "/completion", body)
-    probs = answer.get("completion_probabilities") if isinstance(answer, dict) else None
-    first = probs[0] if isinstance(probs, list) and probs and isinstance(probs[0], dict) else None
-    if first is None or first.get("id") != token:
+    probs = (await _engine(sup, req, child, "/completion", body)).get("completion_probabilities")
+    entry = probs[0] if isinstance(probs, list) and probs and isinstance(probs[0], dict) else None
+    if entry is None or entry.get("id") != token:
         raise HttpError(
             502,
             f"engine did not score prompt token {token} (its /completion gave no such probability)",
             "engine_error",
         )
-    tops = first.get("top_logprobs")
-    top = {
-        str(t.get("token")): _logprob(t.get("logprob"))
-        for t in (tops if isinstance(tops, list) else [])[:k]
-        if isinstance(t, dict)
-    }
-    return str(first.get("token", "")), _logprob(first.get("logprob")), top
-
-
-def _logprob(value: Any) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise HttpError(502, f"engine gave a logprob of {value!r}, not a number", "engine_error")
-    return float(value)
+    tops = entry.get("top_logprobs")
+    entry["top_logprobs"] = tops[:k] if isinstance(tops, list) else []
+    return entry
 
 
 async def _scored(
-    sup: Supervisor, req: Request, child: Child, base: dict[str, Any], tokens: list[int], k: int | None
-) -> dict[str, Any] | None:
-    """The legacy logprobs object of ``tokens`` (None when no ``logprobs`` was asked for)."""
-    if k is None:
-        return None
-    first = await _engine(sup, req, child, "/detokenize", {"tokens": tokens[:1]})
-    texts = [str(first.get("content", ""))]
-    logprobs: list[float | None] = [None]
-    tops: list[dict[str, float] | None] = [None]
+    sup: Supervisor, req: Request, child: Child, base: dict[str, Any], tokens: list[int], k: int
+) -> list[dict[str, Any]]:
+    """The logprobs entries of ``tokens``: the first with none (null, as OpenAI gives it), then one step each."""
+    first = await _text(sup, req, child, tokens[:1])
+    entries = [{"id": tokens[0], "token": first, "logprob": None, "top_logprobs": None}]
     for i in range(1, len(tokens)):
-        text, logprob, top = await _step(sup, req, child, base, tokens[:i], tokens[i], k)
-        texts.append(text)
-        logprobs.append(logprob)
-        tops.append(top)
-    offsets, at = [], 0
-    for text in texts:
-        offsets.append(at)
-        at += len(text)
-    return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets}
-
-
-def _joined(scored: dict[str, Any] | None, more: dict[str, Any] | None, shift: int) -> dict[str, Any] | None:
-    """The prompt's logprobs followed by the continuation's, its offsets moved ``shift`` characters on."""
-    if scored is None or not isinstance(more, dict):
-        return scored
-    for key in ("tokens", "token_logprobs", "top_logprobs"):
-        scored[key] = scored[key] + list(more.get(key) or [])
-    scored["text_offset"] = scored["text_offset"] + [shift + int(o) for o in more.get("text_offset") or []]
-    return scored
+        entries.append(await _step(sup, req, child, base, tokens[:i], tokens[i], k))
+    return entries
 
 
 async def echo(
-    sup: Supervisor, req: Request, canon: CanonicalRequest, child: Child, path: str, body: dict[str, Any]
+    sup: Supervisor, req: Request, canon: CanonicalRequest, child: Child, p: Plan
 ) -> tuple[bytes, dict[str, Any]]:
-    """The OpenAI completion body for ``canon`` (``echo`` true) on ``child`` and its usage summary; ``path`` and
-    ``body`` are the plan's engine request for the continuation."""
+    """The client's completion body for ``canon`` (``echo`` true) on ``child`` and its summary. ``p`` is the
+    plan: its engine request continues each prompt, and its translator writes the answer (the legacy logprobs
+    shape, the text offsets running from the prompt into the continuation)."""
     k = canon.params.get("logprobs")
-    k = k if isinstance(k, int) else None
-    base = {key: body[key] for key in PASSED_ON if key in body}
+    base = {key: p.body[key] for key in PASSED_ON if key in p.body}
     generate = canon.params.get("max_tokens") != 0
-    choices, prompt_tokens, completion_tokens = [], 0, 0
+    choices: list[dict[str, Any]] = []
+    prompt_tokens = completion_tokens = 0
+    answer_id = None
     req.dispatch()
     for index, prompt in enumerate(prompts(canon.prompt)):
         if isinstance(prompt, str):
-            tokenized = await _engine(sup, req, child, "/tokenize", {"content": prompt, "add_special": True})
-            tokens, text = tokenized.get("tokens"), prompt
+            tokens, text = await _tokens(sup, req, child, prompt), prompt
         else:
-            tokens = prompt
-            await check_tokens(sup, child, tokens, f"prompt {index}")
-            text = str((await _engine(sup, req, child, "/detokenize", {"tokens": prompt})).get("content", ""))
-        if not isinstance(tokens, list) or not tokens:
+            await check_tokens(sup, child, prompt, f"prompt {index}")
+            tokens, text = prompt, await _text(sup, req, child, prompt)
+        if not tokens:
             raise HttpError(
                 400, f"prompt {index} has no tokens; send a prompt with some text", "invalid_request_error"
             )
         prompt_tokens += len(tokens)
-        scored = await _scored(sup, req, child, base, tokens, k)
-        choice: dict[str, Any] = {"index": index, "text": text, "logprobs": scored, "finish_reason": "length"}
+        entries = await _scored(sup, req, child, base, tokens, k) if isinstance(k, int) else None
+        choice: dict[str, Any] = {"index": index, "text": text, "finish_reason": "length"}
         if generate:
-            _s, data = await req.waiting(
-                proxy.forward_whole(sup, child, path, orjson.dumps({**body, "prompt": prompt}), req.client)
-            )
-            out, summary = translate_whole("openai", canon.model, data)
-            if summary["engine_error"] is not None:
-                raise proxy.engine_error(502, data)
-            answer = orjson.loads(out)["choices"][0]
-            choice["text"] = text + str(answer.get("text") or "")
-            choice["logprobs"] = _joined(scored, answer.get("logprobs"), len(text))
-            choice["finish_reason"] = answer.get("finish_reason")
-            usage = summary.get("usage")
+            answer = await _engine(sup, req, child, p.path, {**p.body, "prompt": prompt})
+            more = answer["choices"][0]
+            choice["text"] = text + str(more.get("text") or "")
+            choice["finish_reason"] = more.get("finish_reason")
+            if entries is not None:
+                entries += (more.get("logprobs") or {}).get("content") or []
+            usage = answer.get("usage")
             completion_tokens += int(usage.get("completion_tokens") or 0) if isinstance(usage, dict) else 0
+            answer_id = answer_id or answer.get("id")
+        choice["logprobs"] = {"content": entries} if entries is not None else None  # OpenAI's null without
         choices.append(choice)
-    usage = {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
+    body = {
+        "id": answer_id or f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": canon.model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
-    out = orjson.dumps(
-        {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": canon.model,
-            "choices": choices,
-            "usage": usage,
-        }
-    )
-    return out, {"usage": usage, "choices": len(choices)}
+    return p.whole(orjson.dumps(body))

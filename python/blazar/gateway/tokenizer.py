@@ -75,7 +75,11 @@ async def tokenize(sup: Supervisor, req: Request, proto: Any) -> Response:
         }
         if strs:
             out["tokens"] = [t["id"] for t in tokens]
-            out["token_strs"] = [t["piece"] if isinstance(t["piece"], str) else "" for t in tokens]
+            # a piece that is not whole UTF-8 comes as its bytes
+            out["token_strs"] = [
+                t["piece"] if isinstance(t["piece"], str) else bytes(t["piece"]).decode(errors="replace")
+                for t in tokens
+            ]
         else:
             out["tokens"] = tokens
         return out
@@ -109,7 +113,6 @@ async def tokenizer_info(sup: Supervisor, req: Request, proto: Any) -> Response:
             _s, data, _c = await proxy.get_whole(sup, child, "/props")
         props = orjson.loads(data)
         return {
-            "tokenizer_class": "llama.cpp",
             "bos_token": props.get("bos_token"),
             "eos_token": props.get("eos_token"),
             "pad_token": None,
