@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import anthropic
 import httpx
 import pytest
 from anthropic.types import Message
 
-from tests.conftest import Daemon, closing
+from tests.conftest import SHARED_DAEMON_CONFIG, Assets, Daemon, cleanup, closing, make_daemon, provision
 
 pytestmark = pytest.mark.e2e
 
@@ -101,17 +103,32 @@ def test_thinking_on_a_template_without_it_is_noted_by_its_anthropic_name(daemon
     assert "think is ignored" not in noted
 
 
-def test_a_template_without_tool_calls_is_noted_in_the_callers_terms(daemon: Daemon) -> None:
-    """SmolLM2's template cannot emit tool calls: the x-blazar-ignored note says how this dialect forces one."""
+def test_tools_a_template_cannot_show_are_a_400_in_the_callers_terms(daemon: Daemon) -> None:
+    """SmolLM2's template cannot show tools: a request the model may answer with a call (tool_choice auto) is
+    refused, in each dialect's error shape, naming the model and how this dialect forces a call or leaves the
+    tools unused; the request that leaves them unused is answered."""
     tool = {"name": "get_weather", "description": "d", "input_schema": {"type": "object", "properties": {}}}
     body = {"model": "smollm2", "max_tokens": 4, "messages": MESSAGES, "tools": [tool]}
-    r = httpx.post(daemon.url + "/v1/messages", json=body, timeout=60)
-    assert r.status_code == 200, r.text
-    assert 'send tool_choice {"type": "any"}' in r.headers["x-blazar-ignored"], r.headers
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client(daemon).messages.create(**body)  # type: ignore[arg-type]
+    message = e.value.body["error"]["message"]  # type: ignore[index]
+    assert message.startswith("smollm2:latest does not support tools: its chat template cannot show them"), (
+        message
+    )
+    assert 'send tool_choice {"type": "any"}' in message and "chat_template_file" in message, message
+    unused = httpx.post(
+        daemon.url + "/v1/messages", json={**body, "tool_choice": {"type": "none"}}, timeout=60
+    )
+    assert unused.status_code == 200 and unused.json()["content"], unused.text
     openai_tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     chat = {"model": "smollm2", "max_tokens": 4, "messages": MESSAGES, "tools": [openai_tool]}
     r = httpx.post(daemon.url + "/v1/chat/completions", json=chat, timeout=60)
-    assert "send tool_choice required" in r.headers["x-blazar-ignored"], r.headers
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+    assert "send tool_choice required" in r.json()["error"]["message"], r.text
+    responses = {"model": "smollm2", "max_output_tokens": 16, "input": "hi",
+                 "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]}  # fmt: skip
+    r = httpx.post(daemon.url + "/v1/responses", json=responses, timeout=60)
+    assert r.status_code == 400 and 'send tool_choice "required"' in r.json()["error"]["message"], r.text
 
 
 def test_stream_event_order(daemon: Daemon) -> None:
@@ -254,10 +271,25 @@ CLAUDE_CODE = {
 }  # fmt: skip
 
 
+TOOLS_TEMPLATE = Path(__file__).parents[1] / "fixtures" / "streams" / "tools.jinja"
+
+
+@pytest.fixture(scope="module")
+def tool_daemon(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Iterator[Daemon]:
+    """The shared daemon's settings, SmolLM2 given a ChatML template that shows tools (its own cannot, and tools
+    the model may call on such a template are a 400): Claude Code sends tools on every request."""
+    config = SHARED_DAEMON_CONFIG + f"chat_template_file = {json.dumps(str(TOOLS_TEMPLATE))}\n"
+    d = provision(make_daemon(tmp_path_factory.mktemp("tools"), config), assets)
+    d.start()
+    yield d
+    cleanup(d)
+
+
 @pytest.mark.parametrize("thinking", [False, True])
 def test_claude_codes_requests_are_answered_whole_and_streamed_with_usage_throughout(
-    daemon: Daemon, thinking: bool
+    tool_daemon: Daemon, thinking: bool
 ) -> None:
+    daemon = tool_daemon
     body = {**CLAUDE_CODE, **({"thinking": {"type": "enabled", "budget_tokens": 1024}} if thinking else {})}
     count = httpx.post(daemon.url + "/v1/messages/count_tokens",
                        json={k: v for k, v in body.items() if k not in ("max_tokens", "temperature")}, timeout=60)  # fmt: skip

@@ -110,6 +110,33 @@ def test_anthropic_any_and_tool(daemon: Daemon) -> None:
     assert len(pieces) > 2 and raw.index("content_block_start") < raw.index("content_block_delta"), raw
 
 
+def test_responses_streams_a_forced_call_as_it_is_generated(daemon: Daemon) -> None:
+    """The Responses API's stream of a forced call: the function_call item (its name and call_id) is added
+    before any argument, its arguments come as several delta events, and they join to what the done event and
+    the completed response hold."""
+    c = closing(openai.OpenAI(base_url=daemon.url + "/v1", api_key="x", max_retries=0, timeout=120))
+    tool = {"type": "function", **WEATHER}
+    stream = c.responses.create(
+        model="smollm2", input="What is the weather in Paris?", tools=[tool],  # type: ignore[list-item]
+        tool_choice="required", temperature=0.0, max_output_tokens=200, stream=True,
+    )  # fmt: skip
+    events = list(stream)
+    kinds = [e.type for e in events]
+    added = next(e for e in events if e.type == "response.output_item.added")
+    assert added.item.type == "function_call" and added.item.name == "get_weather" and added.item.call_id
+    pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert len(pieces) > 2 and kinds.index("response.output_item.added") < kinds.index(
+        "response.function_call_arguments.delta"
+    ), kinds
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert "".join(pieces) == done.arguments and isinstance(json.loads(done.arguments)["city"], str)
+    assert not any(k == "response.output_text.delta" for k in kinds), kinds  # never Blazar's JSON wrapper
+    completed = events[-1]
+    assert completed.type == "response.completed", kinds
+    [call] = [item for item in completed.response.output if item.type == "function_call"]
+    assert call.name == "get_weather" and call.arguments == done.arguments
+
+
 def test_forced_call_cut_by_max_tokens_says_so(daemon: Daemon) -> None:
     c = closing(openai.OpenAI(base_url=daemon.url + "/v1", api_key="x", max_retries=0, timeout=120))
     tools = [{"type": "function", "function": WEATHER}]

@@ -488,14 +488,22 @@ def test_what_the_model_cannot_do_is_a_400_with_the_engines_message(daemon: Daem
     assert shown["capabilities"] == ["completion"], shown["capabilities"]
 
 
-def test_tools_a_template_cannot_call_are_named_in_a_header(daemon: Daemon) -> None:
+def test_tools_a_template_cannot_show_are_refused_with_the_fix(daemon: Daemon) -> None:
+    """Tools the model may call but could never see: the official client's BadRequestError names the model and
+    the fix; tool_choice none leaves them unused and is answered without a note."""
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
-    body = {"model": "smollm2", "messages": PROMPT, "max_tokens": 4, "tools": [tool]}
-    r = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120)
-    assert r.status_code == 200
-    assert "does not support tool calls" in r.headers["x-blazar-ignored"], r.headers
-    none = httpx.post(daemon.url + "/v1/chat/completions", json={**body, "tool_choice": "none"}, timeout=120)
-    assert "x-blazar-ignored" not in none.headers
+    c = client(daemon)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="smollm2", messages=PROMPT, max_tokens=4, tools=[tool])  # type: ignore[arg-type, list-item]
+    assert e.value.status_code == 400
+    message = e.value.message
+    assert "smollm2:latest does not support tools: its chat template cannot show them" in message, message
+    assert (
+        'chat_template_file under [models."smollm2:latest"]' in message and "tool_choice required" in message
+    )
+    body = {"model": "smollm2", "messages": PROMPT, "max_tokens": 4, "tools": [tool], "tool_choice": "none"}
+    none = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120)
+    assert none.status_code == 200 and "x-blazar-ignored" not in none.headers, none.text
 
 
 def test_a_chunked_body_with_trailers_is_a_400_and_an_unread_body_closes_the_connection(

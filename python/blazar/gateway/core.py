@@ -158,13 +158,7 @@ async def _dispatch(
         note_ignored(req, f"{field} is ignored: the chat template of '{child.model}' has no thinking section")
     schema = forced_tool_schema(canon)  # None unless the request forces a call
     if schema is None and canon.has_tools() and not await forced_tools.template_emits_tool_calls(sup, child):
-        if shape.translator == "ollama_chat":  # as Ollama answers, for clients that never read a header
-            raise HttpError(400, forced_tools.no_tools_here(child.model))
-        note_ignored(
-            req,
-            f"tools may not reach the model: the chat template of '{child.model}' does not support tool calls"
-            f" (llama-server's /props); {forced_tools.how_to_force(shape.translator)}",
-        )
+        raise HttpError(400, forced_tools.no_tools_here(child.model, shape.translator))  # README: "Tools"
     forced = (
         schema
         if schema is not None and not await forced_tools.template_emits_tool_calls(sup, child)

@@ -89,24 +89,27 @@ def think_field(translator: str, canon: CanonicalRequest) -> str:
 
 
 _FORCE_A_CALL = {
-    "openai": "send tool_choice required, or name a tool, to force a call",
-    "anthropic": 'send tool_choice {"type": "any"}, or {"type": "tool", "name": ...}, to force a call',
+    "openai": "send tool_choice required, or name a tool, to have Blazar force a call; send tool_choice none to"
+    " leave them unused",
+    "responses": 'send tool_choice "required", or {"type": "function", "name": ...}, to have Blazar force a call;'
+    ' send tool_choice "none" to leave them unused',
+    "anthropic": 'send tool_choice {"type": "any"}, or {"type": "tool", "name": ...}, to have Blazar force a call;'
+    ' send {"type": "none"} to leave them unused',
+    "ollama_chat": "send the request without tools (the OpenAI endpoint, /v1/chat/completions, can force a call"
+    " with tool_choice required)",
 }
 
 
-def no_tools_here(model: str) -> str:
-    """Ollama's 400 for tools sent to a model whose template cannot show them (its own words first, which clients
-    match), with the fix."""
+def no_tools_here(model: str, translator: str) -> str:
+    """The 400 for tools a model may call (``auto``) whose chat template cannot show them: Ollama's words first,
+    which its clients match, then the fix in the caller's dialect. Neither serving them unseen (the bare engine's
+    way: the model never calls one) nor a prompt Blazar renders (SmolLM2 then called a tool for 4 of 5 questions
+    needing none, and pydantic-ai's agent looped to its request limit on 9 of 10) serves an agent, so it is told."""
+    fix = _FORCE_A_CALL.get(translator, _FORCE_A_CALL["openai"])
     return (
         f"{model} does not support tools: its chat template cannot show them (llama-server's /props); give it one"
-        f' that can with chat_template_file under [models."{model}"] in config.toml, or send the request without'
-        " tools (the OpenAI endpoint, /v1/chat/completions, can force a call with tool_choice required)"
+        f' that can with chat_template_file under [models."{model}"] in config.toml, or {fix}'
     )
-
-
-def how_to_force(translator: str) -> str:
-    """How a dialect forces a tool call, for the note on a template that cannot emit one."""
-    return _FORCE_A_CALL.get(translator, _FORCE_A_CALL["openai"])
 
 
 def constrained_body(body: dict[str, Any], schema: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
