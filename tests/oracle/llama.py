@@ -5,7 +5,9 @@ engine's scores with it.
 
 Only what SmolLM2 uses: RMSNorm, grouped-query attention with rotary positions (llama.cpp's "normal" mode:
 adjacent pairs, the converted checkpoint's Q and K already permuted for it), a SwiGLU feed-forward, the output
-projection tied to the token embeddings when the file has none. Weights must be F32 (a ``llama-quantize`` F32 copy
+projection tied to the token embeddings when the file has none. And the qwen3 architecture the reranker test
+model has (``tests/oracle/reranker.py``): the same with per-head RMSNorm on Q and K and NeoX rotary positions
+(the two halves of each head), scored by its rank head. Weights must be F32 (a ``llama-quantize`` F32 copy
 of a quantized file holds the same dequantized values the engine computes with)."""
 
 from __future__ import annotations
@@ -20,12 +22,18 @@ import numpy as np
 class Llama:
     def __init__(self, path: Path) -> None:
         reader = gguf.GGUFReader(path)
-        meta = {k: v.contents() for k, v in reader.fields.items() if k.startswith("llama.")}
-        self.layers = int(meta["llama.block_count"])
-        self.heads = int(meta["llama.attention.head_count"])
-        self.kv_heads = int(meta["llama.attention.head_count_kv"])
-        self.eps = float(meta["llama.attention.layer_norm_rms_epsilon"])
-        self.theta = float(meta["llama.rope.freq_base"])
+        arch = str(reader.fields["general.architecture"].contents())
+        if arch not in ("llama", "qwen3"):
+            raise ValueError(f"the reference computes llama and qwen3 models, not {arch}")
+        meta = {
+            k[len(arch) + 1 :]: v.contents() for k, v in reader.fields.items() if k.startswith(arch + ".")
+        }
+        self.neox = arch == "qwen3"
+        self.layers = int(meta["block_count"])
+        self.heads = int(meta["attention.head_count"])
+        self.kv_heads = int(meta["attention.head_count_kv"])
+        self.eps = float(meta["attention.layer_norm_rms_epsilon"])
+        self.theta = float(meta["rope.freq_base"])
         for t in reader.tensors:
             if t.tensor_type != gguf.GGMLQuantizationType.F32:
                 raise ValueError(f"{t.name} is {t.tensor_type.name}: the reference reads F32 weights only")
@@ -35,17 +43,41 @@ class Llama:
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * weight
 
     def _rope(self, x: Any) -> Any:
-        """Rotary positions on ``x`` (tokens, heads, head size), rotating adjacent pairs."""
+        """Rotary positions on ``x`` (tokens, heads, head size), rotating adjacent pairs (NeoX: element ``i``
+        with ``i + size/2``)."""
         size = x.shape[-1]
         angle = np.arange(x.shape[0])[:, None] * self.theta ** (-np.arange(0, size, 2) / size)[None, :]
         cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
-        even, odd = x[..., 0::2], x[..., 1::2]
+        a, b = (
+            (slice(0, size // 2), slice(size // 2, size))
+            if self.neox
+            else (slice(0, None, 2), slice(1, None, 2))
+        )
+        first, second = x[..., a], x[..., b]
         out = np.empty_like(x)
-        out[..., 0::2] = even * cos - odd * sin
-        out[..., 1::2] = even * sin + odd * cos
+        out[..., a] = first * cos - second * sin
+        out[..., b] = first * sin + second * cos
         return out
 
+    def _heads(self, h: Any, p: str, which: str, count: int) -> Any:
+        """Q or K of every token, per head, normed per head where the model has the norm, rotated."""
+        x = (h @ self.w[p + f"attn_{which}.weight"].T).reshape(h.shape[0], count, -1)
+        norm = self.w.get(p + f"attn_{which}_norm.weight")
+        return self._rope(x if norm is None else self._norm(x, norm))
+
     def logits(self, tokens: list[int]) -> Any:
+        out = self.w.get("output.weight", self.w["token_embd.weight"])
+        return self.hidden(tokens) @ out.T
+
+    def rank(self, tokens: list[int]) -> float:
+        """A reranker's score for one query-and-document prompt, as llama.cpp's rank pooling computes it for
+        qwen3: the last token's hidden state through the classifier head, a softmax, the first label's share."""
+        head = self.w["cls.output.weight"] @ self.hidden(tokens)[-1]
+        shares = np.exp(head - head.max())
+        return float(shares[0] / shares.sum())
+
+    def hidden(self, tokens: list[int]) -> Any:
+        """Every token's final hidden state, after the output norm."""
         w, n = self.w, len(tokens)
         x = w["token_embd.weight"][tokens]
         causal = np.triu(np.full((n, n), -np.inf), 1)
@@ -53,8 +85,8 @@ class Llama:
         for i in range(self.layers):
             p = f"blk.{i}."
             h = self._norm(x, w[p + "attn_norm.weight"])
-            q = self._rope((h @ w[p + "attn_q.weight"].T).reshape(n, self.heads, -1))
-            k = self._rope((h @ w[p + "attn_k.weight"].T).reshape(n, self.kv_heads, -1))
+            q = self._heads(h, p, "q", self.heads)
+            k = self._heads(h, p, "k", self.kv_heads)
             v = (h @ w[p + "attn_v.weight"].T).reshape(n, self.kv_heads, -1)
             k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
             scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(q.shape[-1]) + causal
@@ -64,8 +96,7 @@ class Llama:
             h = self._norm(x, w[p + "ffn_norm.weight"])
             gate = h @ w[p + "ffn_gate.weight"].T
             x = x + (gate / (1 + np.exp(-gate)) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
-        out = w.get("output.weight", w["token_embd.weight"])
-        return self._norm(x, w["output_norm.weight"]) @ out.T
+        return self._norm(x, w["output_norm.weight"])
 
     def scores(self, tokens: list[int]) -> list[tuple[float, dict[int, float]]]:
         """For each token after the first: its logprob given those before it, and every token's logprob there

@@ -39,6 +39,7 @@ from blazar.gateway import (
     ollama_admin,
     openai,
     pull,
+    rerank,
     status,
     tokenizer,
 )
@@ -107,6 +108,8 @@ ROUTES: dict[str, Route] = {
     "/v1/responses": Route(_OPENAI, {"POST": openai.responses}),
     "/v1/responses/input_tokens": Route(_OPENAI, {"POST": openai.responses_input_tokens}),
     "/v1/embeddings": Route(_OPENAI, {"POST": openai.embeddings}),
+    "/v1/rerank": Route(_OPENAI, {"POST": rerank.rerank}),  # Jina's and Cohere's body, llama-server's answer
+    "/rerank": Route(_OPENAI, {"POST": rerank.rerank}),
     "/v1/audio/transcriptions": Route(_OPENAI, {"POST": audio.transcriptions}),
     "/v1/audio/translations": Route(_OPENAI, {"POST": audio.translations}),
     "/tokenize": Route(_OPENAI, {"POST": tokenizer.tokenize}),  # vLLM's shapes (lm-eval's remote tokenizer)

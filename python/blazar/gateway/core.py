@@ -296,6 +296,12 @@ async def _embed(ex: Exchange, child: Child) -> dict[str, Any]:
     if canon.late_chunking:
         return await req.waiting(late_chunking.embed(sup, req, child, canon))
     can = child.spec.can
+    if can.reranking:  # its engine pools each input into a relevance score, not a vector
+        raise HttpError(
+            400,
+            f"'{child.model}' is a reranking model: it scores documents against a query and makes no embeddings;"
+            " send POST /v1/rerank with a query and documents, or embed with an embedding model",
+        )
     if canon.truncate and can.token_counting and isinstance(canon.input, list):
         canon.input = [await _fit_input(sup, req, child, text) for text in canon.input]
     path, body = render_engine(canon)

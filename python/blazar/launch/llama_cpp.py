@@ -1,7 +1,7 @@
 """The llama-cpp lane's compiler: llama-server's argv for one (model, engine), fitted to the machine.
 
 It reads the model's settings and GGUF metadata and a ``Hardware`` snapshot; a llama-server that can listens on
-``run/<key>.sock`` instead of a port. Chat, embedding (``--embeddings --pooling mean``) and late-chunking
+``run/<key>.sock`` instead of a port. Chat, embedding (``--embeddings --pooling mean``, ``rank`` for a reranking model) and late-chunking
 (``--pooling none``) engines of one model differ only here. Every flag was checked against ``llama-server --help``
 of the build the tests run; the base argv comes from ``engines/argv.py``, which the install gate shares.
 """
@@ -9,13 +9,21 @@ of the build the tests run; the base argv comes from ``engines/argv.py``, which 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from blazar.catalog.models import ModelRow
 from blazar.config import Config
 from blazar.engines import argv as lane_argv
 from blazar.engines.registry import EngineRow
 from blazar.launch.hardware import Hardware
-from blazar.launch.settings import fit_model, flag_int, late_chunk_batch, mmproj_for, model_settings
+from blazar.launch.settings import (
+    fit_model,
+    flag_int,
+    late_chunk_batch,
+    mmproj_for,
+    model_capabilities,
+    model_settings,
+)
 from blazar.launch.spec import LLAMA_SERVER, LaunchSpec
 from blazar.paths import DataDir, child_key, safe_component
 
@@ -35,6 +43,7 @@ def compile(
     ov = cfg.model_override(model.name)
     st = model_settings(cfg, model.name)
     mmproj = None if embeddings else mmproj_for(cfg, model)
+    reranks = embeddings and not tokens and "rerank" in model_capabilities(cfg, model)
     # an embedding engine's batch is what one input may hold (llama-server embeds an input in one batch), which
     # sizes its compute buffer
     ubatch = None
@@ -99,7 +108,9 @@ def compile(
     if embeddings and not tokens:
         # one input up to late_chunking_max_tokens (within a slot), not llama-server's default batch of 512
         batch = str(late_chunk_batch(cfg, slot_ctx))
-        argv += ["--embeddings", "--pooling", "mean", "--batch-size", batch, "--ubatch-size", batch]
+        # a reranking model's own pooling (rank: /v1/rerank), else mean
+        argv += ["--embeddings", "--pooling", "rank" if reranks else "mean", "--batch-size", batch]
+        argv += ["--ubatch-size", batch]
     sleep_secs = flag_int(ov.extra_args, "--sleep-idle-seconds")  # the user's own wins
     if sleep_secs is None:
         sleep_secs = 0
@@ -125,5 +136,5 @@ def compile(
         mmproj=mmproj,
         estimate=est,
         sleep_secs=sleep_secs,
-        can=LLAMA_SERVER,
+        can=replace(LLAMA_SERVER, reranking=True) if reranks else LLAMA_SERVER,
     )

@@ -55,6 +55,9 @@ class Capabilities:
     prompt_scoring: bool = False
     """``/completion`` with ``n_probs`` reports the unbiased logprob of a token ``logit_bias`` forces: a prompt's
     tokens scored one by one (a completion's ``echo`` with ``logprobs``)."""
+    reranking: bool = False
+    """``/v1/rerank``: an embedding engine started with rank pooling (a reranking model's), whose pooled output
+    is a score, not a vector."""
 
 
 LLAMA_SERVER = Capabilities(
