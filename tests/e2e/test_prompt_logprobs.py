@@ -22,18 +22,12 @@ import httpx
 import pytest
 
 from tests.conftest import HANG, Assets, Daemon, cleanup, make_daemon
-from tests.oracle.llama import Llama
+from tests.oracle.llama import TOLERANCE, Llama, exact_engine, f32_copy
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "smolf32"
-CONFIG = f"""parallel = 1
-[models."{MODEL}:latest"]
-cache_type_k = "f32"
-cache_type_v = "f32"
-flash_attn = "off"
-"""
-TOLERANCE = 1e-3
+CONFIG = exact_engine(MODEL)
 TEXT = "The capital of France is Paris. It is known for the Eiffel Tower"
 TASK = Path(__file__).parent / "lm_eval"
 
@@ -41,13 +35,7 @@ TASK = Path(__file__).parent / "lm_eval"
 @pytest.fixture(scope="module")
 def f32_model(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Path:
     out = tmp_path_factory.mktemp("f32") / "smollm2-f32.gguf"
-    quantize = assets.llama_server.parent / "llama-quantize"
-    subprocess.run(
-        [str(quantize), "--allow-requantize", str(assets.model), str(out), "F32"],
-        check=True,
-        capture_output=True,
-    )
-    return out
+    return f32_copy(assets.llama_server.parent / "llama-quantize", assets.model, out)
 
 
 @pytest.fixture(scope="module")

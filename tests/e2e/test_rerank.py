@@ -8,7 +8,6 @@ F32 KV cache and no flash attention, as the echo test's does.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,19 +16,13 @@ import httpx
 import pytest
 
 from tests.conftest import HANG, Assets, Daemon, cleanup, make_daemon, provision
-from tests.oracle.llama import Llama
+from tests.oracle.llama import TOLERANCE, Llama, exact_engine, f32_copy
 from tests.oracle.reranker import RERANK_PROMPT, make_reranker
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "reranker"
-CONFIG = f"""parallel = 1
-[models."{MODEL}:latest"]
-cache_type_k = "f32"
-cache_type_v = "f32"
-flash_attn = "off"
-"""
-TOLERANCE = 1e-3
+CONFIG = exact_engine(MODEL)
 QUERY = "What is the capital of France?"
 DOCS = ["Paris is the capital of France.", "Bananas are yellow.", "The Eiffel Tower is in Paris.", "Hi."]
 
@@ -37,13 +30,7 @@ DOCS = ["Paris is the capital of France.", "Bananas are yellow.", "The Eiffel To
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Path:
     where = tmp_path_factory.mktemp("reranker")
-    f32 = where / "smollm2-f32.gguf"
-    quantize = assets.llama_server.parent / "llama-quantize"
-    subprocess.run(
-        [str(quantize), "--allow-requantize", str(assets.model), str(f32), "F32"],
-        check=True,
-        capture_output=True,
-    )
+    f32 = f32_copy(assets.llama_server.parent / "llama-quantize", assets.model, where / "smollm2-f32.gguf")
     out = make_reranker(f32, where / "reranker.gguf")
     f32.unlink()
     return out

@@ -12,11 +12,37 @@ of a quantized file holds the same dequantized values the engine computes with).
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import gguf
 import numpy as np
+
+TOLERANCE = 1e-3
+"""How far, per token or score, the engine may be from the reference: the issue's bound."""
+
+
+def exact_engine(model: str) -> str:
+    """config.toml for a daemon whose ``model`` engine computes as the reference does: one slot, an F32 KV
+    cache, flash attention off (on, the engine's sums run in another order: 6.8e-4 per token, not 2.3e-4)."""
+    return f"""parallel = 1
+[models."{model}:latest"]
+cache_type_k = "f32"
+cache_type_v = "f32"
+flash_attn = "off"
+"""
+
+
+def f32_copy(llama_quantize: Path, model: Path, out: Path) -> Path:
+    """An F32 copy of ``model`` by llama.cpp's own ``llama-quantize``: the dequantized weights the engine computes
+    with, which the reference reads."""
+    subprocess.run(
+        [str(llama_quantize), "--allow-requantize", str(model), str(out), "F32"],
+        check=True,
+        capture_output=True,
+    )
+    return out
 
 
 class Llama:
