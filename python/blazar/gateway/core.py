@@ -271,10 +271,7 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
     else:
         ex = Exchange.claim(sup, req, canon, remote_checked=True)
         body, load_ns = await ex.run(lambda child, load_ns: _timed(_embed(ex, child), load_ns))
-    usage = body.get("usage")
-    used = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    if isinstance(used, int) and not isinstance(used, bool):  # charged to the key's tpm and daily_tokens
-        req.summary = {"usage": {"prompt_tokens": used, "completion_tokens": 0}}
+    charge_prompt_tokens(req, body)
     dims = canon.params.get("dimensions")
     if isinstance(dims, int) and not canon.late_chunking:
         size = vectors.shorten(body, dims)
@@ -283,6 +280,15 @@ async def embed(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple
         ):  # as long as asked (a remote that shortened them): nothing to say
             note_ignored(req, f"dimensions {dims}: the model's vectors have {size}, so they are sent whole")
     return body, load_ns
+
+
+def charge_prompt_tokens(req: Request, body: dict[str, Any]) -> None:
+    """An answer that only reads its input (embeddings, a rerank) is charged the prompt tokens its ``usage``
+    reports, to the key's tpm and daily_tokens."""
+    usage = body.get("usage")
+    used = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if isinstance(used, int) and not isinstance(used, bool):
+        req.summary = {"usage": {"prompt_tokens": used, "completion_tokens": 0}}
 
 
 async def _timed(answer: Awaitable[T], load_ns: int) -> tuple[T, int]:

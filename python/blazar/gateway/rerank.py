@@ -14,7 +14,7 @@ import orjson
 
 from blazar.dialects.canonical import CanonicalRequest
 from blazar.gateway import proxy, remote
-from blazar.gateway.core import llama_only
+from blazar.gateway.core import charge_prompt_tokens, llama_only
 from blazar.gateway.exchange import Exchange
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.launch.settings import model_capabilities
@@ -89,9 +89,6 @@ async def rerank(sup: Supervisor, req: Request, proto: Any) -> Response:
     if with_docs:
         for r in results:
             r["document"] = {"text": texts[r["index"]]}
-    usage = answer.get("usage")
-    used = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    if isinstance(used, int) and not isinstance(used, bool):  # charged to the key's tpm and daily_tokens
-        req.summary = {"usage": {"prompt_tokens": used, "completion_tokens": 0}}
-    out = {"model": model, "object": "list", "usage": usage, "results": results}
+    charge_prompt_tokens(req, answer)
+    out = {"model": model, "object": "list", "usage": answer.get("usage"), "results": results}
     return 200, JSON_HEADERS, orjson.dumps(out)

@@ -1,9 +1,10 @@
 """The llama-cpp lane's compiler: llama-server's argv for one (model, engine), fitted to the machine.
 
 It reads the model's settings and GGUF metadata and a ``Hardware`` snapshot; a llama-server that can listens on
-``run/<key>.sock`` instead of a port. Chat, embedding (``--embeddings --pooling mean``, ``rank`` for a reranking model) and late-chunking
-(``--pooling none``) engines of one model differ only here. Every flag was checked against ``llama-server --help``
-of the build the tests run; the base argv comes from ``engines/argv.py``, which the install gate shares.
+``run/<key>.sock`` instead of a port. Chat, embedding (``--embeddings --pooling mean``, ``rank`` for a reranking
+model) and late-chunking (``--pooling none``) engines of one model differ only here. Every flag was checked
+against ``llama-server --help`` of the build the tests run; the base argv comes from ``engines/argv.py``, which
+the install gate shares.
 """
 
 from __future__ import annotations
