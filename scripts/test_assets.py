@@ -15,6 +15,8 @@
   scrapes `/metrics` with a real Prometheus server.
 - a wheelhouse: blazar's runtime dependencies as wheels (`pip download`), from which the wheel test installs
   the wheels `make wheels` built into a fresh venv with no index (the test itself reaches nothing off the machine).
+- guidellm: the benchmark harness, in a venv of its own under the cache (`tools/guidellm`), installed from the
+  locked `tests/e2e/guidellm/requirements.txt` (why not a test extra: that file's header), again when it changes.
 - Chromium: Debian's `chromium-headless-shell` and the libraries it needs that the machine lacks (as `apt-get
   install --simulate` lists them), fetched and unpacked the same way, with a launcher that puts those libraries
   on its path; the status page's test drives it through the DevTools protocol.
@@ -320,6 +322,28 @@ def wheelhouse(cache: Path) -> Path:
     return out
 
 
+GUIDELLM_REQUIREMENTS = ROOT / "tests" / "e2e" / "guidellm" / "requirements.txt"
+
+
+def guidellm(cache: Path) -> Path:
+    """The ``guidellm`` command of a venv holding the locked requirements, made again when they change."""
+    venv = cache / "tools" / "guidellm"
+    command = venv / "bin" / "guidellm"
+    stamp = venv / ".requirements"
+    wanted = GUIDELLM_REQUIREMENTS.read_text()
+    if command.is_file() and stamp.is_file() and stamp.read_text() == wanted:
+        return command
+    log("installing guidellm into a venv of its own (pip; about 600 MB)")
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r", str(GUIDELLM_REQUIREMENTS)],
+        check=True,
+    )
+    stamp.write_text(wanted)
+    return command
+
+
 def main() -> int:
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -337,6 +361,7 @@ def main() -> int:
             "prometheus": str(prometheus(cache)),
             "chromium": str(chromium(cache)),
             "wheelhouse": str(wheelhouse(cache)),
+            "guidellm": str(guidellm(cache)),
         }
         staged = cache / "assets.json.tmp"  # renamed into place: a test reading it never sees half a file
         staged.write_text(json.dumps(manifest, indent=2))
