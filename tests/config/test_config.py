@@ -506,13 +506,19 @@ def test_the_config_reference_page_is_generated_from_the_defaults() -> None:
     """docs/config.md is ``render_reference``'s output: a default or a key changed without regenerating it
     (``python scripts/config_reference.py``) fails here; every key of every table is on it."""
     from blazar.config.default_doc import render_reference
-    from blazar.config.model import Config, KeyConfig, ModelOverride, RemoteConfig
+    from blazar.config.model import Config, KeyConfig, ModelOverride, PoolConfig, RemoteConfig
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
     assert page == render_reference(), "docs/config.md is stale: run python scripts/config_reference.py"
     documented = {line.split("`")[1] for line in page.splitlines() if line.startswith("| `")}
-    skipped = {"models", "keys", "remotes", "from_env"}  # tables of their own, and how a key was given
-    for cls in (Config, ModelOverride, KeyConfig, RemoteConfig):
+    skipped = {
+        "models",
+        "keys",
+        "remotes",
+        "pools",
+        "from_env",
+    }  # tables of their own, and how a key was given
+    for cls in (Config, ModelOverride, KeyConfig, RemoteConfig, PoolConfig):
         missing = {f.name for f in dataclasses.fields(cls)} - documented - skipped
         assert not missing, f"{cls.__name__} keys missing from docs/config.md: {sorted(missing)}"
 

@@ -31,6 +31,7 @@ from blazar.config.model import (
     DEFAULT_LOG_LEVEL,
     DEFAULT_MEMORY_HEADROOM_MIB,
     DEFAULT_PARALLEL,
+    DEFAULT_POOL_AFFINITY_BOUND,
     DEFAULT_PORT,
     DEFAULT_QUEUE_WAIT_SECS,
     DEFAULT_REMOTE_PARALLEL,
@@ -42,8 +43,10 @@ from blazar.config.model import (
     DEFAULT_STOP_GRACE_SECS,
     DEFAULT_THREADS,
     DEFAULT_WHISPER_IDLE_SECS,
+    POOL_POLICIES,
     KeyConfig,
     ModelOverride,
+    PoolConfig,
     RemoteConfig,
 )
 from blazar.engines import KINDS
@@ -273,6 +276,22 @@ def render_default_config() -> str:
     doc.add(
         tomlkit.comment('ca_file = "ca.pem"                # https: trust this CA instead of the system\'s')
     )
+    doc.add(tomlkit.nl())
+    doc.add(
+        tomlkit.comment(
+            'Pools: "llama3" served by any healthy one of several remotes, conversations kept on one.'
+        )
+    )
+    doc.add(tomlkit.comment("[[pools]]"))
+    doc.add(tomlkit.comment('name = "llama3"                    # the model name clients ask for'))
+    doc.add(tomlkit.comment('remotes = ["gpu-box", "gpu-box-2"] # [[remotes]] names'))
+    doc.add(
+        tomlkit.comment('model = "llama3"                   # what each remote is asked for; default: name')
+    )
+    doc.add(tomlkit.comment('policy = "prefix"                  # or "least": always the least loaded'))
+    doc.add(
+        tomlkit.comment("affinity_bound = 4                 # in flight beyond the least loaded, then move")
+    )
     return tomlkit.dumps(doc)
 
 
@@ -310,6 +329,23 @@ _REMOTE_FIELDS = {
     ),
     "parallel": (DEFAULT_REMOTE_PARALLEL, "Requests in flight there at once; more wait in Blazar's queue."),
     "ca_file": ("(none)", "An https remote is checked against this CA instead of the system's."),
+}
+_POOL_FIELDS = {
+    "name": (
+        "(required)",
+        "The model name clients ask for (a catalog model of that name is served instead).",
+    ),
+    "remotes": ("(required)", "The [[remotes]] names that serve it."),
+    "model": ("(the pool's name)", "What each remote is asked for."),
+    "policy": (
+        POOL_POLICIES[0],
+        '"prefix": a conversation stays on the remote its first messages hash to; "least": the least loaded.',
+    ),
+    "affinity_bound": (
+        DEFAULT_POOL_AFFINITY_BOUND,
+        "How many more requests in flight than the least loaded remote a conversation's own may have before"
+        " the conversation goes to the least loaded.",
+    ),
 }
 _GENERATED = "python scripts/config_reference.py"
 
@@ -365,6 +401,7 @@ def render_reference() -> str:
     for title, fields, cls in (
         ("## API keys: `[[keys]]`", _KEY_FIELDS, KeyConfig),
         ("## Remotes: `[[remotes]]`", _REMOTE_FIELDS, RemoteConfig),
+        ("## Pools of remotes: `[[pools]]`", _POOL_FIELDS, PoolConfig),
     ):
         lines += ["", title, "", "| key | default | what it does |", "| --- | --- | --- |"]
         for name in (f.name for f in dataclasses.fields(cls) if f.name in fields):

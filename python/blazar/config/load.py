@@ -49,7 +49,7 @@ from blazar.config.model import (
     normalize_model_name,
     xdg_config_home,
 )
-from blazar.config.remotes import file_remotes
+from blazar.config.remotes import file_pools, file_remotes
 from blazar.errors import ConfigError
 
 __all__ = [
@@ -200,7 +200,7 @@ _MODEL_LEVEL: dict[str, Check] = {
     "mmproj": path_value,
 }
 
-_TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models", "keys", "remotes")
+_TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models", "keys", "remotes", "pools")
 _MODEL_KEYS: tuple[str, ...] = tuple(_MODEL_LEVEL)
 
 
@@ -245,10 +245,16 @@ def _from_table(ctx: Ctx, doc: Mapping[str, object]) -> dict[str, object]:
         if key == "remotes":
             fields["remotes"] = file_remotes(ctx, value)
             continue
+        if key == "pools":  # after the loop: it names [[remotes]], which may come later in the file
+            continue
         check = _TOP_LEVEL.get(key)
         if check is None:
             raise ctx.unknown(key, quote_key(key), _TOP_KEYS)
         fields[key] = check(ctx, key, value)
+    if "pools" in doc:
+        remotes = fields.get("remotes", ())
+        assert isinstance(remotes, tuple)
+        fields["pools"] = file_pools(ctx, doc["pools"], remotes)
     return fields
 
 

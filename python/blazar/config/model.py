@@ -190,6 +190,27 @@ class RemoteConfig:
         return f"RemoteConfig(name={self.name!r}, url={self.url!r}, api_key={key}, parallel={self.parallel})"
 
 
+DEFAULT_POOL_AFFINITY_BOUND = 4
+POOL_POLICIES = ("prefix", "least")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """One ``[[pools]]`` table: a model name served by any healthy one of several ``[[remotes]]``.
+
+    A request for ``name`` goes to one of ``remotes`` (their names), asked for ``model`` (default: ``name``).
+    ``policy`` ``"prefix"`` keeps a conversation on the host its first messages hash to while that host has at most
+    ``affinity_bound`` requests more in flight than the least loaded one; ``"least"`` always takes the least
+    loaded. A host that cannot be reached is skipped until its health check answers again.
+    """
+
+    name: str
+    remotes: tuple[str, ...]
+    model: str
+    policy: str = POOL_POLICIES[0]
+    affinity_bound: int = DEFAULT_POOL_AFFINITY_BOUND
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class KeyConfig:
     """One API key: a ``[[keys]]`` table or a ``BLAZAR_KEYS`` item (``from_env``).
@@ -341,6 +362,7 @@ class Config:
     models: Mapping[str, ModelOverride] = field(default_factory=_no_models, hash=False)
     keys: tuple[KeyConfig, ...] = ()
     remotes: tuple[RemoteConfig, ...] = ()
+    pools: tuple[PoolConfig, ...] = ()
 
     def model_override(self, name: str) -> ModelOverride:
         """The override table for ``name`` (normalised), or an all-``None`` override when there is none."""

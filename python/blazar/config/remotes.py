@@ -1,4 +1,4 @@
-"""Remotes in the config: ``[[remotes]]`` tables, validated.
+"""Remotes in the config: ``[[remotes]]`` tables and the ``[[pools]]`` that serve one model from several, validated.
 
 A remote is another Blazar or any OpenAI-compatible server; a request for ``name:model`` goes there with
 ``model`` as the model. It owns every message about a remote's table; no message shows its key. It is internal to
@@ -11,8 +11,27 @@ import ipaddress
 import ssl
 from urllib.parse import urlsplit
 
-from blazar.config.checks import Ctx, a_type, env_value, integer, path_value, quote_key
-from blazar.config.model import DEFAULT_REMOTE_PARALLEL, KEY_NAME_MAX, KEY_NAME_PATTERN, RemoteConfig
+from blazar.config.checks import (
+    Ctx,
+    a_type,
+    choice,
+    env_value,
+    integer,
+    path_value,
+    quote_key,
+    string,
+    strings,
+)
+from blazar.config.model import (
+    DEFAULT_POOL_AFFINITY_BOUND,
+    DEFAULT_REMOTE_PARALLEL,
+    KEY_NAME_MAX,
+    KEY_NAME_PATTERN,
+    POOL_POLICIES,
+    PoolConfig,
+    RemoteConfig,
+    normalize_model_name,
+)
 from blazar.errors import ConfigError
 
 _FIELDS: tuple[str, ...] = ("name", "url", "api_key", "api_key_env", "parallel", "ca_file")
@@ -111,6 +130,62 @@ def file_remotes(ctx: Ctx, value: object) -> tuple[RemoteConfig, ...]:
                 f"{ctx.source}: two [[remotes]] are named '{remote.name}'; names must be unique"
             )
         out.append(remote)
+    return tuple(out)
+
+
+_POOL_FIELDS: tuple[str, ...] = ("name", "remotes", "model", "policy", "affinity_bound")
+
+
+def _pool(ctx: Ctx, index: int, table: object, remotes: tuple[RemoteConfig, ...]) -> PoolConfig:
+    where = f"pools[{index}]"
+    if not isinstance(table, dict):
+        raise ctx.bad(where, "a table with name and remotes", table)
+    for key in table:
+        if key not in _POOL_FIELDS:
+            raise ctx.unknown(key, f"{where}.{quote_key(key)}", _POOL_FIELDS)
+    given = string(ctx, f"{where}.name", table.get("name"))
+    try:
+        name = normalize_model_name(given)
+    except ValueError:
+        raise ctx.bad(f"{where}.name", "a model name (name or name:tag)", given) from None
+    known = {r.name for r in remotes}
+    prefix = given.partition(":")[0]
+    if ":" in given and prefix in known:
+        raise ConfigError(
+            f"{ctx.source}: '{where}.name' is '{given}', which already means model '{given.partition(':')[2]}' on"
+            f" remote '{prefix}'; name the pool something else"
+        )
+    hosts = strings(ctx, f"{where}.remotes", table.get("remotes", []))
+    if not hosts:
+        raise ConfigError(
+            f"{ctx.source}: '{where}' ({given}) names no remotes; list [[remotes]] names in remotes"
+        )
+    for host in hosts:
+        if host not in known:
+            have = ", ".join(sorted(known)) or "none are configured"
+            raise ConfigError(
+                f"{ctx.source}: '{where}.remotes' names '{host}', which is no [[remotes]] name ({have})"
+            )
+    if len(set(hosts)) != len(hosts):
+        raise ConfigError(f"{ctx.source}: '{where}.remotes' names a remote twice")
+    model = string(ctx, f"{where}.model", table.get("model", given))
+    policy = choice(ctx, f"{where}.policy", table.get("policy", POOL_POLICIES[0]), POOL_POLICIES)
+    bound = integer(
+        ctx, f"{where}.affinity_bound", table.get("affinity_bound", DEFAULT_POOL_AFFINITY_BOUND), 0
+    )
+    return PoolConfig(name=name, remotes=hosts, model=model, policy=policy, affinity_bound=bound)
+
+
+def file_pools(ctx: Ctx, value: object, remotes: tuple[RemoteConfig, ...]) -> tuple[PoolConfig, ...]:
+    """The ``[[pools]]`` array of tables, each naming ``[[remotes]]`` of ``remotes``; names are unique."""
+    if not isinstance(value, list):
+        raise ctx.bad("pools", "an array of [[pools]] tables", value)
+    out: list[PoolConfig] = []
+    for i, table in enumerate(value):
+        pool = _pool(ctx, i, table, remotes)
+        if any(p.name == pool.name for p in out):
+            raise ConfigError(f"{ctx.source}: two [[pools]] are named '{pool.name}'; names must be unique")
+        out.append(pool)
     return tuple(out)
 
 

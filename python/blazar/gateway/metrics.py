@@ -226,7 +226,26 @@ def families(gate: Gate, sup: Supervisor, engines: dict[str, dict[str, float]]) 
                         {(): gate.otlp.dropped if gate.otlp is not None else 0}))  # fmt: skip
     out.extend(_engines(gate, sup, engines))
     out.extend(_quotas(gate))
+    out.extend(_pools(sup))
     return out
+
+
+def _pools(sup: Supervisor) -> Iterator[Any]:
+    up = GaugeMetricFamily(
+        "blazar_pool_remote_up",
+        "1 while a pool's remote answers (its breaker closed), else 0",
+        labels=["pool", "remote"],
+    )
+    busy = GaugeMetricFamily(
+        "blazar_pool_remote_in_flight", "Requests of the pools in flight at each remote", labels=["remote"]
+    )
+    for pool in sup.remotes.pools.values():
+        for host in pool.hosts:
+            up.add_metric([pool.name, host.name], 1 if host.up else 0)
+    for host in sup.remotes.pooled():
+        busy.add_metric([host.name], host.outstanding)
+    yield up
+    yield busy
 
 
 def _engines(gate: Gate, sup: Supervisor, engines: dict[str, dict[str, float]]) -> Iterator[Any]:

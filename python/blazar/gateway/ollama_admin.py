@@ -29,6 +29,7 @@ from blazar.gateway.tenancy import require_visible, visible
 from blazar.launch.settings import model_capabilities
 from blazar.paths import TOKENS_SUFFIX, child_keys
 from blazar.supervisor import State, Supervisor, sleep
+from blazar.supervisor.remotes import LISTING
 
 _ENGINE_USE = {"": "chat", "@embed": "embeddings", TOKENS_SUFFIX: "late_chunking"}
 """Blazar's own ``engine`` field of an ``/api/ps`` entry, from its child key's suffix."""
@@ -102,7 +103,7 @@ async def tags(sup: Supervisor, req: Request, proto: Any) -> Response:
         if visible(req, a.name)
     ]
     out.sort(key=lambda e: e["name"])
-    if sup.remotes.by_name and not req.headers.get(remote.LISTING):
+    if sup.remotes.by_name and not req.headers.get(LISTING):
         out += [_remote_entry(m["id"]) for m in await remote.listed(sup, req)]
     return _json({"models": out})
 

@@ -23,6 +23,7 @@ from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
 from blazar.launch.settings import model_capabilities
 from blazar.supervisor import Supervisor
+from blazar.supervisor.remotes import LISTING
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -57,7 +58,7 @@ async def list_models(sup: Supervisor, req: Request, proto: Any) -> Response:
     # off the loop: a model not seen since it changed has its vocabulary read (once; then kept)
     caps = await asyncio.to_thread(lambda: [_capabilities(sup, m) for m in shown])
     data = [_model_object(m, c) for m, c in zip(shown, caps, strict=True)]
-    if sup.remotes.by_name and not req.headers.get(remote.LISTING):
+    if sup.remotes.by_name and not req.headers.get(LISTING):
         data += await remote.listed(sup, req)
     return 200, JSON_HEADERS, orjson.dumps({"object": "list", "data": data})
 

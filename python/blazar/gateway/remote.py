@@ -27,7 +27,7 @@ from blazar.gateway.http import HttpError, Request
 from blazar.gateway.tenancy import visible
 from blazar.supervisor import Supervisor
 from blazar.supervisor.links import EngineConn
-from blazar.supervisor.remotes import Remote
+from blazar.supervisor.remotes import LISTING, Pool, Remote, Target
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 
@@ -37,9 +37,6 @@ LISTED_SECS = 30.0
 """How long what a remote's ``/models`` said is reused for ``/v1/models``."""
 LIST_TIMEOUT_SECS = 3.0
 """A remote that does not answer ``/models`` this fast lists nothing this time."""
-LISTING = "x-blazar-listing"
-"""Sent with a remote's ``/models`` request: a Blazar that gets it lists its own models only, so two daemons that
-are each other's remote (or one that is its own) never ask each other in a loop."""
 
 LLAMA_ONLY = ("verbose", "response_fields", "id_slot", "cache_prompt", "return_progress")
 """Body fields Blazar adds for llama-server that an OpenAI-compatible server may refuse as unknown."""
@@ -108,38 +105,130 @@ async def _open(sup: Supervisor, remote: Remote, path: str, body: bytes) -> tupl
         ) from None
 
 
-async def _whole(sup: Supervisor, remote: Remote, path: str, body: bytes) -> tuple[int, bytes]:
-    conn, status = await _open(sup, remote, path, body)
+SERVED_BY = "x-blazar-remote"
+"""On an answer for a pool's name: the ``[[remotes]]`` name of the host that served it."""
+PREFIX_CHARS = 4096
+"""Of a completion's prompt, what the pool's affinity hashes (a chat's: its messages up to the first user one)."""
+
+
+def affinity(req: Request, canon: CanonicalRequest) -> bytes | None:
+    """What keeps a conversation on one host of a pool: its ``x-blazar-session``, else its first messages (up to
+    and with the first user message: the system prompt and the opening question, which every later turn repeats),
+    else the start of its prompt; None for a request with none (an embedding), which goes to the least loaded."""
+    session: str | None = req.headers.get("x-blazar-session")
+    if session:
+        return b"session\0" + session.encode()
+    if canon.messages:
+        head: list[dict[str, Any]] = []
+        for message in canon.messages:
+            head.append(message)
+            if message.get("role") == "user":
+                break
+        try:
+            return orjson.dumps(head)
+        except TypeError:
+            return None
+    if isinstance(canon.prompt, str) and canon.prompt:
+        return canon.prompt[:PREFIX_CHARS].encode()
+    if isinstance(canon.prompt, list) and canon.prompt:
+        try:
+            return orjson.dumps(canon.prompt[:PREFIX_CHARS])
+        except TypeError:
+            return None
+    return None
+
+
+async def _opened(
+    sup: Supervisor, req: Request, target: Target, key: bytes | None, path: str, body: bytes
+) -> tuple[Remote, EngineConn, int]:
+    """The request sent to ``target`` and its head: on a pool's host in its policy's order, failing over once to
+    the next when the first cannot be reached or answers 502/503 before any byte of the answer (its breaker then
+    opens until its health check answers). The host's ``outstanding`` is raised: ``_done`` lowers it."""
+    hosts = [target] if isinstance(target, Remote) else target.ranked(key)[:2]
+    for n, host in enumerate(hosts):
+        last = n == len(hosts) - 1
+        host.outstanding += 1
+        try:
+            conn, status = await _open(sup, host, path, body)
+        except HttpError as e:
+            host.outstanding -= 1
+            if isinstance(target, Pool) and e.status == 502:  # unreachable
+                _down(host, target, e.message, last)
+                if not last:
+                    continue
+            raise
+        except BaseException:
+            host.outstanding -= 1
+            raise
+        if isinstance(target, Pool):
+            if status in (502, 503) and not last:
+                try:
+                    await host.links.body(conn)
+                except LinkError:
+                    pass
+                finally:
+                    host.links.release(conn)
+                host.outstanding -= 1
+                _down(host, target, f"remote '{host.name}' ({host.where}) answered HTTP {status}", last)
+                continue
+            host.answered()
+            req.set_header(SERVED_BY, host.name)
+        return host, conn, status
+    raise AssertionError("a pool has at least one host")  # the loop returns or raises on its last host
+
+
+def _down(host: Remote, pool: Pool, why: str, last: bool) -> None:
+    if host.up:
+        then = "the request fails" if last else "the request goes to the next host"
+        log.warning(
+            "pool '%s': remote '%s' (%s) %s; %s", pool.name, host.name, host.where, host.scrub(why), then
+        )
+    host.failed(why)
+
+
+def _done(host: Remote, conn: EngineConn) -> None:
+    host.links.release(conn)
+    host.outstanding -= 1
+
+
+async def _whole(
+    sup: Supervisor, req: Request, target: Target, key: bytes | None, path: str, body: bytes
+) -> tuple[Remote, int, bytes]:
+    host, conn, status = await _opened(sup, req, target, key, path, body)
     try:
-        return status, await remote.links.body(conn)
+        return host, status, await host.links.body(conn)
     except LinkError as e:
-        raise _failed(remote, f"closed the connection before its answer ended: {e}") from None
+        raise _failed(host, f"closed the connection before its answer ended: {e}") from None
     finally:
-        remote.links.release(conn)
+        _done(host, conn)
 
 
-async def _ask(sup: Supervisor, req: Request, remote: Remote, path: str, body: bytes) -> bytes:
+async def _ask(
+    sup: Supervisor, req: Request, target: Target, key: bytes | None, path: str, body: bytes
+) -> tuple[Remote, bytes]:
     """One whole answer from the remote (its error answers raised); a client that leaves stops the wait."""
-    status, data = await req.waiting(proxy.unless_gone(_whole(sup, remote, path, body), req.client))
+    work = _whole(sup, req, target, key, path, body)
+    host, status, data = await req.waiting(proxy.unless_gone(work, req.client))
     if status >= 400:
-        raise _answered(remote, status, data)
-    return data
+        raise _answered(host, status, data)
+    return host, data
 
 
 async def serve(
-    sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Any, remote: Remote, model: str
+    sup: Supervisor, req: Request, proto: Any, canon: CanonicalRequest, shape: Any, target: Target, model: str
 ) -> Response | None:
-    """A chat or completion request for ``remote:model``, already claimed (scope and quotas)."""
+    """A chat or completion request for ``remote:model`` or a pool's name, already claimed (scope and quotas)."""
     if canon.suffix is not None:
         raise not_here(canon.model, "fill-in-the-middle (suffix, llama-server's /infill)")
-    with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
+    with await req.gate.admit(req, target.admission_key, target.parallel, canon):
         path, body = _body(canon, model)
+        key = affinity(req, canon) if isinstance(target, Pool) else None
         if canon.stream:
             req.dispatch()
-            await _stream(sup, req, proto, canon, shape, remote, path, body)
+            await _stream(sup, req, proto, canon, shape, target, key, path, body)
             return None
         req.dispatch()
-        data = await _ask(sup, req, remote, path, body)
+        host, data = await _ask(sup, req, target, key, path, body)
         try:
             out, summary = translate_whole(
                 shape.translator,
@@ -150,9 +239,9 @@ async def serve(
                 alternatives=canon.alternatives,
             )
         except StreamError as e:
-            raise _failed(remote, f"sent an answer that is not a chat completion: {e}") from None
+            raise _failed(host, f"sent an answer that is not a chat completion: {e}") from None
         if summary["engine_error"] is not None:
-            raise _answered(remote, 502, data)
+            raise _answered(host, 502, data)
         req.summary = summary
         watch.judge_whole(sup, req, canon)
         return 200, [("content-type", "application/json")], out
@@ -164,10 +253,14 @@ async def _stream(
     proto: Any,
     canon: CanonicalRequest,
     shape: Any,
-    remote: Remote,
+    target: Target,
+    key: bytes | None,
     path: str,
     body: bytes,
 ) -> None:
+    req.mark_overhead()
+    # a client that leaves before the remote's head arrives frees its place in the remote's queue at once
+    remote, conn, status = await proxy.unless_gone(_opened(sup, req, target, key, path, body), req.client)
     translator = StreamTranslator(
         shape.translator,
         canon.model,
@@ -176,9 +269,6 @@ async def _stream(
         echo=canon.echo,
         alternatives=canon.alternatives,
     )
-    req.mark_overhead()
-    # a client that leaves before the remote's head arrives frees its place in the remote's queue at once
-    conn, status = await proxy.unless_gone(_open(sup, remote, path, body), req.client)
     try:
         if status >= 400:
             try:
@@ -195,32 +285,35 @@ async def _stream(
         req.client_left = await proxy.relay(conn, proto, req.extra_headers, translator, shape.stream_type,
                                             canon.model, failed, watch.on_stall(sup, req, canon))  # fmt: skip
     finally:
-        remote.links.release(conn)
+        _done(remote, conn)
         req.summary = translator.summary()  # a stream cut off is charged what it sent (Gate.finish)
     watch.observe(sup, req, canon)
 
 
 async def embed(
-    sup: Supervisor, req: Request, canon: CanonicalRequest, remote: Remote, model: str
+    sup: Supervisor, req: Request, canon: CanonicalRequest, target: Target, model: str
 ) -> dict[str, Any]:
-    """An embedding request for ``remote:model``, already claimed: the remote's OpenAI embeddings body, parsed."""
-    with await req.gate.admit(req, remote.admission_key, remote.parallel, canon):
-        data = await _ask(sup, req, remote, *_body(canon, model))
+    """An embedding request for ``remote:model`` or a pool's name, already claimed: the remote's OpenAI embeddings
+    body, parsed (a pool's least loaded host answers it)."""
+    with await req.gate.admit(req, target.admission_key, target.parallel, canon):
+        host, data = await _ask(sup, req, target, None, *_body(canon, model))
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict) or not isinstance(parsed.get("data"), list):
-        raise _failed(remote, "sent an embeddings answer without a data array")
+        raise _failed(host, "sent an embeddings answer without a data array")
     return parsed
 
 
 async def listed(sup: Supervisor, req: Request) -> list[dict[str, Any]]:
-    """``/v1/models`` entries for what every remote's own ``/models`` lists, as ``remote:model`` (each remote asked
-    at most every ``LISTED_SECS``; one that fails lists nothing, and the local models are listed all the same)."""
+    """``/v1/models`` entries for every pool (by its name) and for what every remote's own ``/models`` lists, as
+    ``remote:model`` (each remote asked at most every ``LISTED_SECS``; one that fails lists nothing, and the local
+    models are listed all the same)."""
     remotes = list(sup.remotes.by_name.values())
     ids = await asyncio.gather(*(_ids(sup, r) for r in remotes))
-    return [
+    pools = [_pool_object(p) for p in sup.remotes.pools.values() if visible(req, p.name)]
+    return pools + [
         _model_object(r, name)
         for r, got in zip(remotes, ids, strict=True)
         for name in (f"{r.name}:{m}" for m in got)
@@ -254,11 +347,14 @@ async def _ids(sup: Supervisor, remote: Remote) -> list[str]:
 
 
 async def retrieve(sup: Supervisor, req: Request, name: str) -> dict[str, Any] | None:
-    """``GET /v1/models/remote:model``: the model object when the remote's ``/models`` lists it, else None."""
+    """``GET /v1/models/remote:model``: the model object when the remote's ``/models`` lists it, else None; a
+    pool's name: the pool's."""
     hit = sup.remote_for(name)
     if hit is None:
         return None
     remote, model = hit
+    if isinstance(remote, Pool):
+        return _pool_object(remote)
     if model not in await _ids(sup, remote):
         return None
     return _model_object(remote, name)
@@ -266,3 +362,8 @@ async def retrieve(sup: Supervisor, req: Request, name: str) -> dict[str, Any] |
 
 def _model_object(remote: Remote, name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": f"remote {remote.name}"}
+
+
+def _pool_object(pool: Pool) -> dict[str, Any]:
+    hosts = ", ".join(h.name for h in pool.hosts)
+    return {"id": pool.name, "object": "model", "created": 0, "owned_by": f"pool of remotes {hosts}"}

@@ -16,7 +16,7 @@ from blazar.gateway.http import HttpError, Request
 from blazar.paths import EMBED_SUFFIXES, safe_component
 from blazar.supervisor import Supervisor
 from blazar.supervisor.placement import Placement
-from blazar.supervisor.remotes import Remote
+from blazar.supervisor.remotes import Target
 
 
 def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, int]:
@@ -83,7 +83,7 @@ def _note(req: Request, canon: CanonicalRequest) -> None:
         req.set_header(IGNORED, ignored_header(canon.notes))
 
 
-def claim_remote(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Remote, str] | None:
+def claim_remote(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Target, str] | None:
     """For a ``remote:model`` name: the key's scope and quotas under that name, and (the remote, its model);
     None for a local model."""
     hit = sup.remote_for(canon.model)

@@ -36,7 +36,7 @@ from blazar.supervisor.child import Child, State, log_tail, weights_id
 from blazar.supervisor.keepalive import KeepAlive
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
 from blazar.supervisor.placement import Placements
-from blazar.supervisor.remotes import Remote, Remotes
+from blazar.supervisor.remotes import Remotes, Target
 from blazar.supervisor.sharing import Sharing
 from blazar.supervisor.signals import STALLED, WEDGED
 
@@ -113,7 +113,8 @@ class Supervisor:
         self.stopping = False  # stop_all has begun: an engine stopped under a request is not replaced for it
         self.breakers = Breakers()
         self.engine_events: dict[tuple[str, str], int] = {}  # (child key, event) -> count, for /metrics
-        self.remotes = Remotes(cfg.remotes)
+        self.remotes = Remotes(cfg.remotes, cfg.pools)
+        self._watcher: asyncio.Task[None] | None = None
         self.sharing = Sharing(cfg, self.catalog)  # names over one weights file share an engine
         self.placements = Placements(cfg, self.catalog, self.loras, self.sharing)  # where a name is served
         # out of service, stopped once their requests in flight finish (``retire_when_idle``)
@@ -128,8 +129,9 @@ class Supervisor:
             self._http = aiohttp.ClientSession(connector=connector)
         return self._http
 
-    def remote_for(self, model: str) -> tuple[Remote, str] | None:
-        """(the remote, its model) when ``model`` is ``remote:model`` for a ``[[remotes]]`` name and the catalog
+    def remote_for(self, model: str) -> tuple[Target, str] | None:
+        """(the remote or pool, its model) when ``model`` is ``remote:model`` for a ``[[remotes]]`` name, or a
+        ``[[pools]]`` name, and the catalog
         has no model of that exact name (a local model always wins); else None. A name with a space or control
         character is refused (``names.check``, a 400) whether or not it names a remote: it would be passed on."""
         names.check(model)
@@ -147,6 +149,8 @@ class Supervisor:
             self._reaper = asyncio.get_running_loop().create_task(self._idle_loop())
         if self._hinter is None and self.cfg.engine_metrics_secs > 0:
             self._hinter = asyncio.get_running_loop().create_task(self._hint_loop())
+        if self._watcher is None and self.remotes.pools:
+            self._watcher = asyncio.get_running_loop().create_task(self.remotes.watch(self.http))
 
     async def ensure_ready(
         self, model_name: str, *, embeddings: bool = False, num_ctx: int | None = None, tokens: bool = False
@@ -570,7 +574,8 @@ class Supervisor:
         self.stopping = True
         await tasks.stop(self._reaper)
         await tasks.stop(self._hinter)
-        self._reaper = self._hinter = None
+        await tasks.stop(self._watcher)
+        self._reaper = self._hinter = self._watcher = None
         self.remotes.close()
         children = list(self.children.values())
         self.children.clear()
