@@ -63,9 +63,28 @@ def child_key(name: str, embeddings: bool, tokens: bool = False) -> str:
     return name + "@embed" if embeddings else name
 
 
+MAX_REPLICAS = 16
+"""The most engines of one model a host runs (``replicas``)."""
+REPLICA_MARK = "#"
+
+
+def instance_key(key: str, replica: int) -> str:
+    """The key of a model's ``replica``-th engine instance: its chat engine's key for the first (0), then
+    ``name#1``, ``name#2``, ..."""
+    return key if replica == 0 else f"{key}{REPLICA_MARK}{replica}"
+
+
+def replica_of(key: str) -> tuple[str, int]:
+    """(the model's engine key, the instance number) of an instance key; (``key``, 0) for any other key."""
+    base, mark, n = key.rpartition(REPLICA_MARK)
+    return (base, int(n)) if mark and n.isdigit() else (key, 0)
+
+
 def child_keys(name: str) -> tuple[str, ...]:
-    """Every engine key catalog model ``name`` may run under: chat, pooled embeddings, per-token embeddings."""
-    return (name, *(name + suffix for suffix in EMBED_SUFFIXES))
+    """Every engine key catalog model ``name`` may run under: chat (and its replicas), pooled embeddings,
+    per-token embeddings."""
+    replicas = (instance_key(name, i) for i in range(1, MAX_REPLICAS))
+    return (name, *replicas, *(name + suffix for suffix in EMBED_SUFFIXES))
 
 
 @dataclass(frozen=True, slots=True)

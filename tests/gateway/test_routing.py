@@ -37,8 +37,8 @@ def test_an_embedding_engine_is_admitted_its_own_slot_count(sup: Supervisor) -> 
     chat = route_target(sup, CanonicalRequest(model="smollm2", kind="chat"))
     embed = route_target(sup, CanonicalRequest(model="smollm2", kind="embedding"))
     late = route_target(sup, CanonicalRequest(model="smollm2", kind="embedding", late_chunking=True))
-    assert (chat[2], embed[2], late[2]) == (3, 2, 2)
-    assert chat[1] != embed[1] != late[1]  # three engines
+    assert (chat.slots, embed.slots, late.slots) == (3, 2, 2)
+    assert chat.key != embed.key != late.key  # three engines
 
 
 def test_the_thinking_note_names_the_field_that_was_sent() -> None:

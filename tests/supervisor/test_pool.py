@@ -39,6 +39,22 @@ def test_idle_victims() -> None:
     assert [c.key for c in idle_victims(kids, now=100, default_timeout=30)] == ["old", "short"]
 
 
+def test_an_extra_replica_goes_idle_first() -> None:
+    kids = [
+        child("m:latest", 0),
+        child("m:latest#1", 0),
+        child("m:latest#2", 0, keep_alive=10),
+        child("k#1", 0, keep_alive=-1),
+    ]
+    assert [c.key for c in idle_victims(kids, now=61, default_timeout=300)] == ["m:latest#1", "m:latest#2"]
+    assert [c.key for c in idle_victims(kids, now=59, default_timeout=300)] == ["m:latest#2"]
+    assert [c.key for c in idle_victims(kids, now=301, default_timeout=300)] == [
+        "m:latest",
+        "m:latest#1",
+        "m:latest#2",
+    ]
+
+
 def test_zero_timeout_never_evicts() -> None:
     assert idle_victims([child("a", 0)], now=1e9, default_timeout=0) == []
 

@@ -121,7 +121,11 @@ _ENGINE_MARKS = {"embeddings": " (embeddings)", "late_chunking": " (late chunkin
 def _shown_name(m: dict[str, Any]) -> str:
     """The model's name, marked when the row is one of its embedding engines (pooled, or late chunking's
     per-token one): a model may run them beside its chat one."""
-    return str(m.get("name", "?")) + _ENGINE_MARKS.get(str(m.get("engine")), "")
+    replica = m.get("replica")
+    instance = (
+        f"#{replica}" if isinstance(replica, int) and replica > 0 else ""
+    )  # one of the model's replicas
+    return str(m.get("name", "?")) + instance + _ENGINE_MARKS.get(str(m.get("engine")), "")
 
 
 def _share(value: Any) -> str:

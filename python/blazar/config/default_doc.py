@@ -303,6 +303,8 @@ _MODEL_ONLY = {
     "chat_template": "A llama.cpp built-in template name or inline Jinja, instead of the model's own.",
     "chat_template_file": "A Jinja template file, instead of the model's own.",
     "mmproj": "The vision projector GGUF; unset: an mmproj*.gguf next to the model, if any.",
+    "replicas": "At most this many engines of the model on this host (1 unset), each with its own slots: another"
+    " starts when every slot of the running ones is busy, and one idle past its keep-alive stops.",
 }
 """The per-model keys that have no top-level twin; every other ``ModelOverride`` field overrides its top-level
 value."""

@@ -51,6 +51,7 @@ from blazar.config.model import (
 )
 from blazar.config.remotes import file_pools, file_remotes
 from blazar.errors import ConfigError
+from blazar.paths import MAX_REPLICAS
 
 __all__ = [
     "CONFIG_ENV",
@@ -198,6 +199,7 @@ _MODEL_LEVEL: dict[str, Check] = {
     "chat_template": string,
     "chat_template_file": path_value,
     "mmproj": path_value,
+    "replicas": lambda ctx, key, value: integer(ctx, key, value, 1, MAX_REPLICAS),
 }
 
 _TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models", "keys", "remotes", "pools")

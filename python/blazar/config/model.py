@@ -276,6 +276,8 @@ class ModelOverride:
     chat_template: str | None = None
     chat_template_file: Path | None = None
     mmproj: Path | None = None
+    replicas: int | None = None
+    """Engines of the model on this host at most (each with its own slots), started as load needs them."""
 
     def template_text(self) -> str | None:
         """The chat template this table starts the model's engine with: ``chat_template_file``'s text, else

@@ -135,9 +135,10 @@ async def _dispatch(
     ex: Exchange, proto: Any, shape: plan.Shape, probe: semcache.Probe | None, child: Child, load_ns: int
 ) -> Response | None:
     """A chat or completion on its ready engine: checked, rendered for the engine, sent, translated back."""
-    sup, req, canon, key, slots = ex.sup, ex.req, ex.canon, ex.key, ex.slots
+    sup, req, canon, slots = ex.sup, ex.req, ex.canon, ex.slots
     spec = child.spec
-    slot = req.gate.session_slot(req, key, slots) if spec.can.slot_pinning else None
+    # pinned on the instance that ran it: a model's replicas each hold their own sessions' KV cache
+    slot = req.gate.session_slot(req, child.key, slots) if spec.can.slot_pinning else None
     p = plan.plan(
         canon,
         spec,

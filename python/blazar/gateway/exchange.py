@@ -1,7 +1,8 @@
 """One request's life on a local engine: claimed, admitted, its engine readied, retried once, ended.
 
 ``Exchange.claim`` routes the request and checks the key's scope and quotas (``routing``); ``run`` admits it
-(``Gate.admit``), readies the engine (``ready_child``), runs the handler's ``work`` on it, runs it once more on a
+(``Gate.admit``), picks the instance of a model with replicas (``supervisor.replicas``), readies the engine
+(``ready_child``), runs the handler's ``work`` on it, runs it once more on a
 fresh engine when the first was wedged or stopped before it answered (``once_more_if_wedged``), and ends it
 (``after``: a keep_alive 0 unload) however it ends. Charging, the audit line and freeing the key's lease happen in
 ``Gate.finish`` when the HTTP exchange ends. Handlers (chat, embeddings, token counts, infill, transcriptions)
@@ -22,6 +23,7 @@ from blazar.gateway.http import Request
 from blazar.gateway.routing import claim, claim_local, route_target, wrong_kind
 from blazar.paths import child_key
 from blazar.supervisor import Child, Supervisor
+from blazar.supervisor.placement import Placement
 from blazar.supervisor.signals import EngineStopped, EngineWedged
 
 T = TypeVar("T")
@@ -36,8 +38,8 @@ LOAD_REPORT_NS = 100_000_000
 
 @dataclass(slots=True)
 class Exchange:
-    """A request claimed for one local engine: ``name`` the catalog model, ``key`` its engine's, ``slots`` what
-    admission shares out."""
+    """A request claimed for one local engine: ``name`` the catalog model, ``key`` its engine's, ``slots`` one
+    engine's, ``replicas`` how many engines of it may run (admission shares out ``slots`` times that)."""
 
     sup: Supervisor
     req: Request
@@ -45,6 +47,11 @@ class Exchange:
     name: str
     key: str
     slots: int
+    replicas: int = 1
+
+    @classmethod
+    def _of(cls, sup: Supervisor, req: Request, canon: CanonicalRequest, placed: Placement) -> Exchange:
+        return cls(sup, req, canon, placed.name, placed.key, placed.slots, placed.replicas)
 
     @classmethod
     def claim(
@@ -52,19 +59,17 @@ class Exchange:
     ) -> Exchange:
         """Route ``canon`` and check the key's scope and quotas for it. ``remote_checked``: the caller already
         asked ``claim_remote`` (chat, embeddings); else a ``remote:`` name is refused with the feature's name."""
-        name, key, slots = (claim_local if remote_checked else claim)(sup, req, canon)
-        return cls(sup, req, canon, name, key, slots)
+        return cls._of(sup, req, canon, (claim_local if remote_checked else claim)(sup, req, canon))
 
     @classmethod
     def internal(cls, sup: Supervisor, req: Request, canon: CanonicalRequest) -> Exchange:
         """A request Blazar makes for its own ends while serving ``req`` (the semantic cache's embedding): routed,
         not claimed (the key asked for the request that needs it, not for this one)."""
-        name, key, slots = route_target(sup, canon)
-        return cls(sup, req, canon, name, key, slots)
+        return cls._of(sup, req, canon, route_target(sup, canon))
 
     async def run(self, work: Work[T]) -> T:
         """``work`` admitted, on a ready engine, once more if that engine wedged or was stopped first."""
-        with await self.req.gate.admit(self.req, self.key, self.slots, self.canon):
+        with await self.req.gate.admit(self.req, self.key, self.slots * self.replicas, self.canon):
             return await self.unadmitted(work)
 
     async def unadmitted(self, work: Work[T]) -> T:
@@ -72,7 +77,14 @@ class Exchange:
         return await once_more_if_wedged(lambda: self._on_engine(work))
 
     async def _on_engine(self, work: Work[T]) -> T:
-        child, load_ns = await ready_child(self.sup, self.req, self.canon)
+        if self.replicas == 1:
+            return await self._on_instance(work, 0)
+        pinned = self.req.gate.session_engine(self.req)
+        with self.sup.instances.take(self.key, self.slots, self.replicas, self.sup.children, pinned) as n:
+            return await self._on_instance(work, n)
+
+    async def _on_instance(self, work: Work[T], replica: int) -> T:
+        child, load_ns = await ready_child(self.sup, self.req, self.canon, replica)
         try:  # from here every end runs ``after``: an unload waiting for this request must not wait in vain
             return await work(child, load_ns)
         finally:
@@ -83,8 +95,11 @@ class Exchange:
         keep(child, self.canon, self.req)
 
 
-async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[Child, int]:
-    """The child for ``canon`` and the load time in ns when this request had to start it (else 0)."""
+async def ready_child(
+    sup: Supervisor, req: Request, canon: CanonicalRequest, replica: int = 0
+) -> tuple[Child, int]:
+    """The child for ``canon`` (its model's ``replica``-th instance) and the load time in ns when this request had
+    to start it (else 0)."""
     t0 = time.perf_counter()
     child = await req.waiting(
         sup.ensure_ready(
@@ -92,6 +107,7 @@ async def ready_child(sup: Supervisor, req: Request, canon: CanonicalRequest) ->
             embeddings=canon.kind == "embedding",
             num_ctx=canon.options_ctx,
             tokens=canon.late_chunking,
+            replica=replica,
         )
     )
     waited = time.perf_counter() - t0

@@ -31,7 +31,7 @@ async def _load_only(sup: Supervisor, req: Request, canon: CanonicalRequest) -> 
     key must be allowed that model, as for any other request. Returns the done_reason, "load" or "unload"."""
     if routing.claim_remote(sup, req, canon) is not None:  # nothing runs here to load or unload
         return "unload" if canon.keep_alive == 0 else "load"
-    name, _key, _slots = routing.claim_local(sup, req, canon)
+    name = routing.claim_local(sup, req, canon).name
     if canon.keep_alive == 0:
         sup.catalog.get(name)  # 404 for a model that is not there
         engine = sup.sharing.owner(name)  # a model that shares another's engine unloads it, as in Ollama

@@ -27,7 +27,7 @@ from blazar.gateway import remote
 from blazar.gateway.http import JSON_HEADERS, HttpError, Request
 from blazar.gateway.tenancy import require_visible, visible
 from blazar.launch.settings import model_capabilities
-from blazar.paths import TOKENS_SUFFIX, child_keys
+from blazar.paths import TOKENS_SUFFIX, child_keys, replica_of
 from blazar.supervisor import State, Supervisor, sleep
 from blazar.supervisor.remotes import LISTING
 
@@ -142,7 +142,8 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
             left = limit if child.inflight > 0 else max(0.0, limit - (now_mono - child.last_used))
             remaining = min(left, _FOREVER_SECS)
         expires = datetime.fromtimestamp(now_wall + remaining, UTC)
-        queue = queues.get(child.key)
+        base, replica = replica_of(child.key)
+        queue = queues.get(base)  # a model's replicas share one admission queue
         out.append(
             {
                 **_entry(shown, digest),
@@ -150,7 +151,11 @@ async def ps(sup: Supervisor, req: Request, proto: Any) -> Response:
                 # "engine" field says which one this is
                 "name": names[0],
                 "model": names[0],
-                "engine": _ENGINE_USE.get(child.key[len(m.name) :], "chat"),
+                "engine": _ENGINE_USE.get(base[len(m.name) :], "chat"),
+                # Blazar's own: which of the model's engine instances this is (replicas = N: 0 to N-1), and the
+                # requests on it now
+                "replica": replica,
+                "in_flight": child.inflight,
                 # Blazar's own: the names (that the caller may see) this engine answers for, each of which unloads it
                 "names": names,
                 "expires_at": expires.isoformat().replace("+00:00", "Z"),

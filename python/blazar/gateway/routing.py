@@ -19,12 +19,11 @@ from blazar.supervisor.placement import Placement
 from blazar.supervisor.remotes import Target
 
 
-def route_target(sup: Supervisor, canon: CanonicalRequest) -> tuple[str, str, int]:
-    """Once per request: the catalog name, the child key (embeddings run in their own ``@embed`` child; a LoRA
-    adapter runs on its base model's) and the model's slot count N for admission (1 for a whisper model: its
-    server transcribes one file at a time), from the name's placement (``supervisor.placement``)."""
-    p = _place(sup, canon)
-    return p.name, p.key, p.slots
+def route_target(sup: Supervisor, canon: CanonicalRequest) -> Placement:
+    """Once per request: the name's placement (``supervisor.placement``): the catalog name, the child key
+    (embeddings run in their own ``@embed`` child; a LoRA adapter runs on its base model's), the slots of one
+    engine (1 for a whisper model: its server transcribes one file at a time) and its replicas."""
+    return _place(sup, canon)
 
 
 def _place(sup: Supervisor, canon: CanonicalRequest) -> Placement:
@@ -44,7 +43,7 @@ def wrong_kind(name: str, whisper: bool) -> HttpError:
     )
 
 
-def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, str, int]:
+def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Placement:
     """``route_target``, then the key's scope and quotas for that model (403/429). Every path that touches a
     model's engine claims it first: generation, embeddings, fill-in-the-middle, loads and unloads, token counts.
     A ``remote:model`` name is refused here, naming the feature that needs a local engine: the paths that serve
@@ -56,26 +55,25 @@ def claim(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, 
     return claim_local(sup, req, canon)
 
 
-def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> tuple[str, str, int]:
+def claim_local(sup: Supervisor, req: Request, canon: CanonicalRequest) -> Placement:
     """``claim`` once ``claim_remote`` found the name local (so the remotes are not asked twice). After the key's
     scope (a key learns nothing of the models outside it), a request of the wrong kind for its model (audio for
     a language model, text for a whisper model) is refused, before an engine starts for it."""
     placed = _place(sup, canon)
-    target = placed.name, placed.key, placed.slots
     req.gate.check_model(req, placed.name, canon, placed.ctx_per_slot)
     if req.key is not None:
         # the engine may be another model's (a copy over the same weights, a LoRA adapter's base): a scoped key
         # that may not see that model hears of it under the name it asked for
-        owner = target[1].removesuffix(EMBED_SUFFIXES[0]).removesuffix(EMBED_SUFFIXES[1])
-        if owner != target[0] and not tenancy.visible(req, owner):
-            req.renames = {owner: target[0], safe_component(owner): safe_component(target[0])}
+        owner = placed.key.removesuffix(EMBED_SUFFIXES[0]).removesuffix(EMBED_SUFFIXES[1])
+        if owner != placed.name and not tenancy.visible(req, owner):
+            req.renames = {owner: placed.name, safe_component(owner): safe_component(placed.name)}
     known = placed.row is not None or placed.adapter is not None
     if known and placed.whisper != (canon.kind == "audio"):  # audio for a language model, text for whisper
         raise wrong_kind(placed.name, placed.whisper)
     if placed.preset is not None:
         presets.apply(placed.preset, canon)
     _note(req, canon)
-    return target
+    return placed
 
 
 def _note(req: Request, canon: CanonicalRequest) -> None:

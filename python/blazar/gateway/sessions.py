@@ -64,6 +64,15 @@ class Sessions:
             del self._pins[k]
         return bool(keys)
 
+    def pinned(self, name: str, owner: str = "") -> str | None:
+        """The engine key ``owner``'s session ``name`` is pinned to, if it is (a model's replicas: which
+        instance holds the conversation's KV cache)."""
+        if not self.enabled:
+            return None
+        self._expire(self._clock())
+        p = self._pins.get((owner, name))
+        return p.model_key if p is not None else None
+
     def release_model(self, model_key: str) -> None:
         """A child went away (evicted or dead): its pins mean nothing any more."""
         for k in [k for k, p in self._pins.items() if p.model_key == model_key]:

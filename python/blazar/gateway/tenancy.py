@@ -271,6 +271,11 @@ class Gate:
         owner = req.key.name if req.key is not None else ""
         return self.sessions.pin(name, model_key, slots, owner) if name else None
 
+    def session_engine(self, req: Request) -> str | None:
+        """The engine key ``req``'s ``x-blazar-session`` is pinned to, if any."""
+        name = req.headers.get("x-blazar-session")
+        return self.sessions.pinned(name, req.key.name if req.key is not None else "") if name else None
+
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     def start(self) -> None:

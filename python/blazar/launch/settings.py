@@ -77,6 +77,9 @@ class ModelSettings:
     swa_full: bool
     lookup_cache: bool
     idle_sleep_secs: int
+    replicas: int = 1
+    """Engines of the model on this host at most (``replicas``): its chat engine's instances, each with these
+    settings."""
     kv_unified: bool = False
     """The slots share one KV cache of ``ctx_size`` cells, each able to use all of it (``parallel = "auto"``, as
     llama-server's own ``--parallel -1``), rather than ``ctx_size / parallel`` each."""
@@ -134,6 +137,7 @@ def model_settings(cfg: Config, model_name: str) -> ModelSettings:
         swa_full=cfg.swa_full if ov.swa_full is None else ov.swa_full,
         lookup_cache=cfg.lookup_cache if ov.lookup_cache is None else ov.lookup_cache,
         idle_sleep_secs=cfg.idle_sleep_secs if ov.idle_sleep_secs is None else ov.idle_sleep_secs,
+        replicas=ov.replicas or 1,
     )
 
 

@@ -49,6 +49,9 @@ class Placement:
     """The context one request may use, as configured (``ctx_size = 0``: the model's trained context) over its
     KV streams; the engine's may be smaller once fitted, never larger. 0: not known (an unknown name)."""
     preset: Preset | None
+    replicas: int = 1
+    """Engine instances of it this host may run (``replicas``; 1 for embedding and whisper engines): admission
+    shares out ``slots`` times this, and ``Supervisor.instance_for`` picks the instance."""
 
     @property
     def whisper(self) -> bool:
@@ -100,6 +103,7 @@ class Placements:
             slots=1 if whisper else st.slots(embeddings=embedding or tokens),
             ctx_per_slot=st.ctx_per_slot or _trained_per_slot(engine_row, st.streams),
             preset=presets.compile(row.preset) if row is not None else None,
+            replicas=1 if whisper or embedding or tokens else st.replicas,
         )
         if row is not None and not whisper:
             if len(self._memo) >= _MEMO_MAX:

@@ -28,7 +28,7 @@ from blazar.engines.registry import EngineRow
 from blazar.errors import CatalogError, ChildError, EngineBusy, LaneError, ModelNotFound
 from blazar.launch.compilers import compile_profile
 from blazar.launch.settings import model_settings
-from blazar.paths import DataDir, child_key
+from blazar.paths import DataDir, child_key, instance_key, replica_of
 from blazar.store import Store
 from blazar.supervisor import adapters, bank, hints, sleep
 from blazar.supervisor.breaker import Breakers, EngineHeldBack
@@ -37,6 +37,7 @@ from blazar.supervisor.keepalive import KeepAlive
 from blazar.supervisor.links import ENGINE_KEEPALIVE_SECS
 from blazar.supervisor.placement import Placements
 from blazar.supervisor.remotes import Remotes, Target
+from blazar.supervisor.replicas import Instances
 from blazar.supervisor.sharing import Sharing
 from blazar.supervisor.signals import STALLED, WEDGED
 
@@ -79,13 +80,22 @@ def _manifest() -> Manifest | None:
         return None
 
 
+REPLICA_IDLE_SECS = 60.0
+"""A model's extra engine instance (``name#1``, ...: started because every slot of the others was taken) stops
+once idle this long, or at its keep-alive if that comes first: replicas go idle first, the model's first engine
+stays for its keep-alive."""
+
+
 def idle_victims(children: Iterable[Child], now: float, default_timeout: float) -> list[Child]:
-    """Children with no request in flight whose idle time passed their keep-alive (pure; tested alone)."""
+    """Children with no request in flight whose idle time passed their keep-alive, or an extra replica's
+    ``REPLICA_IDLE_SECS`` (pure; tested alone)."""
     out = []
     for c in children:
         if c.state is not State.READY or c.inflight > 0:
             continue
         limit = c.keep.limit(default_timeout)
+        if limit is not None and replica_of(c.key)[1] > 0:
+            limit = min(limit, REPLICA_IDLE_SECS)
         if limit is not None and now - c.last_used >= limit:
             out.append(c)
     return out
@@ -114,6 +124,7 @@ class Supervisor:
         self.breakers = Breakers()
         self.engine_events: dict[tuple[str, str], int] = {}  # (child key, event) -> count, for /metrics
         self.remotes = Remotes(cfg.remotes, cfg.pools)
+        self.instances = Instances()  # which of a model's replicas a request runs on
         self._watcher: asyncio.Task[None] | None = None
         self.sharing = Sharing(cfg, self.catalog)  # names over one weights file share an engine
         self.placements = Placements(cfg, self.catalog, self.loras, self.sharing)  # where a name is served
@@ -153,7 +164,13 @@ class Supervisor:
             self._watcher = asyncio.get_running_loop().create_task(self.remotes.watch(self.http))
 
     async def ensure_ready(
-        self, model_name: str, *, embeddings: bool = False, num_ctx: int | None = None, tokens: bool = False
+        self,
+        model_name: str,
+        *,
+        embeddings: bool = False,
+        num_ctx: int | None = None,
+        tokens: bool = False,
+        replica: int = 0,
     ) -> Child:
         """The ready child for ``model_name``, spawning (or respawning a dead one) as needed.
 
@@ -161,11 +178,12 @@ class Supervisor:
         with another per-slot context once its requests in flight have finished; without it any running child
         serves. The common case (the child is up and the catalog confirmed its model within
         ``CATALOG_RECHECK_SECS``) takes neither the lock nor a catalog query. ``tokens``: the model's late-chunking
-        engine (per-token embeddings), not its pooled one."""
+        engine (per-token embeddings), not its pooled one. ``replica``: which of the model's chat engines
+        (``instance_for``), each started as it is first asked for."""
         if num_ctx is not None and num_ctx <= 0:
             num_ctx = None
         placed = self.placements.place(model_name, embedding=embeddings, tokens=tokens)
-        hot = self.children.get(placed.key)
+        hot = self.children.get(instance_key(placed.key, replica))
         now = time.monotonic()
         if (
             hot is not None
@@ -179,9 +197,9 @@ class Supervisor:
                 return hot
             if await self._woken(hot):
                 return hot
-        child = await self._ensure_ready(model_name, embeddings, num_ctx, tokens)
+        child = await self._ensure_ready(model_name, embeddings, num_ctx, tokens, replica)
         if sleep.needs_wake(child, time.monotonic()) and not await self._woken(child):
-            child = await self._ensure_ready(model_name, embeddings, num_ctx, tokens)
+            child = await self._ensure_ready(model_name, embeddings, num_ctx, tokens, replica)
         child.catalog_checked = time.monotonic()
         return child
 
@@ -224,7 +242,7 @@ class Supervisor:
         return placed.engine_row, adapter
 
     async def _ensure_ready(
-        self, model_name: str, embeddings: bool, num_ctx: int | None, tokens: bool = False
+        self, model_name: str, embeddings: bool, num_ctx: int | None, tokens: bool = False, replica: int = 0
     ) -> Child:
         if self.stopping:  # stop_all stops the children it finds: one started after that would outlive it
             raise _shutting_down()
@@ -233,7 +251,7 @@ class Supervisor:
         except ModelNotFound:
             await self._evict_model(model_name, "model removed from the catalog")
             raise
-        key = child_key(model.name, embeddings, tokens)
+        key = instance_key(child_key(model.name, embeddings, tokens), replica)
         lock = self._locks.setdefault(key, asyncio.Lock())
         if (old := self.children.get(key)) is not None and old.weights != weights_id(model.path):
             # `blazar rm` + import of other weights under the same name, from another process
