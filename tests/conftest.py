@@ -62,6 +62,16 @@ def _existing(p: Path) -> Path:
     return p
 
 
+def manifest_asset(key: str, what: str) -> Path:
+    """The cached asset ``key`` of assets.json (``what`` names it when it is missing)."""
+    m = _manifest()
+    if key not in m:
+        pytest.fail(
+            f"assets.json has no {what}: run `make assets` (scripts/test_assets.py) again", pytrace=False
+        )
+    return _existing(Path(m[key]))
+
+
 @pytest.fixture(scope="session")
 def model_file() -> Path:
     """The real SmolLM2-135M-Instruct Q4_1 GGUF."""

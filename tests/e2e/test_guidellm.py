@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import HANG, Assets, Daemon, _existing, _manifest, cleanup, make_daemon, provision
+from tests.conftest import HANG, Assets, Daemon, cleanup, make_daemon, manifest_asset, provision
 
 pytestmark = pytest.mark.e2e
 
@@ -32,12 +32,7 @@ OUTPUT_TOKENS = 32
 
 @pytest.fixture(scope="module")
 def guidellm() -> Path:
-    m = _manifest()
-    if "guidellm" not in m:
-        pytest.fail(
-            "assets.json has no guidellm: run `make assets` (scripts/test_assets.py) again", pytrace=False
-        )
-    return _existing(Path(m["guidellm"]))
+    return manifest_asset("guidellm", "guidellm")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.browser import Browser
-from tests.conftest import Daemon, _existing, _manifest
+from tests.conftest import Daemon, manifest_asset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,12 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def chromium() -> Path:
     """The launcher of Debian's headless Chromium."""
-    m = _manifest()
-    if "chromium" not in m:
-        pytest.fail(
-            "assets.json has no Chromium: run `make assets` (scripts/test_assets.py) again", pytrace=False
-        )
-    return _existing(Path(m["chromium"]))
+    return manifest_asset("chromium", "Chromium")
 
 
 def artifacts() -> Path:

@@ -277,21 +277,16 @@ def render_default_config() -> str:
         tomlkit.comment('ca_file = "ca.pem"                # https: trust this CA instead of the system\'s')
     )
     doc.add(tomlkit.nl())
-    doc.add(
-        tomlkit.comment(
-            'Pools: "llama3" served by any healthy one of several remotes, conversations kept on one.'
-        )
-    )
-    doc.add(tomlkit.comment("[[pools]]"))
-    doc.add(tomlkit.comment('name = "llama3"                    # the model name clients ask for'))
-    doc.add(tomlkit.comment('remotes = ["gpu-box", "gpu-box-2"] # [[remotes]] names'))
-    doc.add(
-        tomlkit.comment('model = "llama3"                   # what each remote is asked for; default: name')
-    )
-    doc.add(tomlkit.comment('policy = "prefix"                  # or "least": always the least loaded'))
-    doc.add(
-        tomlkit.comment("affinity_bound = 4                 # in flight beyond the least loaded, then move")
-    )
+    for line in (
+        'Pools: "llama3" served by any healthy one of several remotes, conversations kept on one.',
+        "[[pools]]",
+        'name = "llama3"                    # the model name clients ask for',
+        'remotes = ["gpu-box", "gpu-box-2"] # [[remotes]] names',
+        'model = "llama3"                   # what each remote is asked for; default: name',
+        'policy = "prefix"                  # or "least": always the least loaded',
+        "affinity_bound = 4                 # in flight beyond the least loaded, then move",
+    ):
+        doc.add(tomlkit.comment(line))
     return tomlkit.dumps(doc)
 
 

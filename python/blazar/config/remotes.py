@@ -87,13 +87,19 @@ def _checked_secret(ctx: Ctx, where: str, value: object) -> str:
     return value
 
 
-def _remote(ctx: Ctx, index: int, table: object) -> RemoteConfig:
-    where = f"remotes[{index}]"
+def _table(ctx: Ctx, where: str, table: object, fields: tuple[str, ...], expected: str) -> dict[str, object]:
+    """``table`` when it is a table of only ``fields``, else the error naming the key that is not."""
     if not isinstance(table, dict):
-        raise ctx.bad(where, "a table with name and url", table)
+        raise ctx.bad(where, expected, table)
     for key in table:
-        if key not in _FIELDS:
-            raise ctx.unknown(key, f"{where}.{quote_key(key)}", _FIELDS)
+        if key not in fields:
+            raise ctx.unknown(key, f"{where}.{quote_key(key)}", fields)
+    return table
+
+
+def _remote(ctx: Ctx, index: int, value: object) -> RemoteConfig:
+    where = f"remotes[{index}]"
+    table = _table(ctx, where, value, _FIELDS, "a table with name and url")
     name = table.get("name")
     if not isinstance(name, str) or not KEY_NAME_PATTERN.fullmatch(name):
         raise ctx.bad(f"{where}.name", f"at most {KEY_NAME_MAX} letters, digits, '.', '_' and '-'", name)
@@ -136,13 +142,9 @@ def file_remotes(ctx: Ctx, value: object) -> tuple[RemoteConfig, ...]:
 _POOL_FIELDS: tuple[str, ...] = ("name", "remotes", "model", "policy", "affinity_bound")
 
 
-def _pool(ctx: Ctx, index: int, table: object, remotes: tuple[RemoteConfig, ...]) -> PoolConfig:
+def _pool(ctx: Ctx, index: int, value: object, remotes: tuple[RemoteConfig, ...]) -> PoolConfig:
     where = f"pools[{index}]"
-    if not isinstance(table, dict):
-        raise ctx.bad(where, "a table with name and remotes", table)
-    for key in table:
-        if key not in _POOL_FIELDS:
-            raise ctx.unknown(key, f"{where}.{quote_key(key)}", _POOL_FIELDS)
+    table = _table(ctx, where, value, _POOL_FIELDS, "a table with name and remotes")
     given = string(ctx, f"{where}.name", table.get("name"))
     try:
         name = normalize_model_name(given)

@@ -178,7 +178,10 @@ class Remotes:
         answer (any status under 500) closes its breaker, no answer opens it."""
         hosts = self.pooled()
         while hosts:
-            await asyncio.gather(*(_check(http, h) for h in hosts))
+            try:
+                await asyncio.gather(*(_check(http, h) for h in hosts))
+            except Exception:  # a check that failed in an unforeseen way must not end the others for good
+                log.exception("the pools' health check failed; trying again in %gs", HEALTH_SECS)
             await asyncio.sleep(HEALTH_SECS)
 
     def close(self) -> None:
