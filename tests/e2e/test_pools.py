@@ -13,10 +13,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
+import ollama
 import pytest
 
-from tests.conftest import HANG, Assets, Daemon, cleanup, make_daemon, provision, wait_for
+from tests.conftest import HANG, Assets, Daemon, cleanup, closing, make_daemon, provision, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -127,6 +129,22 @@ def test_conversations_spread_over_the_hosts_and_each_stays_on_one(front: Daemon
         front.url + "/v1/models", headers={"authorization": f"Bearer {CLIENT}"}, timeout=HANG
     ).json()
     assert {"smol:latest", "tight:latest"} <= {m["id"] for m in listed["data"]}
+
+
+def test_the_other_dialects_reach_a_pool_and_keep_its_conversations(front: Daemon) -> None:
+    question = QUESTIONS[1]
+    home = served_by(front, question)
+    client = closing(ollama.Client(host=front.url, headers={"authorization": f"Bearer {CLIENT}"}))
+    assert "smol:latest" in [m.model for m in client.list().models]  # what an Ollama UI lists
+    said = client.chat(
+        model="smol", messages=[{"role": "user", "content": question}], options={"num_predict": 4}
+    )
+    assert said.message.content
+    claude = closing(anthropic.Anthropic(base_url=front.url, api_key=CLIENT, max_retries=0))
+    raw = claude.messages.with_raw_response.create(
+        model="smol", max_tokens=4, messages=[{"role": "user", "content": question}]
+    )
+    assert raw.headers[SERVED_BY] == home and raw.parse().content[0].type == "text"
 
 
 def test_a_busy_host_sends_its_conversation_to_the_other(front: Daemon) -> None:
