@@ -299,7 +299,8 @@ _MODEL_ONLY = {
     "chat_template_file": "A Jinja template file, instead of the model's own.",
     "mmproj": "The vision projector GGUF; unset: an mmproj*.gguf next to the model, if any.",
     "replicas": "At most this many engines of the model on this host (1 unset), each with its own slots: another"
-    " starts when every slot of the running ones is busy, and one idle past its keep-alive stops.",
+    " starts when every slot of the running ones is busy; an extra one stops once idle 60 s (or at its keep-alive,"
+    " if sooner).",
 }
 """The per-model keys that have no top-level twin; every other ``ModelOverride`` field overrides its top-level
 value."""
