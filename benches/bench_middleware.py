@@ -183,7 +183,12 @@ def stub_engine(app: Any) -> None:
     child._state = State.READY  # a stand-in that never ran, serving
 
     async def ensure_ready(
-        model_name: str, *, embeddings: bool = False, num_ctx: int | None = None, tokens: bool = False
+        model_name: str,
+        *,
+        embeddings: bool = False,
+        num_ctx: int | None = None,
+        tokens: bool = False,
+        replica: int = 0,
     ) -> Any:
         return child
 
