@@ -34,11 +34,16 @@ CMAKE_FLAGS: tuple[str, ...] = (
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_BUILD_UI=OFF",
+    "-DGGML_RPC=ON",
 )
-"""Static, server-only, and nothing fetched from the network at build time."""
+"""Static, server-only, and nothing fetched from the network at build time; with ggml's RPC backend, so the server
+takes ``--rpc`` and ``rpc-server`` (what ``blazar worker`` runs) is built beside it."""
 
 QUANTIZER = "llama-quantize"
 """llama.cpp's quantization tool, built and installed beside ``llama-server``."""
+
+RPC_SERVER = "rpc-server"
+"""llama.cpp's RPC worker (ggml's RPC backend served on a TCP port), built and installed beside ``llama-server``."""
 
 _NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
 _MAKE_PCT = re.compile(rb"^\[\s*(\d+)%\]")
@@ -210,7 +215,7 @@ LLAMA = _Lane(
     lambda v, a: f"b{v}-{a}",
     _llama_flags,
     "llama-server",
-    (QUANTIZER,),
+    (QUANTIZER, RPC_SERVER),
 )
 
 
@@ -223,7 +228,8 @@ def build_llama_server(
     jobs: int | None = None,
     progress: Progress | None = None,
 ) -> BuildResult:
-    """Build ``llama-server`` (and ``llama-quantize`` beside it, which ``blazar quantize`` runs) from ``source``
+    """Build ``llama-server`` (and beside it ``llama-quantize``, which ``blazar quantize`` runs, and ``rpc-server``,
+    which ``blazar worker`` runs) from ``source``
     (a directory or tarball) and install it under ``engines_dir``."""
     result = _build(LLAMA, source, engines_dir, cuda, version, jobs, progress)
     check = subprocess.run([str(result.binary), "--version"], capture_output=True, timeout=60)
