@@ -117,12 +117,9 @@ def default_name(source: ModelRow, qtype: str) -> str:
 
 def find_tool(store: Store) -> Path:
     """``llama-quantize`` beside an installed llama-cpp engine: the active one first, then the others."""
-    rows = registry.list_all(store)
-    engines = sorted((r for r in rows if r.kind == "llama-cpp"), key=lambda r: not r.active)
-    for row in engines:
-        tool = Path(row.path).with_name(QUANTIZER)
-        if tool.is_file():
-            return tool
+    tool, engines = registry.beside(store, "llama-cpp", QUANTIZER)
+    if tool is not None:
+        return tool
     if not engines:
         raise QuantizeError(
             "quantizing needs llama.cpp's llama-quantize, which comes with a llama-cpp engine: install one with"

@@ -7,7 +7,22 @@ from typing import Annotated
 import typer
 
 from blazar import __version__
-from blazar.cli import bench, config, doctor, engine, keys, log, lora, models, ps, pull, quantize, run, serve
+from blazar.cli import (
+    bench,
+    config,
+    doctor,
+    engine,
+    keys,
+    log,
+    lora,
+    models,
+    ps,
+    pull,
+    quantize,
+    run,
+    serve,
+    worker,
+)
 
 app = typer.Typer(
     help="Blazar: one local endpoint for every inference engine.",
@@ -39,6 +54,7 @@ app.add_typer(engine.app, name="engine")
 app.add_typer(keys.app, name="keys")
 app.add_typer(config.app, name="config")
 app.add_typer(lora.app, name="lora")
+app.add_typer(worker.app, name="worker")
 app.command("serve")(serve.serve_cmd)
 app.command("import")(models.import_cmd)
 app.command("ls")(models.ls_cmd)

@@ -301,6 +301,10 @@ _MODEL_ONLY = {
     "replicas": "At most this many engines of the model on this host (1 unset), each with its own slots: another"
     " starts when every slot of the running ones is busy; an extra one stops once idle 60 s (or at its keep-alive,"
     " if sooner).",
+    "rpc_workers": "llama.cpp RPC workers (`blazar worker` on each host) the model's llama-server offloads layers"
+    ' to, as "host:port" strings or {address = "host:port", memory_mib = N} tables (memory_mib: what the worker'
+    " lends when its own report cannot be read); their memory counts in the fit. The RPC protocol has no"
+    " authentication: use a private network or a tunnel.",
 }
 """The per-model keys that have no top-level twin; every other ``ModelOverride`` field overrides its top-level
 value."""

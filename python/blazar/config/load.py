@@ -49,7 +49,7 @@ from blazar.config.model import (
     normalize_model_name,
     xdg_config_home,
 )
-from blazar.config.remotes import file_pools, file_remotes
+from blazar.config.remotes import file_pools, file_remotes, rpc_workers
 from blazar.errors import ConfigError
 from blazar.paths import MAX_REPLICAS
 
@@ -200,6 +200,7 @@ _MODEL_LEVEL: dict[str, Check] = {
     "chat_template_file": path_value,
     "mmproj": path_value,
     "replicas": lambda ctx, key, value: integer(ctx, key, value, 1, MAX_REPLICAS),
+    "rpc_workers": rpc_workers,
 }
 
 _TOP_KEYS: tuple[str, ...] = (*_TOP_LEVEL, "models", "keys", "remotes", "pools")

@@ -190,6 +190,28 @@ class RemoteConfig:
         return f"RemoteConfig(name={self.name!r}, url={self.url!r}, api_key={key}, parallel={self.parallel})"
 
 
+DEFAULT_RPC_PORT = 50052
+"""llama.cpp's ``rpc-server`` listens here unless told otherwise."""
+MAX_RPC_WORKERS = 16
+"""ggml's RPC backend serves at most this many endpoints (``GGML_RPC_MAX_SERVERS``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RpcWorker:
+    """One llama.cpp RPC worker (``rpc-server``, run by ``blazar worker``) that a model's llama-server offloads
+    layers to: ``rpc_workers = ["host:port", {address = "host:port", memory_mib = N}]``. ``memory_mib`` is the
+    memory it lends, used when the worker's own report cannot be read."""
+
+    host: str
+    port: int
+    memory_mib: int | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port``, as llama-server's ``--rpc`` takes it."""
+        return f"{self.host}:{self.port}"
+
+
 DEFAULT_POOL_AFFINITY_BOUND = 4
 POOL_POLICIES = ("prefix", "least")
 
@@ -278,6 +300,8 @@ class ModelOverride:
     mmproj: Path | None = None
     replicas: int | None = None
     """Engines of the model on this host at most (each with its own slots), started as load needs them."""
+    rpc_workers: tuple[RpcWorker, ...] = ()
+    """llama.cpp RPC workers its llama-server offloads layers to (``--rpc``), counted in its memory fit."""
 
     def template_text(self) -> str | None:
         """The chat template this table starts the model's engine with: ``chat_template_file``'s text, else

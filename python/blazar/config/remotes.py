@@ -1,4 +1,5 @@
-"""Remotes in the config: ``[[remotes]]`` tables and the ``[[pools]]`` that serve one model from several, validated.
+"""Remotes in the config: ``[[remotes]]`` tables, the ``[[pools]]`` that serve one model from several, and a
+model's ``rpc_workers`` (llama.cpp RPC servers its engine offloads to), validated.
 
 A remote is another Blazar or any OpenAI-compatible server; a request for ``name:model`` goes there with
 ``model`` as the model. It owns every message about a remote's table; no message shows its key. It is internal to
@@ -17,6 +18,7 @@ from blazar.config.checks import (
     choice,
     env_value,
     integer,
+    is_host_text,
     path_value,
     quote_key,
     string,
@@ -27,9 +29,11 @@ from blazar.config.model import (
     DEFAULT_REMOTE_PARALLEL,
     KEY_NAME_MAX,
     KEY_NAME_PATTERN,
+    MAX_RPC_WORKERS,
     POOL_POLICIES,
     PoolConfig,
     RemoteConfig,
+    RpcWorker,
     normalize_model_name,
 )
 from blazar.errors import ConfigError
@@ -188,6 +192,52 @@ def file_pools(ctx: Ctx, value: object, remotes: tuple[RemoteConfig, ...]) -> tu
         if any(p.name == pool.name for p in out):
             raise ConfigError(f"{ctx.source}: two [[pools]] are named '{pool.name}'; names must be unique")
         out.append(pool)
+    return tuple(out)
+
+
+_WORKER_FIELDS: tuple[str, ...] = ("address", "memory_mib")
+_WORKER_RULE = 'a "host:port" string (a host name or IPv4 address, such as "10.0.0.7:50052")'
+
+
+def _worker_address(ctx: Ctx, where: str, value: object) -> tuple[str, int]:
+    if not isinstance(value, str):
+        raise ctx.bad(where, _WORKER_RULE, value)
+    host, sep, port_text = value.strip().rpartition(":")
+    if not sep or not host or ":" in host or "[" in host or not is_host_text(host):
+        # llama-server's --rpc splits each endpoint at its first ':', so an IPv6 literal cannot be given
+        raise ctx.bad(where, _WORKER_RULE + "; IPv6 literals are not accepted by llama-server's --rpc", value)
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ctx.bad(where, _WORKER_RULE + " with a port from 1 to 65535", value)
+    return host, int(port_text)
+
+
+def rpc_workers(ctx: Ctx, key: str, value: object) -> tuple[RpcWorker, ...]:
+    """A model's ``rpc_workers``: ``"host:port"`` strings or ``{address = "host:port", memory_mib = N}`` tables
+    (``memory_mib``: what the worker lends when its own report cannot be read), each named once."""
+    if not isinstance(value, list):
+        raise ctx.bad(key, 'an array of "host:port" strings', value)
+    if len(value) > MAX_RPC_WORKERS:
+        raise ConfigError(
+            f"{ctx.source}: key '{key}' names {len(value)} workers; llama.cpp's RPC backend takes at most"
+            f" {MAX_RPC_WORKERS}"
+        )
+    out: list[RpcWorker] = []
+    for i, item in enumerate(value):
+        where = f"{key}[{i}]"
+        memory = None
+        if isinstance(item, dict):
+            table = _table(ctx, where, item, _WORKER_FIELDS, "a table with address")
+            if "address" not in table:
+                raise ConfigError(f"{ctx.source}: '{where}' has no address")
+            item = table["address"]
+            where += ".address"
+            if "memory_mib" in table:
+                memory = integer(ctx, f"{key}[{i}].memory_mib", table["memory_mib"], 1)
+        host, port = _worker_address(ctx, where, item)
+        worker = RpcWorker(host, port, memory)
+        if any(w.address == worker.address for w in out):
+            raise ConfigError(f"{ctx.source}: key '{key}' names {worker.address} twice")
+        out.append(worker)
     return tuple(out)
 
 

@@ -191,6 +191,17 @@ def list_all(store: Store) -> list[EngineRow]:
     return [_row(r) for r in store.conn.execute(f"SELECT {_COLS} FROM engines ORDER BY kind, created_at")]
 
 
+def beside(store: Store, kind: str, tool: str) -> tuple[Path | None, list[EngineRow]]:
+    """``tool`` (a program that ships with engines of ``kind``, such as llama.cpp's ``llama-quantize``) beside an
+    installed engine of that kind, the active one first; and the engines looked in, for the caller's message."""
+    engines = sorted((r for r in list_all(store) if r.kind == kind), key=lambda r: not r.active)
+    for row in engines:
+        path = Path(row.path).with_name(tool)
+        if path.is_file():
+            return path, engines
+    return None, engines
+
+
 def active(store: Store, kind: str) -> EngineRow | None:
     for r in store.conn.execute(f"SELECT {_COLS} FROM engines WHERE kind = ? AND active = 1", (kind,)):
         return _row(r)

@@ -451,6 +451,8 @@ def refusal(req: FitRequest, est: MemoryEstimate, hw: Hardware) -> str:
     }[est.placement]
     if est.placement == "cpu" and hw.gpus:
         where = "RAM (gpu_layers = 0)"
+    elif any(g.remote for g in hw.gpus):  # RPC workers lend their devices as GPUs
+        where = where.replace("GPU memory", "the memory of the GPUs and RPC workers")
     parts = [
         f"weights {human_bytes(est.weights)}",
         f"KV cache {human_bytes(est.kv)} at ctx {est.ctx_size} ({s.cache_type_k}/{s.cache_type_v})",

@@ -19,12 +19,13 @@ import psutil
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
-    """One GPU as NVML reports it; memory in bytes."""
+    """One GPU as NVML reports it, or a device an RPC worker lends (``remote``); memory in bytes."""
 
     index: int
     name: str
     total_bytes: int
     free_bytes: int
+    remote: bool = False
 
 
 @dataclass(frozen=True, slots=True)

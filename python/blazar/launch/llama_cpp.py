@@ -90,6 +90,8 @@ def compile(
     ]  # fmt: skip
     if st.threads > 0:
         argv += ["--threads", str(st.threads)]
+    if st.rpc_workers:  # their devices come after the local GPUs; layers are split by free memory
+        argv += ["--rpc", ",".join(w.address for w in st.rpc_workers)]
     if st.gpu_layers >= 0:
         argv += ["--n-gpu-layers", str(st.gpu_layers)]
     if est.placement == "cpu":

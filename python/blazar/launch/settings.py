@@ -1,6 +1,7 @@
 """A model's effective launch settings, read once for every lane: ``model_settings`` (the config's defaults, then
 the model's ``[models."name:tag"]`` override; ``parallel = "auto"`` resolved: 4 slots sharing the context), the
-memory fit (``fit_model``), the model's shards and its vision projector. No I/O beyond reading model headers.
+memory fit (``fit_model``, with the memory of the model's RPC workers), the model's shards and its vision
+projector. No I/O beyond reading model headers and asking the model's RPC workers for their memory.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from blazar._native import GgufError, read_gguf_metadata
 from blazar.catalog import capabilities
 from blazar.catalog.models import ModelRow, read_header
 from blazar.config import Config
-from blazar.config.model import AUTO_SLOTS, PARALLEL_AUTO
+from blazar.config.model import AUTO_SLOTS, PARALLEL_AUTO, RpcWorker
 from blazar.errors import CatalogError, LaneError
 from blazar.launch.fit import MIB, N_UBATCH, Fit, FitRequest, KvSettings, fit, kv_shape
 from blazar.launch.hardware import Hardware, probe
+from blazar.launch.workers import lend
 
 log = logging.getLogger("blazar.profile")
 
@@ -80,6 +82,8 @@ class ModelSettings:
     replicas: int = 1
     """Engines of the model on this host at most (``replicas``): its chat engine's instances, each with these
     settings."""
+    rpc_workers: tuple[RpcWorker, ...] = ()
+    """llama.cpp RPC workers its llama-server engines offload layers to (``--rpc``)."""
     kv_unified: bool = False
     """The slots share one KV cache of ``ctx_size`` cells, each able to use all of it (``parallel = "auto"``, as
     llama-server's own ``--parallel -1``), rather than ``ctx_size / parallel`` each."""
@@ -138,6 +142,7 @@ def model_settings(cfg: Config, model_name: str) -> ModelSettings:
         lookup_cache=cfg.lookup_cache if ov.lookup_cache is None else ov.lookup_cache,
         idle_sleep_secs=cfg.idle_sleep_secs if ov.idle_sleep_secs is None else ov.idle_sleep_secs,
         replicas=ov.replicas or 1,
+        rpc_workers=ov.rpc_workers,
     )
 
 
@@ -156,7 +161,10 @@ def fit_model(
 
     ``ctx_size`` is a request's (Ollama's ``num_ctx`` times the slots): it is capped at the context the model was
     trained on per slot, as Ollama caps it, so that one request cannot make the engine restart with a context
-    sized to all free memory (``num_ctx: 1e308`` asked for a million cells and a minute of loading)."""
+    sized to all free memory (``num_ctx: 1e308`` asked for a million cells and a minute of loading).
+
+    The model's ``rpc_workers`` lend their devices to ``hardware`` (``launch.workers.lend``: a worker that cannot
+    be used is a ``WorkerUnreachable`` naming the fix)."""
     st = model_settings(cfg, model.name)
     header = read_header(model.path)
     md = header.get("metadata")
@@ -191,7 +199,10 @@ def fit_model(
         gpu_layers=st.gpu_layers,
         mmproj=_size(mmproj) if mmproj is not None else 0,
     )
-    return fit(req, hardware or probe(), headroom=cfg.memory_headroom_mib * MIB)
+    hw = hardware or probe()
+    if st.rpc_workers:
+        hw = lend(hw, st.rpc_workers)
+    return fit(req, hw, headroom=cfg.memory_headroom_mib * MIB)
 
 
 def mmproj_for(cfg: Config, model: ModelRow) -> Path | None:

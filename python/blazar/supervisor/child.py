@@ -58,22 +58,22 @@ def _prctl() -> Any:
 _PRCTL = _prctl()
 
 
-def _die_with_daemon() -> Callable[[], None] | None:
-    """For an engine's process, between fork and exec (Linux): SIGTERM when the daemon's thread that started it
-    (the event loop's, which lives as long as the daemon) ends, so a daemon killed with SIGKILL (an OOM kill)
-    leaves no engine holding its memory. One that survives anyway (it ignores SIGTERM, or the daemon died before
+def die_with_daemon() -> Callable[[], None] | None:
+    """For an engine's process (and ``blazar worker``'s rpc-server), between fork and exec (Linux): SIGTERM when
+    the daemon's thread that started it (the event loop's, which lives as long as the daemon) ends, so a daemon
+    killed with SIGKILL (an OOM kill) leaves no engine holding its memory. One that survives anyway (it ignores SIGTERM, or the daemon died before
     this was set) is stopped by the next daemon's start (``DataDir.sweep_run``)."""
     prctl = _PRCTL
     if prctl is None:
         return None
     daemon = os.getpid()  # this process, at this spawn
 
-    def die_with_daemon() -> None:
+    def set_parent_death_signal() -> None:
         prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
         if os.getppid() != daemon:  # it died before the signal was set
             os._exit(1)
 
-    return die_with_daemon
+    return set_parent_death_signal
 
 
 class State(enum.Enum):
@@ -281,7 +281,7 @@ class Child:
                     stdout=log,
                     stderr=log,
                     start_new_session=True,
-                    preexec_fn=_die_with_daemon(),
+                    preexec_fn=die_with_daemon(),
                     env=self.env,
                 )
             except OSError as e:

@@ -1,0 +1,145 @@
+"""`blazar worker`: a real rpc-server (the one built beside llama-server) run and supervised, restarted when it is
+killed, stopped by `blazar worker stop`; and every refusal one red line with the next command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import HANG, Assets, blazar_cmd, free_port, pid_alive, wait_for
+
+
+def _state(env: dict[str, str], port: int) -> dict[str, Any] | None:
+    try:
+        state: dict[str, Any] = json.loads(
+            (Path(env["BLAZAR_DATA_DIR"]) / "run" / f"worker-{port}.json").read_text()
+        )
+    except (OSError, ValueError):
+        return None
+    return state
+
+
+def _listening(pid: object, port: int) -> bool:
+    try:
+        conns = psutil.Process(int(str(pid))).net_connections(kind="tcp")
+    except (psutil.Error, ValueError):
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in conns)
+
+
+def _rpc_pid(env: dict[str, str], port: int) -> int | None:
+    state = _state(env, port)
+    pid = state.get("rpc_pid") if state else None
+    return int(pid) if pid and _listening(pid, port) else None
+
+
+@pytest.fixture()
+def engine_env(env: dict[str, str], assets: Assets) -> dict[str, str]:
+    blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(assets.llama_server), env=env)
+    return env
+
+
+def _worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "blazar", "worker", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+@pytest.fixture()
+def running(engine_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    port = free_port()
+    proc = _worker(engine_env, "--port", str(port))
+    wait_for(lambda: _rpc_pid(engine_env, port) is not None or proc.poll() is not None, HANG, "rpc-server")
+    assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+    yield proc, port
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_killed_rpc_server_is_restarted_and_stop_ends_both(
+    running: tuple[subprocess.Popen[str], int], engine_env: dict[str, str]
+) -> None:
+    proc, port = running
+    first = _rpc_pid(engine_env, port)
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: (_rpc_pid(engine_env, port) or first) != first, HANG, "a new rpc-server listening")
+    second = _rpc_pid(engine_env, port)
+    assert second is not None and second != first
+    checked = blazar_cmd("worker", "check", f"127.0.0.1:{port}", env=engine_env)
+    assert checked.stdout.startswith(f"127.0.0.1:{port}: RPC protocol 7.")
+    twice = blazar_cmd("worker", "--port", str(port), env=engine_env, check=False)
+    assert twice.returncode == 1 and f"a worker already runs on port {port}" in twice.stderr
+    assert f"`blazar worker stop --port {port}`" in twice.stderr
+    stopped = blazar_cmd("worker", "stop", "--port", str(port), env=engine_env)
+    assert f"stopped the worker on port {port} (pid {proc.pid})" in stopped.stdout
+    assert proc.wait(timeout=HANG) == 0
+    out = proc.stdout.read() if proc.stdout else ""
+    assert f"listens on 127.0.0.1:{port}" in out and "killed by SIGKILL" in out and "worker stopped" in out, (
+        out
+    )
+    assert not pid_alive(second) and _state(engine_env, port) is None
+
+
+def test_a_sigkilled_worker_takes_its_rpc_server_with_it(
+    running: tuple[subprocess.Popen[str], int], engine_env: dict[str, str]
+) -> None:
+    proc, port = running
+    rpc = _rpc_pid(engine_env, port)
+    assert rpc is not None
+    proc.kill()
+    proc.wait()
+    wait_for(lambda: not pid_alive(rpc), HANG, "the orphaned rpc-server ending")
+
+
+def test_a_port_another_program_holds_is_refused(engine_env: dict[str, str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = blazar_cmd("worker", "--port", str(port), env=engine_env, check=False)
+    assert r.returncode == 1 and f"127.0.0.1:{port} is in use by another program" in r.stderr
+
+
+def test_an_rpc_server_that_cannot_start_says_why(engine_env: dict[str, str]) -> None:
+    r = blazar_cmd("worker", "--port", str(free_port()), "--device", "NOPE0", env=engine_env, check=False)
+    assert r.returncode == 1 and "exited (status 1) before it listened" in r.stderr
+    assert "unknown device: NOPE0" in r.stderr
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "8.8.8.8"])
+def test_a_public_address_is_refused_unless_allowed(env: dict[str, str], host: str) -> None:
+    r = blazar_cmd("worker", "--host", host, env=env, check=False)
+    assert r.returncode == 1 and f"refusing to listen on {host}" in r.stderr
+    assert "has no authentication" in r.stderr and "--allow-public" in r.stderr
+
+
+def test_without_an_engine_the_worker_names_the_install(env: dict[str, str]) -> None:
+    r = blazar_cmd("worker", "--port", str(free_port()), env=env, check=False)
+    assert r.returncode == 1 and "`blazar engine install --kind llama-cpp`" in r.stderr
+
+
+def test_stop_and_check_without_a_worker(env: dict[str, str]) -> None:
+    port = free_port()
+    r = blazar_cmd("worker", "stop", "--port", str(port), env=env, check=False)
+    assert r.returncode == 1 and f"no worker runs on port {port} here" in r.stderr
+    r = blazar_cmd("worker", "check", f"127.0.0.1:{port}", env=env, check=False)
+    assert r.returncode == 1 and f"RPC worker 127.0.0.1:{port} does not answer" in r.stderr
+    r = blazar_cmd("worker", "check", "nowhere", env=env, check=False)
+    assert r.returncode == 1 and "'nowhere' is not a host:port address" in r.stderr
