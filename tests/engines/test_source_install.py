@@ -33,6 +33,7 @@ def test_from_source_installs_the_cached_build_and_it_serves(daemon_factory: obj
     assert f"installed llama-cpp {TAG} from source: {installed / 'llama-server'} (active)" in out, out
     assert filecmp.cmp(installed / "llama-server", assets.llama_server, shallow=False)
     assert (installed / "llama-quantize").is_file()  # `blazar quantize` finds it beside the server
+    assert (installed / "ggml-rpc-server").is_file()  # and `blazar worker` its RPC server
     again = d.cli("engine", "install", "--kind", "llama-cpp", "--from", "source", check=False)
     assert again.returncode == 1 and f"llama-cpp {TAG} is already installed" in again.stderr, again.stderr
     d.start()

@@ -17,6 +17,7 @@ import pytest
 
 from blazar._native import read_gguf_metadata
 from blazar.config.model import RpcWorker
+from blazar.engines.build import RPC_SERVER
 from blazar.launch import workers
 from blazar.launch.fit import FitRequest, KvSettings, fit, kv_shape
 from blazar.launch.hardware import Gpu, Hardware
@@ -30,7 +31,7 @@ HANG = 600.0
 def rpc_server(assets: Assets) -> Iterator[RpcWorker]:
     """A real rpc-server (built beside llama-server) on a loopback port."""
     port = free_port()
-    binary = assets.llama_server.with_name("rpc-server")
+    binary = assets.llama_server.with_name(RPC_SERVER)
     proc = subprocess.Popen(
         [str(binary), "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,

@@ -14,7 +14,7 @@ import typer
 from blazar.cli.common import console, err_console, handles_errors, opened, steps_on
 from blazar.config.model import DEFAULT_RPC_PORT, RpcWorker
 from blazar.engines import registry
-from blazar.engines.build import RPC_SERVER
+from blazar.engines.build import RPC_SERVER, RPC_SERVER_NAMES
 from blazar.launch import workers
 from blazar.supervisor import worker as supervised
 
@@ -82,14 +82,17 @@ def worker_cmd(
             " address (--host 10.x.x.x, a VPN's or tunnel's), or pass --allow-public if you really mean it"
         )
     with opened() as (_cfg, data, store):
-        binary, engines = registry.beside(store, "llama-cpp", RPC_SERVER)
+        for name in RPC_SERVER_NAMES:
+            binary, engines = registry.beside(store, "llama-cpp", name)
+            if binary is not None:
+                break
         if binary is None:
             raise supervised.WorkerError(_no_rpc_server(engines))
         spec = supervised.WorkerSpec(binary, host, port, tuple(device or ()), threads, cache)
     say = steps_on(err_console)
     if problem is not None:
         say(f"warning: {problem}; anyone who reaches {spec.address} can use this worker")
-    say(f"starting {RPC_SERVER} on {spec.address} (Ctrl-C or `blazar worker stop --port {port}` stops it)")
+    say(f"starting {binary.name} on {spec.address} (Ctrl-C or `blazar worker stop --port {port}` stops it)")
     supervised.Worker(spec, data, say).run()
     say("worker stopped")
 

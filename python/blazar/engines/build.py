@@ -37,13 +37,16 @@ CMAKE_FLAGS: tuple[str, ...] = (
     "-DGGML_RPC=ON",
 )
 """Static, server-only, and nothing fetched from the network at build time; with ggml's RPC backend, so the server
-takes ``--rpc`` and ``rpc-server`` (what ``blazar worker`` runs) is built beside it."""
+takes ``--rpc`` and its RPC worker (``ggml-rpc-server``, what ``blazar worker`` runs) is built beside it."""
 
 QUANTIZER = "llama-quantize"
 """llama.cpp's quantization tool, built and installed beside ``llama-server``."""
 
-RPC_SERVER = "rpc-server"
-"""llama.cpp's RPC worker (ggml's RPC backend served on a TCP port), built and installed beside ``llama-server``."""
+RPC_SERVER = "ggml-rpc-server"
+"""llama.cpp's RPC worker (ggml's RPC backend served on a TCP port), built and installed beside ``llama-server``:
+its name since llama.cpp renamed ``rpc-server`` (the pinned build's, and recent releases')."""
+RPC_SERVER_NAMES = (RPC_SERVER, "rpc-server")
+"""The RPC worker's names, newest first: an older build or release beside an engine has ``rpc-server``."""
 
 _NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
 _MAKE_PCT = re.compile(rb"^\[\s*(\d+)%\]")
@@ -215,7 +218,7 @@ LLAMA = _Lane(
     lambda v, a: f"b{v}-{a}",
     _llama_flags,
     "llama-server",
-    (QUANTIZER, RPC_SERVER),
+    (QUANTIZER, *RPC_SERVER_NAMES),  # the one target the tree has is built
 )
 
 
@@ -228,7 +231,7 @@ def build_llama_server(
     jobs: int | None = None,
     progress: Progress | None = None,
 ) -> BuildResult:
-    """Build ``llama-server`` (and beside it ``llama-quantize``, which ``blazar quantize`` runs, and ``rpc-server``,
+    """Build ``llama-server`` (and beside it ``llama-quantize``, which ``blazar quantize`` runs, and ``ggml-rpc-server``,
     which ``blazar worker`` runs) from ``source``
     (a directory or tarball) and install it under ``engines_dir``."""
     result = _build(LLAMA, source, engines_dir, cuda, version, jobs, progress)

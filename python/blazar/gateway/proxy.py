@@ -144,10 +144,16 @@ async def _engine_failed(sup: Supervisor, child: Child, exc: BaseException) -> H
         )
     if dead:
         code = child.proc.returncode if child.proc else None
+        workers = sup.cfg.model_override(child.model).rpc_workers
+        lost = (  # llama.cpp's RPC client aborts the engine when a worker's connection breaks
+            f"; a worker it offloads to may have gone (`blazar worker check {workers[0].address}` asks one)"
+            if workers
+            else ""
+        )
         return HttpError(
             502,
             f"engine for '{child.model}' died while serving the request (exit {code});"
-            f" the next request restarts it; see {sup.data.log_name(child.key)}",
+            f" the next request restarts it; see {sup.data.log_name(child.key)}{lost}",
             "engine_error",
         )
     # a unix socket's connection error names its path
