@@ -44,9 +44,34 @@ def _rpc_pid(env: dict[str, str], port: int) -> int | None:
 
 
 @pytest.fixture()
-def engine_env(env: dict[str, str], assets: Assets) -> dict[str, str]:
-    blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(assets.llama_server), env=env)
+def configured(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with its config file written (empty: the embedded defaults)."""
+    cfg = Path(env["BLAZAR_CONFIG"])
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text("")
     return env
+
+
+@pytest.fixture()
+def engine_env(configured: dict[str, str], assets: Assets) -> dict[str, str]:
+    blazar_cmd("engine", "add", "--kind", "llama-cpp", "--path", str(assets.llama_server), env=configured)
+    return configured
+
+
+def _new_rpc_pid(proc: subprocess.Popen[str], env: dict[str, str], port: int, old: int | None = None) -> int:
+    """The worker's rpc-server once one other than ``old`` listens; the worker's output if it exits first."""
+    found: list[int] = []
+
+    def seen() -> bool:
+        pid = _rpc_pid(env, port)
+        if pid is not None and pid != old:
+            found.append(pid)
+            return True
+        return proc.poll() is not None
+
+    wait_for(seen, HANG, "the worker's rpc-server listening")
+    assert found, f"the worker exited {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}"
+    return found[0]
 
 
 def _worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
@@ -64,12 +89,11 @@ def _worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
 def running(engine_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = free_port()
     proc = _worker(engine_env, "--port", str(port))
-    wait_for(lambda: _rpc_pid(engine_env, port) is not None or proc.poll() is not None, HANG, "rpc-server")
-    assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+    _new_rpc_pid(proc, engine_env, port)
     yield proc, port
     if proc.poll() is None:
         proc.kill()
-        proc.wait()
+    proc.communicate()  # reaped, its pipe closed
 
 
 def test_a_killed_rpc_server_is_restarted_and_stop_ends_both(
@@ -79,15 +103,14 @@ def test_a_killed_rpc_server_is_restarted_and_stop_ends_both(
     first = _rpc_pid(engine_env, port)
     assert first is not None
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: (_rpc_pid(engine_env, port) or first) != first, HANG, "a new rpc-server listening")
-    second = _rpc_pid(engine_env, port)
-    assert second is not None and second != first
+    second = _new_rpc_pid(proc, engine_env, port, first)
     checked = blazar_cmd("worker", "check", f"127.0.0.1:{port}", env=engine_env)
     assert checked.stdout.startswith(f"127.0.0.1:{port}: RPC protocol 7.")
     twice = blazar_cmd("worker", "--port", str(port), env=engine_env, check=False)
     assert twice.returncode == 1 and f"a worker already runs on port {port}" in twice.stderr
     assert f"`blazar worker stop --port {port}`" in twice.stderr
-    stopped = blazar_cmd("worker", "stop", "--port", str(port), env=engine_env)
+    stopped = blazar_cmd("worker", "stop", "--port", str(port), env=engine_env, check=False)
+    assert stopped.returncode == 0, stopped.stderr
     assert f"stopped the worker on port {port} (pid {proc.pid})" in stopped.stdout
     assert proc.wait(timeout=HANG) == 0
     out = proc.stdout.read() if proc.stdout else ""
@@ -124,18 +147,19 @@ def test_an_rpc_server_that_cannot_start_says_why(engine_env: dict[str, str]) ->
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "8.8.8.8"])
-def test_a_public_address_is_refused_unless_allowed(env: dict[str, str], host: str) -> None:
-    r = blazar_cmd("worker", "--host", host, env=env, check=False)
+def test_a_public_address_is_refused_unless_allowed(configured: dict[str, str], host: str) -> None:
+    r = blazar_cmd("worker", "--host", host, env=configured, check=False)
     assert r.returncode == 1 and f"refusing to listen on {host}" in r.stderr
     assert "has no authentication" in r.stderr and "--allow-public" in r.stderr
 
 
-def test_without_an_engine_the_worker_names_the_install(env: dict[str, str]) -> None:
-    r = blazar_cmd("worker", "--port", str(free_port()), env=env, check=False)
+def test_without_an_engine_the_worker_names_the_install(configured: dict[str, str]) -> None:
+    r = blazar_cmd("worker", "--port", str(free_port()), env=configured, check=False)
     assert r.returncode == 1 and "`blazar engine install --kind llama-cpp`" in r.stderr
 
 
-def test_stop_and_check_without_a_worker(env: dict[str, str]) -> None:
+def test_stop_and_check_without_a_worker(configured: dict[str, str]) -> None:
+    env = configured
     port = free_port()
     r = blazar_cmd("worker", "stop", "--port", str(port), env=env, check=False)
     assert r.returncode == 1 and f"no worker runs on port {port} here" in r.stderr

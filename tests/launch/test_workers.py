@@ -126,7 +126,7 @@ def test_the_fit_counts_the_workers_devices(rpc_server: RpcWorker, model_file: P
         settings=KvSettings("f16", "f16", "auto", False, 1, False),
     )  # fmt: skip
     alone = fit(req, _machine(), headroom=0)
-    assert alone.refusal is not None and "in RAM" in alone.refusal
+    assert alone.refusal is not None and "of RAM is free" in alone.refusal and "rpc_workers" in alone.refusal
     two = replace(
         _machine(), gpus=tuple(Gpu(i, f"RPC0 10.0.0.{i}:50052", 30 * GIB, 30 * GIB, True) for i in range(2))
     )

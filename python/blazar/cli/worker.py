@@ -53,7 +53,8 @@ def worker_cmd(
     device: Annotated[
         list[str] | None,
         typer.Option(
-            help="A device to lend, as rpc-server names it (repeatable, e.g. --device CUDA0); default: all."
+            help="A device to lend, as the RPC server names it (repeatable, e.g. --device CUDA0); default: every"
+            " GPU, else the CPU."
         ),
     ] = None,
     threads: Annotated[

@@ -462,7 +462,8 @@ def refusal(req: FitRequest, est: MemoryEstimate, hw: Hardware) -> str:
         parts.append(f"mmproj {human_bytes(est.mmproj)}")
     weights_alone = est.weights + est.mmproj > est.available
     levers = (
-        "a smaller quantization of the model, or gpu_layers to split it between GPU and RAM"
+        "a smaller quantization of the model, gpu_layers to split it between GPU and RAM, or rpc_workers to lend"
+        " it other hosts' memory (`blazar worker` on each)"
         if weights_alone
         else 'a smaller ctx_size, a quantized KV cache (cache_type_k/cache_type_v = "q8_0" or "q4_0"), '
         + ("" if s.unified else f"fewer parallel slots (now {s.parallel}), ")

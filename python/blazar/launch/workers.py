@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -82,6 +83,23 @@ def _start_hint(w: RpcWorker) -> str:
     return f"start it there with `blazar worker --host {w.host} --port {w.port}`"
 
 
+def _answer_later(sock: socket.socket, size: int) -> None:
+    """Wait (in a daemon thread) for the HELLO answer a busy worker owes, then close: closing before it answers
+    would make it write to a closed connection once it gets to this one, and an RPC server that does not ignore
+    SIGPIPE (one started by hand) dies of that."""
+
+    def drain() -> None:
+        try:
+            sock.settimeout(None)
+            _recv_exact(sock, 8 + size)
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+    threading.Thread(target=drain, name="rpc-hello-drain", daemon=True).start()
+
+
 def read(worker: RpcWorker, *, timeout: float = READ_SECS) -> WorkerReport:
     """Ask ``worker`` for its version and its devices' memory; ``WorkerUnreachable`` says why it cannot be used."""
     where = f"RPC worker {worker.address}"
@@ -91,32 +109,37 @@ def read(worker: RpcWorker, *, timeout: float = READ_SECS) -> WorkerReport:
         raise WorkerDown(
             f"{where} does not answer ({e.strerror or e}): {_start_hint(worker)}, or remove it from rpc_workers"
         ) from None
-    with sock:
+    hello_size = 4 + CONN_CAPS_SIZE
+    owned = True
+    try:
         try:
-            hello = _call(sock, CMD_HELLO, bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE)
-            version = (hello[0], hello[1], hello[2])
-            if version[0] != PROTOCOL_MAJOR:
-                raise WorkerUnreachable(
-                    f"{where} speaks RPC protocol {'.'.join(map(str, version))}, this llama-server"
-                    f" {PROTOCOL_MAJOR}.x: run the same llama.cpp build on both (`blazar engine install` there)"
-                )
-            (count,) = struct.unpack("<I", _call(sock, CMD_DEVICE_COUNT, b"", 4))
-            devices = []
-            for d in range(count):
-                free, total = struct.unpack(
-                    "<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", d), 16)
-                )
-                devices.append((free, total))
+            hello = _call(sock, CMD_HELLO, bytes(CONN_CAPS_SIZE), hello_size)
         except TimeoutError:
+            _answer_later(sock, hello_size)
+            owned = False
             raise WorkerUnreachable(
                 f"{where} accepted but did not answer in {timeout:g} s: an RPC server serves one client at a time,"
                 " and it is serving another (a second engine of this model, or another host's); stop that one,"
                 " or run one more `blazar worker` on another port for it"
             ) from None
-        except (OSError, ValueError) as e:
+        version = (hello[0], hello[1], hello[2])
+        if version[0] != PROTOCOL_MAJOR:
             raise WorkerUnreachable(
-                f"{where} broke off the RPC handshake ({e}); is it an RPC server? {_start_hint(worker)}"
-            ) from None
+                f"{where} speaks RPC protocol {'.'.join(map(str, version))}, this llama-server"
+                f" {PROTOCOL_MAJOR}.x: run the same llama.cpp build on both (`blazar engine install` there)"
+            )
+        (count,) = struct.unpack("<I", _call(sock, CMD_DEVICE_COUNT, b"", 4))
+        devices = []
+        for d in range(count):
+            free, total = struct.unpack("<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", d), 16))
+            devices.append((free, total))
+    except (OSError, ValueError) as e:  # a timeout after the handshake included: it answered, then stopped
+        raise WorkerUnreachable(
+            f"{where} broke off the RPC handshake ({e}); is it an RPC server? {_start_hint(worker)}"
+        ) from None
+    finally:
+        if owned:
+            sock.close()
     return WorkerReport(worker.address, version, tuple(devices))
 
 

@@ -31,6 +31,8 @@ from blazar.supervisor.child import die_with_daemon
 
 HEALTH_SECS = 0.5
 """How often the rpc-server is looked at: alive, and listening."""
+START_POLL_SECS = 0.05
+"""How often a starting rpc-server is looked at until it listens (it takes well under a second)."""
 LISTEN_SECS = 60.0
 """How long an rpc-server may take to listen (it starts in well under a second) before it is restarted."""
 STABLE_SECS = 60.0
@@ -195,6 +197,9 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C reaches this process, which stops it in order
                 preexec_fn=die_with_daemon(),  # and a SIGKILL of this process stops it too
+                # Python's SIGPIPE ignored, kept across exec: an RPC server writing to a client that has gone (an
+                # engine that died mid-answer) then gets EPIPE and serves the next, rather than dying of SIGPIPE
+                restore_signals=False,
             )
         return proc, start
 
@@ -208,9 +213,9 @@ class Worker:
                 proc.wait()
 
     def run(self) -> None:
-        """Start the rpc-server and keep it running until stopped. An rpc-server that exits before it ever
-        listened is a ``WorkerError`` with its last lines (a bad ``--device``, a binary that cannot run); one that
-        dies later is restarted."""
+        """Start the rpc-server and keep it running until stopped. One that exits by itself before it ever listened
+        is a ``WorkerError`` with its last lines (a bad ``--device``, a binary that cannot run); one that dies later,
+        or is killed, is restarted."""
         self._check_free()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.stop)
@@ -228,19 +233,19 @@ class Worker:
                     if not listened and listening(proc.pid, self.spec.port):
                         listened = ever_listened = True
                         self.say(f"rpc-server (pid {proc.pid}) listens on {self.spec.address}; log: {log}")
-                        for line in _tail(log, start):
-                            self.say(f"  {line.strip()}")
                     elif not listened and time.monotonic() - began > LISTEN_SECS:
                         self.say(f"rpc-server did not listen within {LISTEN_SECS:.0f} s; restarting it")
                         self._end(proc)
                         break
-                    self._stop.wait(HEALTH_SECS)
+                    self._stop.wait(HEALTH_SECS if listened else START_POLL_SECS)
                 if self._stop.is_set():
                     self._end(proc)
                     break
                 code = proc.wait()
                 up = time.monotonic() - began
-                if not ever_listened:
+                if (
+                    not ever_listened and code >= 0
+                ):  # it refused to start (a bad --device); a signal is outside's
                     lines = " | ".join(_tail(log, start, 4)) or "no output"
                     raise WorkerError(
                         f"rpc-server exited ({_exit_text(code)}) before it listened on {self.spec.address}:"
@@ -267,12 +272,11 @@ def stop(data: DataDir, port: int) -> int:
     pid = int(str(state["pid"]))
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    try:
-        psutil.Process(pid).wait(STOP_SECS + 5)
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.TimeoutExpired:
-        raise WorkerError(
-            f"the worker (pid {pid}) did not stop within {STOP_SECS + 5:.0f} s; `kill -9 {pid}`"
-        ) from None
+    deadline = time.monotonic() + STOP_SECS + 5
+    while alive(pid):  # an exited worker its parent has not reaped yet counts as stopped
+        if time.monotonic() > deadline:
+            raise WorkerError(
+                f"the worker (pid {pid}) did not stop within {STOP_SECS + 5:.0f} s; `kill -9 {pid}`"
+            )
+        time.sleep(0.05)
     return pid
