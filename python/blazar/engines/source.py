@@ -51,10 +51,16 @@ def builds_dir() -> Path:
     return cache_dir() / "builds"
 
 
+BESIDE = (build.QUANTIZER, build.RPC_SERVER)
+"""What a build of the pinned source installs beside llama-server (``blazar quantize``'s tool, ``blazar worker``'s
+RPC server): a cached build without one of them was made before Blazar built it, and is built again."""
+
+
 def cached_build(cuda: bool) -> Path | None:
-    """The cached build's folder for this machine, when its server runs."""
+    """The cached build's folder for this machine, when its server runs and every tool of ``BESIDE`` is there."""
     folder = builds_dir() / "llama-cpp" / tag(cuda)
-    return folder if _runs(folder / "llama-server") else None
+    complete = all((folder / tool).is_file() for tool in BESIDE)
+    return folder if complete and _runs(folder / "llama-server") else None
 
 
 def fetch_sdist(say: Callable[[str], None]) -> Path:
