@@ -147,6 +147,23 @@ def test_the_other_dialects_reach_a_pool_and_keep_its_conversations(front: Daemo
     assert raw.headers[SERVED_BY] == home and raw.parse().content[0].type == "text"
 
 
+def test_a_session_pin_reaches_the_host_that_serves_it(front: Daemon, hosts: tuple[Daemon, Daemon]) -> None:
+    # the host's own Blazar keeps the conversation on its engine and slot: the pin is sent on with the request
+    r = httpx.post(
+        front.url + "/v1/chat/completions",
+        json={"model": "smol", "messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 4},
+        headers={"authorization": f"Bearer {CLIENT}", "x-blazar-session": "conv-7"},
+        timeout=HANG,
+    )
+    assert r.status_code == 200, r.text
+    host = dict(zip("ab", hosts, strict=True))[r.headers[SERVED_BY]]
+    listed = httpx.get(
+        host.url + "/api/session", headers={"authorization": f"Bearer {HOST_KEY}"}, timeout=HANG
+    )
+    assert listed.status_code == 200, listed.text
+    assert "conv-7" in {s["session"] for s in listed.json()["sessions"]}, listed.text
+
+
 def test_a_busy_host_sends_its_conversation_to_the_other(front: Daemon) -> None:
     question = QUESTIONS[0]
     home = served_by(front, question, model="tight")

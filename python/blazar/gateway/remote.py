@@ -86,11 +86,28 @@ def _answered(remote: Remote, status: int, data: bytes) -> HttpError:
     return _failed(remote, f"failed (HTTP {status}): {err.message}")
 
 
-async def _open(sup: Supervisor, remote: Remote, path: str, body: bytes) -> tuple[EngineConn, int]:
+FORWARDED = ("x-blazar-session",)
+"""The client's headers a remote is sent too: a session pin, so a Blazar there keeps the conversation on the engine
+and slot that hold it (checked by ``Gate.authenticate``: printable ASCII, no spaces, before this runs)."""
+
+
+def forwarded(req: Request) -> bytes:
+    """``FORWARDED`` headers of ``req`` as header lines for the remote."""
+    out = b""
+    for name in FORWARDED:
+        value = req.headers.get(name)
+        if value and value.isascii() and value.isprintable():
+            out += f"{name}: {value}\r\n".encode()
+    return out
+
+
+async def _open(
+    sup: Supervisor, remote: Remote, path: str, body: bytes, headers: bytes = b""
+) -> tuple[EngineConn, int]:
     bound = float(sup.cfg.child_header_timeout_secs)
     try:
         async with asyncio.timeout(bound):
-            return await remote.links.exchange(remote.path(path), body)
+            return await remote.links.exchange(remote.path(path), body, headers=headers)
     except TimeoutError:
         raise HttpError(
             504,
@@ -149,7 +166,7 @@ async def _opened(
         last = n == len(hosts) - 1
         host.outstanding += 1
         try:
-            conn, status = await _open(sup, host, path, body)
+            conn, status = await _open(sup, host, path, body, forwarded(req))
         except HttpError as e:
             host.outstanding -= 1
             if isinstance(target, Pool) and e.status == 502:  # unreachable

@@ -78,14 +78,17 @@ class Links:
         self._head = f"host: {host}\r\n{auth}content-type: application/json\r\ncontent-length: ".encode()
         self._closed = False
 
-    async def exchange(self, path: str, body: bytes, alive: Any = None) -> tuple[EngineConn, int]:
-        """POST ``body`` to ``path``; returns the connection (its response head read) and the status.
+    async def exchange(
+        self, path: str, body: bytes, alive: Any = None, headers: bytes = b""
+    ) -> tuple[EngineConn, int]:
+        """POST ``body`` to ``path`` (with ``headers``: more header lines, each ending in CRLF, checked by the
+        caller); returns the connection (its response head read) and the status.
 
         A connection the engine closed before sending a byte of its answer (typically a pooled one it was
         closing as the request went out) is retried once on a newly opened connection, while ``alive()`` says
         the engine runs. Raises ``LinkError`` (connection failed) or ``OSError`` (cannot connect)."""
         loop = asyncio.get_running_loop()
-        request = b"POST %s HTTP/1.1\r\n%s%d\r\n\r\n" % (path.encode(), self._head, len(body))
+        request = b"POST %s HTTP/1.1\r\n%s%s%d\r\n\r\n" % (path.encode(), headers, self._head, len(body))
         retried = False
         while True:
             # a retry never takes another pooled connection: the engine may have closed all of them
