@@ -88,7 +88,8 @@ def _answered(remote: Remote, status: int, data: bytes) -> HttpError:
 
 FORWARDED = ("x-blazar-session",)
 """The client's headers a remote is sent too: a session pin, so a Blazar there keeps the conversation on the engine
-and slot that hold it (checked by ``Gate.authenticate``: printable ASCII, no spaces, before this runs)."""
+and slot that hold it (``Gate.check_model`` refuses a malformed one first; ``forwarded`` sends printable ASCII
+only, so no value can add a header line)."""
 
 
 def forwarded(req: Request) -> bytes:
