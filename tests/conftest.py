@@ -27,6 +27,7 @@ from blazar.engines import releases
 from blazar.hub.client import Hub
 from blazar.paths import DataDir
 from blazar.store import Store
+from blazar.supervisor import worker as supervised_worker
 
 C = TypeVar("C")
 
@@ -225,6 +226,16 @@ def children_where(pid: int, predicate: Callable[[psutil.Process], bool]) -> lis
 def children_named(pid: int, name: str) -> list[psutil.Process]:
     """The live children of ``pid`` whose process name is ``name``."""
     return children_where(pid, lambda child: child.name() == name)
+
+
+def worker_rpc_pid(data_dir: Path, port: int) -> int | None:
+    """The RPC server a `blazar worker` on ``port`` runs (its state file in ``data_dir``), once it listens."""
+    try:
+        state = json.loads(supervised_worker.state_file(DataDir(data_dir), port).read_text())
+        pid = int(state["rpc_pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid if supervised_worker.listening(pid, port) else None
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:

@@ -3,7 +3,6 @@ killed, stopped by `blazar worker stop`; and every refusal one red line with the
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -11,36 +10,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import psutil
 import pytest
 
-from tests.conftest import HANG, Assets, blazar_cmd, free_port, pid_alive, wait_for
-
-
-def _state(env: dict[str, str], port: int) -> dict[str, Any] | None:
-    try:
-        state: dict[str, Any] = json.loads(
-            (Path(env["BLAZAR_DATA_DIR"]) / "run" / f"worker-{port}.json").read_text()
-        )
-    except (OSError, ValueError):
-        return None
-    return state
-
-
-def _listening(pid: object, port: int) -> bool:
-    try:
-        conns = psutil.Process(int(str(pid))).net_connections(kind="tcp")
-    except (psutil.Error, ValueError):
-        return False
-    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in conns)
+from tests.conftest import HANG, Assets, blazar_cmd, free_port, pid_alive, wait_for, worker_rpc_pid
 
 
 def _rpc_pid(env: dict[str, str], port: int) -> int | None:
-    state = _state(env, port)
-    pid = state.get("rpc_pid") if state else None
-    return int(pid) if pid and _listening(pid, port) else None
+    return worker_rpc_pid(Path(env["BLAZAR_DATA_DIR"]), port)
 
 
 @pytest.fixture()
@@ -117,7 +94,8 @@ def test_a_killed_rpc_server_is_restarted_and_stop_ends_both(
     assert f"listens on 127.0.0.1:{port}" in out and "killed by SIGKILL" in out and "worker stopped" in out, (
         out
     )
-    assert not pid_alive(second) and _state(engine_env, port) is None
+    state = Path(engine_env["BLAZAR_DATA_DIR"]) / "run" / f"worker-{port}.json"
+    assert not pid_alive(second) and not state.exists()
 
 
 def test_a_sigkilled_worker_takes_its_rpc_server_with_it(

@@ -6,7 +6,6 @@ stopped is a 503 naming the command that starts it, until it runs again."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from blazar.paths import safe_component
@@ -34,6 +32,7 @@ from tests.conftest import (
     make_daemon,
     provision,
     wait_for,
+    worker_rpc_pid,
 )
 
 pytestmark = pytest.mark.e2e
@@ -52,25 +51,9 @@ class Worker:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def state(self) -> dict[str, Any] | None:
-        try:
-            state: dict[str, Any] = json.loads((self.data / "run" / f"worker-{self.port}.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return state
-
     def listening_rpc_pid(self) -> int | None:
         """The rpc-server's pid once it listens on the worker's port."""
-        state = self.state()
-        pid = state and state.get("rpc_pid")
-        if not pid:
-            return None
-        try:
-            conns = psutil.Process(pid).net_connections(kind="tcp")
-        except psutil.Error:
-            return None
-        listens = any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port for c in conns)
-        return int(pid) if listens else None
+        return worker_rpc_pid(self.data, self.port)
 
     def start(self, log: Path) -> None:
         with log.open("ab") as out:

@@ -21,6 +21,7 @@ from blazar.engines.build import RPC_SERVER
 from blazar.launch import workers
 from blazar.launch.fit import FitRequest, KvSettings, fit, kv_shape
 from blazar.launch.hardware import Gpu, Hardware
+from blazar.supervisor.worker import listening
 from tests.conftest import Assets, free_port, wait_for
 
 GIB = 1 << 30
@@ -38,11 +39,7 @@ def rpc_server(assets: Assets) -> Iterator[RpcWorker]:
         stderr=subprocess.DEVNULL,
     )
 
-    def listens() -> bool:
-        conns = psutil.Process(proc.pid).net_connections(kind="tcp")
-        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in conns)
-
-    wait_for(listens, HANG, "rpc-server listening")
+    wait_for(lambda: listening(proc.pid, port), HANG, "rpc-server listening")
     yield RpcWorker("127.0.0.1", port)
     proc.kill()
     proc.wait()

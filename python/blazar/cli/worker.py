@@ -83,10 +83,7 @@ def worker_cmd(
             " address (--host 10.x.x.x, a VPN's or tunnel's), or pass --allow-public if you really mean it"
         )
     with opened() as (_cfg, data, store):
-        for name in RPC_SERVER_NAMES:
-            binary, engines = registry.beside(store, "llama-cpp", name)
-            if binary is not None:
-                break
+        binary, engines = registry.beside(store, "llama-cpp", *RPC_SERVER_NAMES)
         if binary is None:
             raise supervised.WorkerError(_no_rpc_server(engines))
         spec = supervised.WorkerSpec(binary, host, port, tuple(device or ()), threads, cache)
@@ -116,10 +113,11 @@ def check_cmd(
 ) -> None:
     """Ask a worker for its RPC protocol version and its devices' memory, as a model's engine will: exit 0 when it
     answers, 1 (with the reason and the fix) when it cannot be used."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    try:
+        worker = RpcWorker.parse(address)
+    except ValueError as e:
         raise supervised.WorkerError(
-            f"'{address}' is not a host:port address, such as 127.0.0.1:{DEFAULT_RPC_PORT}"
-        )
-    report = workers.read(RpcWorker(host, int(port)))
+            f"'{address}' is not a host:port address, such as 127.0.0.1:{DEFAULT_RPC_PORT} ({e})"
+        ) from None
+    report = workers.read(worker)
     console.print(workers.describe(report), highlight=False)

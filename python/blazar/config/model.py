@@ -211,6 +211,26 @@ class RpcWorker:
         """``host:port``, as llama-server's ``--rpc`` takes it."""
         return f"{self.host}:{self.port}"
 
+    @classmethod
+    def parse(cls, text: str, memory_mib: int | None = None) -> RpcWorker:
+        """A worker from ``"host:port"``; ``ValueError`` says what is wrong with it."""
+        host, sep, port = text.strip().rpartition(":")
+        if (
+            not sep
+            or not host
+            or ":" in host
+            or "[" in host
+            or any(c.isspace() or not c.isprintable() for c in host)
+        ):
+            # llama-server's --rpc splits each endpoint at its first ':', so an IPv6 literal cannot be given
+            raise ValueError(
+                "a host name or IPv4 address, a ':', then the port (IPv6 literals are not accepted by llama-server's"
+                " --rpc)"
+            )
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("with a port from 1 to 65535")
+        return cls(host, int(port), memory_mib)
+
 
 DEFAULT_POOL_AFFINITY_BOUND = 4
 POOL_POLICIES = ("prefix", "least")

@@ -18,7 +18,6 @@ from blazar.config.checks import (
     choice,
     env_value,
     integer,
-    is_host_text,
     path_value,
     quote_key,
     string,
@@ -199,16 +198,13 @@ _WORKER_FIELDS: tuple[str, ...] = ("address", "memory_mib")
 _WORKER_RULE = 'a "host:port" string (a host name or IPv4 address, such as "10.0.0.7:50052")'
 
 
-def _worker_address(ctx: Ctx, where: str, value: object) -> tuple[str, int]:
+def _worker(ctx: Ctx, where: str, value: object, memory_mib: int | None) -> RpcWorker:
     if not isinstance(value, str):
         raise ctx.bad(where, _WORKER_RULE, value)
-    host, sep, port_text = value.strip().rpartition(":")
-    if not sep or not host or ":" in host or "[" in host or not is_host_text(host):
-        # llama-server's --rpc splits each endpoint at its first ':', so an IPv6 literal cannot be given
-        raise ctx.bad(where, _WORKER_RULE + "; IPv6 literals are not accepted by llama-server's --rpc", value)
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ctx.bad(where, _WORKER_RULE + " with a port from 1 to 65535", value)
-    return host, int(port_text)
+    try:
+        return RpcWorker.parse(value, memory_mib)
+    except ValueError as e:
+        raise ctx.bad(where, f"{_WORKER_RULE}; {e}", value) from None
 
 
 def rpc_workers(ctx: Ctx, key: str, value: object) -> tuple[RpcWorker, ...]:
@@ -233,8 +229,7 @@ def rpc_workers(ctx: Ctx, key: str, value: object) -> tuple[RpcWorker, ...]:
             where += ".address"
             if "memory_mib" in table:
                 memory = integer(ctx, f"{key}[{i}].memory_mib", table["memory_mib"], 1)
-        host, port = _worker_address(ctx, where, item)
-        worker = RpcWorker(host, port, memory)
+        worker = _worker(ctx, where, item, memory)
         if any(w.address == worker.address for w in out):
             raise ConfigError(f"{ctx.source}: key '{key}' names {worker.address} twice")
         out.append(worker)

@@ -191,14 +191,16 @@ def list_all(store: Store) -> list[EngineRow]:
     return [_row(r) for r in store.conn.execute(f"SELECT {_COLS} FROM engines ORDER BY kind, created_at")]
 
 
-def beside(store: Store, kind: str, tool: str) -> tuple[Path | None, list[EngineRow]]:
-    """``tool`` (a program that ships with engines of ``kind``, such as llama.cpp's ``llama-quantize``) beside an
-    installed engine of that kind, the active one first; and the engines looked in, for the caller's message."""
+def beside(store: Store, kind: str, *names: str) -> tuple[Path | None, list[EngineRow]]:
+    """A program that ships with engines of ``kind`` (llama.cpp's ``llama-quantize``; its RPC server, under its
+    names newest first) beside an installed engine of that kind, the active one first; and the engines looked in,
+    for the caller's message."""
     engines = sorted((r for r in list_all(store) if r.kind == kind), key=lambda r: not r.active)
     for row in engines:
-        path = Path(row.path).with_name(tool)
-        if path.is_file():
-            return path, engines
+        for name in names:
+            path = Path(row.path).with_name(name)
+            if path.is_file():
+                return path, engines
     return None, engines
 
 

@@ -52,14 +52,6 @@ class WorkerReport:
     version: tuple[int, int, int]
     devices: tuple[tuple[int, int], ...]
 
-    @property
-    def free(self) -> int:
-        return sum(free for free, _ in self.devices)
-
-    @property
-    def total(self) -> int:
-        return sum(total for _, total in self.devices)
-
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
     out = bytearray()

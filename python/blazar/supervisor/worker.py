@@ -166,8 +166,6 @@ class Worker:
             "pid": os.getpid(),
             "rpc_pid": self._proc.pid if self._proc else None,
             "host": self.spec.host,
-            "port": self.spec.port,
-            "log": str(log_file(self.data, self.spec.port)),
         }
         tmp.write_text(json.dumps(state))
         os.replace(tmp, path)
@@ -212,6 +210,22 @@ class Worker:
                 proc.kill()
                 proc.wait()
 
+    def _watch(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Until ``proc`` exits or the worker stops: whether it listened. One that does not listen within
+        ``LISTEN_SECS`` is ended, to be started again."""
+        began = time.monotonic()
+        listened = False
+        while not self._stop.is_set() and proc.poll() is None:
+            if not listened and listening(proc.pid, self.spec.port):
+                listened = True
+                log = log_file(self.data, self.spec.port)
+                self.say(f"rpc-server (pid {proc.pid}) listens on {self.spec.address}; log: {log}")
+            elif not listened and time.monotonic() - began > LISTEN_SECS:
+                self.say(f"rpc-server did not listen within {LISTEN_SECS:.0f} s; restarting it")
+                self._end(proc)
+            self._stop.wait(HEALTH_SECS if listened else START_POLL_SECS)
+        return listened
+
     def run(self) -> None:
         """Start the rpc-server and keep it running until stopped. One that exits by itself before it ever listened
         is a ``WorkerError`` with its last lines (a bad ``--device``, a binary that cannot run); one that dies later,
@@ -228,18 +242,8 @@ class Worker:
                 self._proc = proc
                 self._write_state()
                 began = time.monotonic()
-                listened = False
-                while not self._stop.is_set() and proc.poll() is None:
-                    if not listened and listening(proc.pid, self.spec.port):
-                        listened = ever_listened = True
-                        self.say(f"rpc-server (pid {proc.pid}) listens on {self.spec.address}; log: {log}")
-                    elif not listened and time.monotonic() - began > LISTEN_SECS:
-                        self.say(f"rpc-server did not listen within {LISTEN_SECS:.0f} s; restarting it")
-                        self._end(proc)
-                        break
-                    self._stop.wait(HEALTH_SECS if listened else START_POLL_SECS)
+                ever_listened = self._watch(proc) or ever_listened
                 if self._stop.is_set():
-                    self._end(proc)
                     break
                 code = proc.wait()
                 up = time.monotonic() - began
